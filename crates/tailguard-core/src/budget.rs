@@ -1,0 +1,2 @@
+//! (stub: to be written)
+pub struct Budget;

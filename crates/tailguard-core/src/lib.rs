@@ -1,0 +1,39 @@
+//! # tailguard-core: the pure scheduling core
+//!
+//! Everything tailguard decides about *when* a request may go to a device lives in
+//! this crate, and nothing in it reads a clock, spawns a thread or performs I/O.
+//! Time arrives as an argument ([`Nanos`]), and so do completions. The
+//! deterministic simulator (`tailguard-sim`) and the real io_uring engine drive the
+//! same code, so every policy can be tested with a manual clock.
+//!
+//! The pieces, each in its own module:
+//!
+//! - [`profile`]: what a device can do (IOPS and bandwidth per direction, largest
+//!   request, latency target) and the **cost model** that turns a request into
+//!   nanoseconds of device time.
+//! - [`fair_queue`]: weighted fair queueing by cost/shares between classes, with
+//!   bounded credit for classes that wake from idle.
+//! - [`budget`]: the per-device **in-flight budget** in cost units, and the hook a
+//!   latency controller uses to resize it.
+//! - [`dispatcher`]: one per device; splits oversize requests, queues them in the
+//!   fair queue, dispatches while the budget allows, and rejoins pieces on
+//!   completion. It is the only type an engine needs.
+//!
+//! The design's central inequality is: *in-flight cost ≤ budget*. Cost is device
+//! time, so the budget is the amount of work the device may hold, and therefore the
+//! queueing delay a newly arrived request sees at the device. The fair queue decides
+//! *who* goes next; the budget decides *whether* anyone may go now.
+
+pub mod budget;
+pub mod dispatcher;
+pub mod fair_queue;
+pub mod profile;
+pub mod request;
+
+pub use budget::Budget;
+pub use dispatcher::{
+    ClassError, ClassId, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
+    DispatcherStats, EnqueueError,
+};
+pub use profile::{CostModel, DeviceProfile, ProfileError};
+pub use request::{Direction, IoRequest, Nanos, RequestId};

@@ -1,0 +1,43 @@
+//! The `nvme` device model (stub: to be written).
+
+use super::{DeviceCompletion, DeviceModel, DeviceRequest};
+use serde::Deserialize;
+use tailguard_core::{DeviceProfile, Nanos};
+
+/// Parameters of the `nvme` model.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NvmeParameters {}
+
+/// The `nvme` model.
+pub struct Nvme {
+    _parameters: NvmeParameters,
+}
+
+impl Nvme {
+    /// Builds the model.
+    pub fn new(parameters: NvmeParameters, _seed: u64) -> Self {
+        Self { _parameters: parameters }
+    }
+}
+
+impl DeviceModel for Nvme {
+    fn model_name(&self) -> &'static str {
+        "nvme"
+    }
+    fn submit(&mut self, _now: Nanos, _request: DeviceRequest) {
+        unimplemented!()
+    }
+    fn next_event_at(&self) -> Option<Nanos> {
+        unimplemented!()
+    }
+    fn advance(&mut self, _now: Nanos, _completions: &mut Vec<DeviceCompletion>) {
+        unimplemented!()
+    }
+    fn profile(&self) -> DeviceProfile {
+        unimplemented!()
+    }
+    fn outstanding(&self) -> usize {
+        unimplemented!()
+    }
+}

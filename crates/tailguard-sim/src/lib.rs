@@ -1,0 +1,56 @@
+//! # tailguard-sim: a deterministic device simulator
+//!
+//! A discrete-event simulator in virtual time that drives tailguard's scheduling
+//! core (and the baselines it is compared with) against models of real devices.
+//! The same scenario file and seed always give byte-identical results: every
+//! random draw comes from generators seeded from the scenario seed, events at equal
+//! times are ordered by a sequence number, and nothing reads a clock.
+//!
+//! - [`device`]: device models (`nvme`, `sata-ssd`, `hdd`, `usb-flash`).
+//! - [`policy`]: the policies (`tailguard` and the baselines).
+//! - [`scenario`]: the scenario file format.
+//! - [`workload`]: jobs that generate requests (closed and open loop, bursts).
+//! - [`engine`]: the event loop that ties them together.
+//! - [`report`]: per-class results, as a table or JSON.
+
+use std::fmt;
+
+pub mod device;
+pub mod engine;
+pub mod policy;
+pub mod report;
+pub mod scenario;
+pub mod workload;
+
+/// A configuration value that cannot be used: which key, what is wrong, the fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Where the problem is, as a dotted key path (`device[1].model`).
+    pub key: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// A new error for `key`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Prefixes the key with its enclosing table (`device[0]` + `model`).
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.key = format!("{prefix}.{}", self.key);
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "`{}`: {}", self.key, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
