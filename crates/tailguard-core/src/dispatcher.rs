@@ -1,7 +1,797 @@
-//! (stub: to be written)
-#![allow(missing_docs)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ClassId(pub u32);
+//! One device's dispatcher: split, queue fairly, dispatch within the budget, rejoin.
+//!
+//! A [`Dispatcher`] owns everything tailguard decides for one device. The engine
+//! (or the simulator) calls three methods, always passing the current time:
+//!
+//! 1. [`Dispatcher::enqueue`] a request. A request longer than the profile's
+//!    `max_request_bytes` is split into pieces of at most that size; the pieces
+//!    enter the class's FIFO together, in offset order.
+//! 2. [`Dispatcher::dispatch`]: while the fair queue's next piece fits the
+//!    [`Budget`], pop it, charge its class and hand it out with a token. The loop
+//!    stops at the first piece that does not fit (it does not skip ahead to smaller
+//!    pieces of other classes: that would break the share guarantee). One call
+//!    drains everything that may go, so an engine submits in batches.
+//! 3. [`Dispatcher::complete`] a token when the device is done with the piece. The
+//!    budget is released, the latency controller sees the sample, and when the last
+//!    piece of a request is done the request's [`Completion`] comes back.
+//!
+//! Every request completes exactly once: pieces are tracked in a slab indexed by
+//! the token, and completing an unknown or already completed token is an error,
+//! not a silent double completion. The slabs reuse their slots, so a steady stream
+//! of requests allocates nothing after warm-up.
+//!
+//! Classes are created, changed and removed at run time. Removing a class that
+//! still has queued or in-flight pieces retires it: it accepts no more requests and
+//! its slot is freed when the last piece completes, so nothing it submitted is lost.
+//! Class handles carry a generation, so a handle to a removed class is rejected
+//! even after its slot is reused.
+
+use crate::budget::{Budget, CompletionSample, FixedBudget, LatencyController};
+use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
+use crate::profile::{CostModel, DeviceProfile, ProfileError};
+use crate::request::{Direction, IoRequest, Nanos, RequestId};
+use std::fmt;
+
+/// A class of one dispatcher. Cheap to copy; stale handles are detected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClassId {
+    index: u32,
+    generation: u32,
+}
+
+impl ClassId {
+    /// The class's slot, dense from zero: usable as an index into per-class arrays.
+    pub fn index(self) -> usize {
+        self.index as usize
+    }
+}
+
+/// Why a class operation was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClassIdStub;
-pub struct ClassError; pub struct Completion; pub struct DispatchedPiece; pub struct Dispatcher; pub struct DispatcherConfig; pub struct DispatcherStats; pub struct EnqueueError;
+pub enum ClassError {
+    /// Shares must be within `SHARES_MIN..=SHARES_MAX`.
+    InvalidShares(u32),
+    /// The handle names no live class (removed, or from another dispatcher).
+    UnknownClass(ClassId),
+    /// The class is being removed and accepts no new requests.
+    Retiring(ClassId),
+}
+
+impl fmt::Display for ClassError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidShares(shares) => write!(
+                formatter,
+                "shares must be between {SHARES_MIN} and {SHARES_MAX}, got {shares}"
+            ),
+            Self::UnknownClass(class) => write!(
+                formatter,
+                "class {class:?} does not exist (removed, or from another dispatcher)"
+            ),
+            Self::Retiring(class) => write!(
+                formatter,
+                "class {class:?} is being removed and accepts no new requests"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ClassError {}
+
+/// Why a request or completion was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnqueueError {
+    /// The request's class cannot take it.
+    Class(ClassError),
+    /// A completion named a token that is not in flight (unknown, or completed
+    /// already): a caller bug that would otherwise complete a request twice.
+    UnknownToken(u64),
+}
+
+impl fmt::Display for EnqueueError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Class(error) => error.fmt(formatter),
+            Self::UnknownToken(token) => {
+                write!(
+                    formatter,
+                    "token {token:#x} is not in flight (completed twice?)"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for EnqueueError {}
+
+impl From<ClassError> for EnqueueError {
+    fn from(error: ClassError) -> Self {
+        Self::Class(error)
+    }
+}
+
+/// How a dispatcher is set up.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DispatcherConfig {
+    /// What the device can do, and the latency target.
+    pub profile: DeviceProfile,
+    /// Overrides the budget derived from the profile (nanoseconds of cost).
+    pub budget_ns: Option<Nanos>,
+}
+
+impl DispatcherConfig {
+    /// The configuration for a profile, with the derived budget.
+    pub fn new(profile: DeviceProfile) -> Self {
+        Self {
+            profile,
+            budget_ns: None,
+        }
+    }
+}
+
+/// A piece the dispatcher lets go to the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DispatchedPiece {
+    /// Pass it to [`Dispatcher::complete`] when the device is done.
+    pub token: u64,
+    /// The request this piece belongs to.
+    pub request: RequestId,
+    /// Its class.
+    pub class: ClassId,
+    /// Read or write.
+    pub direction: Direction,
+    /// Where the piece starts.
+    pub offset_bytes: u64,
+    /// How long the piece is (at most `max_request_bytes`).
+    pub length_bytes: u64,
+    /// Its cost in device time.
+    pub cost_ns: Nanos,
+    /// How long it waited in the fair queue.
+    pub queue_wait_ns: Nanos,
+}
+
+/// A request whose last piece completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The caller's id.
+    pub request: RequestId,
+    /// Its class.
+    pub class: ClassId,
+    /// When it was enqueued.
+    pub enqueued_at: Nanos,
+    /// When its last piece left the fair queue.
+    pub last_dispatched_at: Nanos,
+    /// Pieces it was split into.
+    pub pieces: u32,
+}
+
+/// Counters of one class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// The class's shares.
+    pub shares: u32,
+    /// Pieces waiting in the fair queue.
+    pub queued_pieces: usize,
+    /// Pieces at the device.
+    pub in_flight_pieces: usize,
+    /// Pieces dispatched since the class was created.
+    pub dispatched_pieces: u64,
+    /// Requests completed since the class was created.
+    pub completed_requests: u64,
+    /// Device time (cost) dispatched since the class was created.
+    pub dispatched_cost_ns: Nanos,
+    /// Whether the class is being removed.
+    pub retiring: bool,
+}
+
+/// Counters of the whole device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DispatcherStats {
+    /// The current budget.
+    pub budget_ns: Nanos,
+    /// Cost in flight now.
+    pub in_flight_ns: Nanos,
+    /// Pieces in flight now.
+    pub in_flight_pieces: usize,
+    /// Pieces waiting in the fair queue.
+    pub queued_pieces: usize,
+    /// Times a latency controller changed the budget.
+    pub budget_changes: u64,
+}
+
+#[derive(Debug)]
+struct ClassSlot {
+    generation: u32,
+    live: bool,
+    retiring: bool,
+    in_flight_pieces: usize,
+    completed_requests: u64,
+    dispatched_pieces: u64,
+}
+
+#[derive(Debug)]
+struct RequestSlot {
+    id: RequestId,
+    class: ClassId,
+    direction: Direction,
+    enqueued_at: Nanos,
+    last_dispatched_at: Nanos,
+    pieces: u32,
+    pieces_remaining: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct QueuedPiece {
+    request_slot: u32,
+    offset_bytes: u64,
+    length_bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct InFlightPiece {
+    generation: u32,
+    occupied: bool,
+    request_slot: u32,
+    cost_ns: Nanos,
+    dispatched_at: Nanos,
+    queue_wait_ns: Nanos,
+}
+
+/// A vector of reusable slots with a free list.
+#[derive(Debug)]
+struct Slab<T> {
+    slots: Vec<T>,
+    free: Vec<u32>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Self {
+        Self {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    /// Stores a value, reusing a free slot; `fill` receives the slot's old value
+    /// (for generation counters) or `None` for a new slot.
+    fn insert_with(&mut self, fill: impl FnOnce(Option<&T>) -> T) -> u32 {
+        match self.free.pop() {
+            Some(index) => {
+                let slot = &mut self.slots[index as usize];
+                *slot = fill(Some(slot));
+                index
+            }
+            None => {
+                let index = u32::try_from(self.slots.len()).expect("more than 2^32 slots");
+                self.slots.push(fill(None));
+                index
+            }
+        }
+    }
+
+    fn release(&mut self, index: u32) {
+        self.free.push(index);
+    }
+
+    fn live_count(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+/// One device's dispatcher; see the module docs.
+pub struct Dispatcher<C: LatencyController = FixedBudget> {
+    profile: DeviceProfile,
+    cost_model: CostModel,
+    budget: Budget,
+    controller: C,
+    budget_changes: u64,
+    queue: FairQueue<QueuedPiece>,
+    classes: Slab<ClassSlot>,
+    requests: Slab<RequestSlot>,
+    in_flight: Slab<InFlightPiece>,
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("Dispatcher")
+            .field("profile", &self.profile)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dispatcher<FixedBudget> {
+    /// A dispatcher whose budget stays what the profile (or config) sets.
+    pub fn new(config: DispatcherConfig) -> Result<Self, ProfileError> {
+        Self::with_controller(config, FixedBudget)
+    }
+}
+
+impl<C: LatencyController> Dispatcher<C> {
+    /// A dispatcher whose budget `controller` may resize.
+    pub fn with_controller(config: DispatcherConfig, controller: C) -> Result<Self, ProfileError> {
+        config.profile.validate()?;
+        let cost_model = CostModel::new(&config.profile);
+        let limit_ns = config.budget_ns.unwrap_or_else(|| {
+            Budget::derived_limit_ns(
+                config.profile.latency_target_ns(),
+                cost_model.small_request_cost_ns(),
+            )
+        });
+        let budget = Budget::new(limit_ns);
+        Ok(Self {
+            profile: config.profile,
+            cost_model,
+            budget,
+            controller,
+            budget_changes: 0,
+            queue: FairQueue::new(budget.limit_ns()),
+            classes: Slab::new(),
+            requests: Slab::new(),
+            in_flight: Slab::new(),
+        })
+    }
+
+    /// The profile this dispatcher was built with.
+    pub fn profile(&self) -> &DeviceProfile {
+        &self.profile
+    }
+
+    /// The cost model in use.
+    pub fn cost_model(&self) -> &CostModel {
+        &self.cost_model
+    }
+
+    /// The budget now.
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// Sets the budget limit (the hook for latency controllers driven from
+    /// outside). The wake credit follows the budget.
+    pub fn set_budget_ns(&mut self, limit_ns: Nanos) {
+        self.budget.resize(limit_ns);
+        self.queue.set_credit_ns(self.budget.limit_ns());
+        self.budget_changes += 1;
+    }
+
+    /// The largest cost one piece can have: `max_request_bytes` in the more
+    /// expensive direction. Used by the wait bound.
+    pub fn max_piece_cost_ns(&self) -> Nanos {
+        let bytes = self.profile.max_request_bytes;
+        self.cost_model
+            .cost_ns(Direction::Read, bytes)
+            .max(self.cost_model.cost_ns(Direction::Write, bytes))
+    }
+
+    /// The longest a backlogged `class` waits between dispatches, with the
+    /// classes that exist now and the current budget; see [`crate::fair_queue`].
+    pub fn gap_bound_ns(&self, class: ClassId) -> Result<Nanos, ClassError> {
+        self.check_class(class)?;
+        let shares = self.queue.shares(class.index());
+        let others: Vec<u32> = self
+            .live_classes()
+            .filter(|other| *other != class)
+            .map(|other| self.queue.shares(other.index()))
+            .collect();
+        let limit = self.budget.limit_ns();
+        Ok(fair_queue::gap_bound_ns(
+            shares,
+            &others,
+            limit,
+            self.max_piece_cost_ns(),
+            limit,
+        ))
+    }
+
+    /// Adds a class with `shares` (1..=10000).
+    pub fn add_class(&mut self, shares: u32) -> Result<ClassId, ClassError> {
+        if !(SHARES_MIN..=SHARES_MAX).contains(&shares) {
+            return Err(ClassError::InvalidShares(shares));
+        }
+        let index = self.classes.insert_with(|old| ClassSlot {
+            generation: old.map_or(0, |slot| slot.generation.wrapping_add(1)),
+            live: true,
+            retiring: false,
+            in_flight_pieces: 0,
+            completed_requests: 0,
+            dispatched_pieces: 0,
+        });
+        self.queue.add_class(index as usize, shares);
+        Ok(ClassId {
+            index,
+            generation: self.classes.slots[index as usize].generation,
+        })
+    }
+
+    /// Changes a class's shares; they apply to everything dispatched from now on.
+    pub fn set_shares(&mut self, class: ClassId, shares: u32) -> Result<(), ClassError> {
+        self.check_class(class)?;
+        if !(SHARES_MIN..=SHARES_MAX).contains(&shares) {
+            return Err(ClassError::InvalidShares(shares));
+        }
+        self.queue.set_shares(class.index(), shares);
+        Ok(())
+    }
+
+    /// Removes a class. With nothing queued or in flight it goes at once;
+    /// otherwise it is retired: it takes no new requests, and goes when its last
+    /// piece completes. Returns whether it is gone already.
+    pub fn remove_class(&mut self, class: ClassId) -> Result<bool, ClassError> {
+        self.check_class(class)?;
+        self.classes.slots[class.index()].retiring = true;
+        Ok(self.free_class_if_idle(class.index()))
+    }
+
+    /// The live (and retiring) classes.
+    pub fn live_classes(&self) -> impl Iterator<Item = ClassId> + '_ {
+        self.classes
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| slot.live)
+            .map(|(index, slot)| ClassId {
+                index: index as u32,
+                generation: slot.generation,
+            })
+    }
+
+    fn check_class(&self, class: ClassId) -> Result<(), ClassError> {
+        match self.classes.slots.get(class.index()) {
+            Some(slot) if slot.live && slot.generation == class.generation => Ok(()),
+            _ => Err(ClassError::UnknownClass(class)),
+        }
+    }
+
+    fn free_class_if_idle(&mut self, index: usize) -> bool {
+        let slot = &self.classes.slots[index];
+        let idle = slot.in_flight_pieces == 0 && self.queue.class_len(index) == 0;
+        if slot.retiring && idle {
+            self.classes.slots[index].live = false;
+            self.queue.remove_class(index);
+            self.classes.release(index as u32);
+            return true;
+        }
+        false
+    }
+
+    /// Queues a request at `now`, split into pieces of at most
+    /// `max_request_bytes`. Returns the number of pieces.
+    pub fn enqueue(&mut self, now: Nanos, request: IoRequest) -> Result<u32, EnqueueError> {
+        self.check_class(request.class)?;
+        if self.classes.slots[request.class.index()].retiring {
+            return Err(ClassError::Retiring(request.class).into());
+        }
+        let max_bytes = self.profile.max_request_bytes;
+        let pieces = request.length_bytes.div_ceil(max_bytes).max(1);
+        let pieces = u32::try_from(pieces).expect("request of more than 2^32 pieces");
+        let request_slot = self.requests.insert_with(|_| RequestSlot {
+            id: request.id,
+            class: request.class,
+            direction: request.direction,
+            enqueued_at: now,
+            last_dispatched_at: now,
+            pieces,
+            pieces_remaining: pieces,
+        });
+        let mut offset_bytes = request.offset_bytes;
+        let mut remaining_bytes = request.length_bytes;
+        for _ in 0..pieces {
+            let length_bytes = remaining_bytes.min(max_bytes);
+            let cost_ns = self.cost_model.cost_ns(request.direction, length_bytes);
+            let piece = QueuedPiece {
+                request_slot,
+                offset_bytes,
+                length_bytes,
+            };
+            self.queue.push(request.class.index(), cost_ns, piece);
+            offset_bytes += length_bytes;
+            remaining_bytes -= length_bytes;
+        }
+        Ok(pieces)
+    }
+
+    /// Moves every piece the budget admits now into `out`, in fair-queue order.
+    /// Returns how many it moved.
+    pub fn dispatch(&mut self, now: Nanos, out: &mut Vec<DispatchedPiece>) -> usize {
+        let mut moved = 0;
+        while let Some((_, cost_ns)) = self.queue.peek() {
+            if !self.budget.admits(cost_ns) {
+                break;
+            }
+            let (class_index, cost_ns, piece) = self.queue.pop().expect("peeked");
+            out.push(self.start_piece(now, class_index, cost_ns, piece));
+            moved += 1;
+        }
+        moved
+    }
+
+    fn start_piece(
+        &mut self,
+        now: Nanos,
+        class_index: usize,
+        cost_ns: Nanos,
+        piece: QueuedPiece,
+    ) -> DispatchedPiece {
+        self.budget.take(cost_ns);
+        let request = &mut self.requests.slots[piece.request_slot as usize];
+        request.last_dispatched_at = now;
+        let queue_wait_ns = now - request.enqueued_at;
+        let (request_id, class, direction) = (request.id, request.class, request.direction);
+        debug_assert_eq!(class.index(), class_index);
+        let class_slot = &mut self.classes.slots[class_index];
+        class_slot.in_flight_pieces += 1;
+        class_slot.dispatched_pieces += 1;
+        let slot = self.in_flight.insert_with(|old| InFlightPiece {
+            generation: old.map_or(0, |slot| slot.generation.wrapping_add(1)),
+            occupied: true,
+            request_slot: piece.request_slot,
+            cost_ns,
+            dispatched_at: now,
+            queue_wait_ns,
+        });
+        let generation = self.in_flight.slots[slot as usize].generation;
+        DispatchedPiece {
+            token: (u64::from(generation) << 32) | u64::from(slot),
+            request: request_id,
+            class,
+            direction,
+            offset_bytes: piece.offset_bytes,
+            length_bytes: piece.length_bytes,
+            cost_ns,
+            queue_wait_ns,
+        }
+    }
+
+    /// The device finished the piece with `token` at `now`. Returns the request's
+    /// completion when this was its last piece.
+    pub fn complete(&mut self, now: Nanos, token: u64) -> Result<Option<Completion>, EnqueueError> {
+        let slot_index = (token & u64::from(u32::MAX)) as u32;
+        let generation = (token >> 32) as u32;
+        let piece = match self.in_flight.slots.get(slot_index as usize) {
+            Some(piece) if piece.occupied && piece.generation == generation => *piece,
+            _ => return Err(EnqueueError::UnknownToken(token)),
+        };
+        self.in_flight.slots[slot_index as usize].occupied = false;
+        self.in_flight.release(slot_index);
+        let request = &self.requests.slots[piece.request_slot as usize];
+        let sample = CompletionSample {
+            now,
+            direction: request.direction,
+            cost_ns: piece.cost_ns,
+            device_time_ns: now.saturating_sub(piece.dispatched_at),
+            queue_wait_ns: piece.queue_wait_ns,
+            in_flight_ns: self.budget.in_flight_ns(),
+        };
+        self.budget.release(piece.cost_ns);
+        if let Some(limit_ns) = self
+            .controller
+            .on_completion(&sample, self.budget.limit_ns())
+        {
+            self.set_budget_ns(limit_ns);
+        }
+        Ok(self.finish_piece(piece.request_slot))
+    }
+
+    fn finish_piece(&mut self, request_slot: u32) -> Option<Completion> {
+        let request = &mut self.requests.slots[request_slot as usize];
+        request.pieces_remaining -= 1;
+        let class_index = request.class.index();
+        self.classes.slots[class_index].in_flight_pieces -= 1;
+        let completion = if request.pieces_remaining == 0 {
+            let completion = Completion {
+                request: request.id,
+                class: request.class,
+                enqueued_at: request.enqueued_at,
+                last_dispatched_at: request.last_dispatched_at,
+                pieces: request.pieces,
+            };
+            self.requests.release(request_slot);
+            self.classes.slots[class_index].completed_requests += 1;
+            Some(completion)
+        } else {
+            None
+        };
+        self.free_class_if_idle(class_index);
+        completion
+    }
+
+    /// Counters of one class.
+    pub fn class_stats(&self, class: ClassId) -> Result<ClassStats, ClassError> {
+        self.check_class(class)?;
+        let slot = &self.classes.slots[class.index()];
+        Ok(ClassStats {
+            shares: self.queue.shares(class.index()),
+            queued_pieces: self.queue.class_len(class.index()),
+            in_flight_pieces: slot.in_flight_pieces,
+            dispatched_pieces: slot.dispatched_pieces,
+            completed_requests: slot.completed_requests,
+            dispatched_cost_ns: self.queue.charged_ns(class.index()),
+            retiring: slot.retiring,
+        })
+    }
+
+    /// Counters of the device.
+    pub fn stats(&self) -> DispatcherStats {
+        DispatcherStats {
+            budget_ns: self.budget.limit_ns(),
+            in_flight_ns: self.budget.in_flight_ns(),
+            in_flight_pieces: self.in_flight.live_count(),
+            queued_pieces: self.queue.len(),
+            budget_changes: self.budget_changes,
+        }
+    }
+
+    /// Whether nothing is queued or in flight.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.in_flight.live_count() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::NANOS_PER_MICROSECOND;
+
+    fn profile() -> DeviceProfile {
+        DeviceProfile {
+            read_iops: 80_000.0,
+            write_iops: 60_000.0,
+            read_bandwidth: 500e6,
+            write_bandwidth: 450e6,
+            max_request_bytes: 128 * 1024,
+            latency_target_us: 300,
+        }
+    }
+
+    fn request(id: u64, class: ClassId, direction: Direction, length_bytes: u64) -> IoRequest {
+        IoRequest {
+            id: RequestId(id),
+            class,
+            direction,
+            offset_bytes: id * 1_048_576,
+            length_bytes,
+        }
+    }
+
+    #[test]
+    fn a_large_request_is_split_and_rejoined() {
+        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        let class = dispatcher.add_class(100).unwrap();
+        let pieces = dispatcher
+            .enqueue(0, request(1, class, Direction::Write, 1_048_576 + 4096))
+            .unwrap();
+        assert_eq!(pieces, 9);
+        let mut completions = Vec::new();
+        let mut now = 0;
+        let mut offsets = Vec::new();
+        while !dispatcher.is_idle() {
+            let mut out = Vec::new();
+            dispatcher.dispatch(now, &mut out);
+            assert!(!out.is_empty(), "no progress");
+            for piece in out {
+                offsets.push((piece.offset_bytes, piece.length_bytes));
+                now += piece.cost_ns;
+                completions.extend(dispatcher.complete(now, piece.token).unwrap());
+            }
+        }
+        assert_eq!(completions.len(), 1, "exactly one completion");
+        assert_eq!(completions[0].pieces, 9);
+        let base = 1_048_576;
+        assert_eq!(offsets[0], (base, 131_072));
+        assert_eq!(offsets[8], (base + 8 * 131_072, 4096));
+    }
+
+    #[test]
+    fn dispatch_stops_at_the_budget_but_lets_a_lone_oversize_piece_go() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(100 * NANOS_PER_MICROSECOND);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let class = dispatcher.add_class(1).unwrap();
+        // 128 KiB writes cost 291 µs each, more than the whole budget.
+        for id in 0..3 {
+            dispatcher
+                .enqueue(0, request(id, class, Direction::Write, 131_072))
+                .unwrap();
+        }
+        let mut out = Vec::new();
+        assert_eq!(
+            dispatcher.dispatch(0, &mut out),
+            1,
+            "one lone oversize piece"
+        );
+        assert_eq!(
+            dispatcher.dispatch(0, &mut out),
+            0,
+            "nothing while it flies"
+        );
+        dispatcher.complete(10, out[0].token).unwrap();
+        assert_eq!(dispatcher.dispatch(10, &mut out), 1);
+    }
+
+    #[test]
+    fn double_completion_is_refused() {
+        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        let class = dispatcher.add_class(1).unwrap();
+        dispatcher
+            .enqueue(0, request(7, class, Direction::Read, 4096))
+            .unwrap();
+        let mut out = Vec::new();
+        dispatcher.dispatch(0, &mut out);
+        let token = out[0].token;
+        assert!(dispatcher.complete(1, token).unwrap().is_some());
+        assert_eq!(
+            dispatcher.complete(2, token),
+            Err(EnqueueError::UnknownToken(token))
+        );
+    }
+
+    #[test]
+    fn a_removed_class_finishes_its_work_then_its_handle_goes_stale() {
+        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        let class = dispatcher.add_class(10).unwrap();
+        dispatcher
+            .enqueue(0, request(1, class, Direction::Read, 4096))
+            .unwrap();
+        assert_eq!(
+            dispatcher.remove_class(class),
+            Ok(false),
+            "retired, not gone"
+        );
+        assert_eq!(
+            dispatcher.enqueue(0, request(2, class, Direction::Read, 4096)),
+            Err(EnqueueError::Class(ClassError::Retiring(class)))
+        );
+        let mut out = Vec::new();
+        dispatcher.dispatch(0, &mut out);
+        assert!(dispatcher.complete(5, out[0].token).unwrap().is_some());
+        assert_eq!(
+            dispatcher.set_shares(class, 5),
+            Err(ClassError::UnknownClass(class))
+        );
+        let reused = dispatcher.add_class(10).unwrap();
+        assert_eq!(reused.index(), class.index(), "slot reused");
+        assert_ne!(reused, class, "but the old handle stays stale");
+    }
+
+    #[test]
+    fn shares_are_validated() {
+        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        assert_eq!(dispatcher.add_class(0), Err(ClassError::InvalidShares(0)));
+        assert_eq!(
+            dispatcher.add_class(10_001),
+            Err(ClassError::InvalidShares(10_001))
+        );
+        let class = dispatcher.add_class(10_000).unwrap();
+        assert_eq!(
+            dispatcher.set_shares(class, 0),
+            Err(ClassError::InvalidShares(0))
+        );
+    }
+
+    struct HalveOnce(bool);
+
+    impl LatencyController for HalveOnce {
+        fn on_completion(&mut self, _sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos> {
+            (!std::mem::replace(&mut self.0, true)).then_some(limit_ns / 2)
+        }
+    }
+
+    #[test]
+    fn a_controller_resizes_the_budget_through_the_hook() {
+        let mut dispatcher =
+            Dispatcher::with_controller(DispatcherConfig::new(profile()), HalveOnce(false))
+                .unwrap();
+        let before = dispatcher.budget().limit_ns();
+        let class = dispatcher.add_class(1).unwrap();
+        dispatcher
+            .enqueue(0, request(1, class, Direction::Read, 4096))
+            .unwrap();
+        let mut out = Vec::new();
+        dispatcher.dispatch(0, &mut out);
+        dispatcher.complete(100, out[0].token).unwrap();
+        assert_eq!(dispatcher.budget().limit_ns(), before / 2);
+        assert_eq!(dispatcher.stats().budget_changes, 1);
+    }
+}

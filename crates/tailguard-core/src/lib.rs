@@ -30,9 +30,9 @@ pub mod fair_queue;
 pub mod profile;
 pub mod request;
 
-pub use budget::Budget;
+pub use budget::{Budget, CompletionSample, FixedBudget, LatencyController};
 pub use dispatcher::{
-    ClassError, ClassId, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
+    ClassError, ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
     DispatcherStats, EnqueueError,
 };
 pub use profile::{CostModel, DeviceProfile, ProfileError};

@@ -232,8 +232,14 @@ mod tests {
             let read_bandwidth = admitted_per_second(&model, Direction::Read, bytes) * bytes as f64;
             let write_bandwidth =
                 admitted_per_second(&model, Direction::Write, bytes) * bytes as f64;
-            assert!(read_bandwidth >= 0.95 * profile.read_bandwidth, "{bytes}: {read_bandwidth}");
-            assert!(write_bandwidth >= 0.95 * profile.write_bandwidth, "{bytes}: {write_bandwidth}");
+            assert!(
+                read_bandwidth >= 0.95 * profile.read_bandwidth,
+                "{bytes}: {read_bandwidth}"
+            );
+            assert!(
+                write_bandwidth >= 0.95 * profile.write_bandwidth,
+                "{bytes}: {write_bandwidth}"
+            );
         }
     }
 
