@@ -36,4 +36,7 @@ pub use dispatcher::{
     DispatcherStats, EnqueueError,
 };
 pub use profile::{CostModel, DeviceProfile, ProfileError};
-pub use request::{Direction, IoRequest, Nanos, RequestId};
+pub use request::{
+    Direction, IoRequest, Nanos, RequestId, NANOS_PER_MICROSECOND, NANOS_PER_MILLISECOND,
+    NANOS_PER_SECOND, NANOS_PER_SECOND_F64,
+};

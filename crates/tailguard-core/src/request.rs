@@ -17,6 +17,8 @@ pub const NANOS_PER_MICROSECOND: Nanos = 1_000;
 pub const NANOS_PER_MILLISECOND: Nanos = 1_000_000;
 /// Nanoseconds in one second.
 pub const NANOS_PER_SECOND: Nanos = 1_000_000_000;
+/// Nanoseconds in one second, as a float for rate arithmetic.
+pub const NANOS_PER_SECOND_F64: f64 = 1e9;
 
 /// Whether a request reads from or writes to the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

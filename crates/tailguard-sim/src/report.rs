@@ -1,1 +1,325 @@
-//! (stub: to be written)
+//! Results of a run: one documented struct, rendered as a table or as JSON.
+//!
+//! A run produces a [`RunReport`] per policy with one [`ClassReport`] per
+//! (class, device) pair that has jobs. The JSON form is the struct itself
+//! (`serde_json`), so the table and the JSON can never disagree. Field meanings:
+//!
+//! - `ops`, `bytes`: requests and bytes completed within the run.
+//! - `iops`, `mb_per_s`: those over the pair's active window (from the earliest
+//!   start of its jobs to their latest stop); MB is 10^6 bytes.
+//! - `latency_us`: completion minus intended submission (p50, p99, p99.9, max).
+//! - `queue_wait_us_max`: the longest time a request spent in the scheduler's
+//!   queue before its last piece was dispatched; `queue_wait_us_mean` and
+//!   `device_time_us_mean` split the mean latency into scheduler and device time.
+//! - `submitted`, `outstanding`: requests submitted, and still unfinished at the
+//!   end (submitted = ops + outstanding, always).
+//! - `first_submit_s`, `last_completion_s`: when the pair's first request was
+//!   submitted and its last one completed (how long a burst took).
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::fmt::Write as _;
+use tailguard_core::{Nanos, NANOS_PER_SECOND_F64};
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct LatencyUs {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// One (class, device) pair's results; see the module docs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassReport {
+    /// The class.
+    pub name: String,
+    /// The device.
+    pub device: String,
+    /// Requests completed.
+    pub ops: u64,
+    /// Bytes completed.
+    pub bytes: u64,
+    /// Requests per second over the active window.
+    pub iops: f64,
+    /// 10^6 bytes per second over the active window.
+    pub mb_per_s: f64,
+    /// Latency percentiles.
+    pub latency_us: LatencyUs,
+    /// Longest queue wait.
+    pub queue_wait_us_max: f64,
+    /// Mean queue wait.
+    pub queue_wait_us_mean: f64,
+    /// Mean device time (latency minus queue wait).
+    pub device_time_us_mean: f64,
+    /// Requests submitted.
+    pub submitted: u64,
+    /// Requests unfinished at the end.
+    pub outstanding: u64,
+    /// First submission.
+    pub first_submit_s: f64,
+    /// Last completion.
+    pub last_completion_s: f64,
+}
+
+/// One policy's results.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunReport {
+    /// The policy.
+    pub policy: String,
+    /// The seed.
+    pub seed: u64,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    /// Per (class, device) pair.
+    pub classes: Vec<ClassReport>,
+}
+
+impl RunReport {
+    /// The row of a class on a device.
+    pub fn class(&self, name: &str, device: &str) -> Option<&ClassReport> {
+        self.classes
+            .iter()
+            .find(|row| row.name == name && row.device == device)
+    }
+}
+
+/// Collects one pair's numbers during a run.
+#[derive(Debug)]
+pub struct ClassAccumulator {
+    name: String,
+    device: String,
+    window_ns: Nanos,
+    latency_ns: Histogram<u64>,
+    ops: u64,
+    bytes: u64,
+    submitted: u64,
+    queue_wait_max_ns: Nanos,
+    queue_wait_sum_ns: u128,
+    device_time_sum_ns: u128,
+    first_submit_ns: Option<Nanos>,
+    last_completion_ns: Nanos,
+}
+
+/// Largest latency the histograms hold: one day, in nanoseconds.
+const HISTOGRAM_MAX_NS: u64 = 86_400 * 1_000_000_000;
+
+impl ClassAccumulator {
+    /// A pair that is active for `window_ns`.
+    pub fn new(name: String, device: String, window_ns: Nanos) -> Self {
+        Self {
+            name,
+            device,
+            window_ns: window_ns.max(1),
+            latency_ns: Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
+                .expect("valid histogram bounds"),
+            ops: 0,
+            bytes: 0,
+            submitted: 0,
+            queue_wait_max_ns: 0,
+            queue_wait_sum_ns: 0,
+            device_time_sum_ns: 0,
+            first_submit_ns: None,
+            last_completion_ns: 0,
+        }
+    }
+
+    /// A request was submitted at `now`.
+    pub fn on_submit(&mut self, now: Nanos) {
+        self.submitted += 1;
+        self.first_submit_ns.get_or_insert(now);
+    }
+
+    /// A request completed.
+    pub fn on_complete(
+        &mut self,
+        completed_at: Nanos,
+        intended_at: Nanos,
+        dispatched_at: Nanos,
+        bytes: u64,
+    ) {
+        let latency_ns = completed_at - intended_at;
+        let queue_wait_ns = dispatched_at - intended_at;
+        self.latency_ns
+            .saturating_record(latency_ns.clamp(1, HISTOGRAM_MAX_NS));
+        self.ops += 1;
+        self.bytes += bytes;
+        self.queue_wait_max_ns = self.queue_wait_max_ns.max(queue_wait_ns);
+        self.queue_wait_sum_ns += u128::from(queue_wait_ns);
+        self.device_time_sum_ns += u128::from(completed_at - dispatched_at);
+        self.last_completion_ns = self.last_completion_ns.max(completed_at);
+    }
+
+    /// The final numbers.
+    pub fn finish(&self) -> ClassReport {
+        let window_s = self.window_ns as f64 / NANOS_PER_SECOND_F64;
+        let mean_us = |sum: u128| {
+            if self.ops == 0 {
+                0.0
+            } else {
+                sum as f64 / self.ops as f64 / 1e3
+            }
+        };
+        let quantile_us = |quantile: f64| {
+            if self.ops == 0 {
+                0.0
+            } else {
+                self.latency_ns.value_at_quantile(quantile) as f64 / 1e3
+            }
+        };
+        ClassReport {
+            name: self.name.clone(),
+            device: self.device.clone(),
+            ops: self.ops,
+            bytes: self.bytes,
+            iops: round3(self.ops as f64 / window_s),
+            mb_per_s: round3(self.bytes as f64 / window_s / 1e6),
+            latency_us: LatencyUs {
+                p50: round3(quantile_us(0.5)),
+                p99: round3(quantile_us(0.99)),
+                p999: round3(quantile_us(0.999)),
+                max: round3(if self.ops == 0 {
+                    0.0
+                } else {
+                    self.latency_ns.max() as f64 / 1e3
+                }),
+            },
+            queue_wait_us_max: round3(self.queue_wait_max_ns as f64 / 1e3),
+            queue_wait_us_mean: round3(mean_us(self.queue_wait_sum_ns)),
+            device_time_us_mean: round3(mean_us(self.device_time_sum_ns)),
+            submitted: self.submitted,
+            outstanding: self.submitted - self.ops,
+            first_submit_s: round3(self.first_submit_ns.unwrap_or(0) as f64 / NANOS_PER_SECOND_F64),
+            last_completion_s: round6(self.last_completion_ns as f64 / NANOS_PER_SECOND_F64),
+        }
+    }
+}
+
+/// Rounds to three decimals so JSON stays short and stable.
+fn round3(value: f64) -> f64 {
+    (value * 1e3).round() / 1e3
+}
+
+fn round6(value: f64) -> f64 {
+    (value * 1e6).round() / 1e6
+}
+
+/// A duration in microseconds, written with a unit that keeps it short.
+pub fn human_duration(microseconds: f64) -> String {
+    if microseconds < 1_000.0 {
+        format!("{microseconds:.0}µs")
+    } else if microseconds < 1_000_000.0 {
+        format!("{:.1}ms", microseconds / 1e3)
+    } else {
+        format!("{:.2}s", microseconds / 1e6)
+    }
+}
+
+const GROUP_COLUMNS: [&str; 8] = [
+    "IOPS", "MB/s", "p50", "p99", "p99.9", "max", "wait max", "wait:dev",
+];
+const COLUMN_WIDTH: usize = 9;
+
+fn group_cells(row: Option<&ClassReport>) -> Vec<String> {
+    let Some(row) = row else {
+        return vec!["-".into(); GROUP_COLUMNS.len()];
+    };
+    let ratio = if row.device_time_us_mean > 0.0 {
+        format!("{:.2}", row.queue_wait_us_mean / row.device_time_us_mean)
+    } else {
+        "-".into()
+    };
+    vec![
+        format!("{:.0}", row.iops),
+        format!("{:.1}", row.mb_per_s),
+        human_duration(row.latency_us.p50),
+        human_duration(row.latency_us.p99),
+        human_duration(row.latency_us.p999),
+        human_duration(row.latency_us.max),
+        human_duration(row.queue_wait_us_max),
+        ratio,
+    ]
+}
+
+/// Renders the per-class table, one column group per policy.
+pub fn render_table(reports: &[RunReport]) -> String {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for report in reports {
+        for row in &report.classes {
+            let key = (row.name.clone(), row.device.clone());
+            if !rows.contains(&key) {
+                rows.push(key);
+            }
+        }
+    }
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|(class, device)| format!("{class}@{device}"))
+        .collect();
+    let label_width = labels
+        .iter()
+        .map(|label| label.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    let group_width = GROUP_COLUMNS.len() * (COLUMN_WIDTH + 1);
+    let mut out = String::new();
+    let _ = write!(out, "{:label_width$} ", "");
+    for report in reports {
+        let title = format!("── {} ", report.policy);
+        let _ = write!(out, "│{title:─<group_width$}");
+    }
+    out.push('\n');
+    let _ = write!(out, "{:label_width$} ", "class");
+    for _ in reports {
+        out.push('│');
+        for column in GROUP_COLUMNS {
+            let _ = write!(out, "{column:>COLUMN_WIDTH$} ");
+        }
+    }
+    out.push('\n');
+    for ((class, device), label) in rows.iter().zip(&labels) {
+        let _ = write!(out, "{label:label_width$} ");
+        for report in reports {
+            out.push('│');
+            for cell in group_cells(report.class(class, device)) {
+                let _ = write!(out, "{cell:>COLUMN_WIDTH$} ");
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accumulator_splits_latency_into_wait_and_device_time() {
+        let mut accumulator = ClassAccumulator::new("c".into(), "d".into(), 1_000_000_000);
+        accumulator.on_submit(0);
+        accumulator.on_submit(0);
+        accumulator.on_complete(300_000, 0, 100_000, 4096);
+        accumulator.on_complete(500_000, 0, 100_000, 4096);
+        let report = accumulator.finish();
+        assert_eq!(report.ops, 2);
+        assert_eq!(report.outstanding, 0);
+        assert_eq!(report.iops, 2.0);
+        assert_eq!(report.queue_wait_us_max, 100.0);
+        assert_eq!(report.device_time_us_mean, 300.0);
+        assert!((report.latency_us.max - 500.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn durations_pick_a_short_unit() {
+        assert_eq!(human_duration(250.0), "250µs");
+        assert_eq!(human_duration(2_500.0), "2.5ms");
+        assert_eq!(human_duration(12_500_000.0), "12.50s");
+    }
+}

@@ -1,1 +1,707 @@
-//! (stub: to be written)
+//! Scenario files: devices, classes and jobs, in TOML.
+//!
+//! A scenario says what runs, never how it is scheduled: the policy is chosen on
+//! the command line, so one file compares several. Every key is documented in the
+//! README ("Scenario files"); these names are the contract:
+//!
+//! ```toml
+//! duration_s = 20          # simulated seconds
+//! seed = 7                 # optional, default 1; --seed overrides
+//! policies = ["fifo", "tailguard"]  # optional: compared when --policy is not given
+//!
+//! [[device]]
+//! name = "disk"
+//! model = "sata-ssd"       # nvme | sata-ssd | hdd | usb-flash
+//! # any model parameter, e.g. ncq_depth = 16
+//! [device.profile]         # optional: what the scheduler believes (as if calibrated)
+//! latency_target_us = 300
+//!
+//! [[class]]
+//! name = "reads"
+//! shares = 100             # 1..=10000
+//!
+//! [[job]]
+//! class = "reads"
+//! device = "disk"
+//! pattern = "randread"     # randread | randwrite | seqread | seqwrite
+//! block_size = "4k"
+//! queue_depth = 8          # closed loop; or rate_iops = N (open loop); or burst_bytes
+//! ```
+//!
+//! Parsing is strict: unknown keys, unknown names and impossible values are errors
+//! that name the key and say how to fix it, and nothing panics on bad input.
+
+use crate::device::{self, DeviceModel};
+use crate::policy::{ClassInfo, DeviceInfo, PolicyContext};
+use crate::ConfigError;
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use tailguard_core::fair_queue::{SHARES_MAX, SHARES_MIN};
+use tailguard_core::{DeviceProfile, Direction, Nanos, NANOS_PER_SECOND_F64};
+
+/// The longest scenario accepted, in simulated seconds (one day).
+pub const DURATION_S_MAX: f64 = 86_400.0;
+/// The largest block size accepted (1 GiB).
+pub const BLOCK_SIZE_BYTES_MAX: u64 = 1 << 30;
+/// The deepest closed-loop queue accepted per job instance.
+pub const QUEUE_DEPTH_MAX: u32 = 65_536;
+/// The most instances (`numjobs`) of one job.
+pub const NUMJOBS_MAX: u32 = 4_096;
+/// The size of the address space a job uses when it names none (16 GiB).
+pub const REGION_BYTES_DEFAULT: u64 = 16 << 30;
+
+/// A byte count written as an integer or with a binary suffix (`4k`, `1m`, `2g`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Bytes(pub u64);
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)? {
+            Raw::Number(bytes) => Ok(Bytes(bytes)),
+            Raw::Text(text) => parse_bytes(&text).map(Bytes).map_err(de::Error::custom),
+        }
+    }
+}
+
+/// Parses `4096`, `4k`, `128K`, `1m`, `2g`, `1t` (powers of 1024; a trailing `b`
+/// or `ib` is allowed: `4KiB`, `1MB`).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let stripped = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (digits, multiplier) = match stripped.chars().last() {
+        Some('k') => (&stripped[..stripped.len() - 1], 1u64 << 10),
+        Some('m') => (&stripped[..stripped.len() - 1], 1 << 20),
+        Some('g') => (&stripped[..stripped.len() - 1], 1 << 30),
+        Some('t') => (&stripped[..stripped.len() - 1], 1 << 40),
+        _ => (stripped, 1),
+    };
+    let value: u64 = digits.trim().parse().map_err(|_| {
+        format!("`{text}` is not a size; write a number of bytes or e.g. \"4k\", \"1m\", \"2g\"")
+    })?;
+    value
+        .checked_mul(multiplier)
+        .ok_or_else(|| format!("`{text}` is too large"))
+}
+
+/// A job's access pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    /// Random aligned reads.
+    Randread,
+    /// Random aligned writes.
+    Randwrite,
+    /// Sequential reads, wrapping at the end of the region.
+    Seqread,
+    /// Sequential writes, wrapping at the end of the region.
+    Seqwrite,
+}
+
+impl Pattern {
+    /// The direction of its requests.
+    pub fn direction(self) -> Direction {
+        match self {
+            Self::Randread | Self::Seqread => Direction::Read,
+            Self::Randwrite | Self::Seqwrite => Direction::Write,
+        }
+    }
+
+    /// Whether offsets are drawn at random.
+    pub fn is_random(self) -> bool {
+        matches!(self, Self::Randread | Self::Randwrite)
+    }
+}
+
+/// Overrides of what the scheduler believes about a device.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileOverrides {
+    /// Random 4 KiB reads per second.
+    pub read_iops: Option<f64>,
+    /// Random 4 KiB writes per second.
+    pub write_iops: Option<f64>,
+    /// Streaming read bandwidth, bytes per second.
+    pub read_bandwidth: Option<f64>,
+    /// Streaming write bandwidth, bytes per second.
+    pub write_bandwidth: Option<f64>,
+    /// Largest request; larger ones are split.
+    pub max_request_bytes: Option<Bytes>,
+    /// The latency target.
+    pub latency_target_us: Option<u64>,
+}
+
+impl ProfileOverrides {
+    fn apply(&self, mut profile: DeviceProfile) -> DeviceProfile {
+        profile.read_iops = self.read_iops.unwrap_or(profile.read_iops);
+        profile.write_iops = self.write_iops.unwrap_or(profile.write_iops);
+        profile.read_bandwidth = self.read_bandwidth.unwrap_or(profile.read_bandwidth);
+        profile.write_bandwidth = self.write_bandwidth.unwrap_or(profile.write_bandwidth);
+        if let Some(Bytes(bytes)) = self.max_request_bytes {
+            profile.max_request_bytes = bytes;
+        }
+        profile.latency_target_us = self.latency_target_us.unwrap_or(profile.latency_target_us);
+        profile
+    }
+}
+
+/// A scenario's device: a model, its parameters, and the profile policies use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceSpec {
+    /// The name jobs refer to.
+    pub name: String,
+    /// The model name.
+    pub model: String,
+    /// Model parameters, as written.
+    pub parameters: toml::Table,
+    /// What the scheduler believes about the device.
+    pub profile: DeviceProfile,
+}
+
+/// A scenario's class.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSpec {
+    /// The name jobs refer to.
+    pub name: String,
+    /// Shares, 1..=10000.
+    pub shares: u32,
+}
+
+/// How a job generates requests.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arrival {
+    /// Keep this many requests outstanding per instance.
+    ClosedLoop {
+        /// Outstanding requests per instance.
+        queue_depth: u32,
+    },
+    /// Poisson arrivals at this mean rate per instance; latency counts from the
+    /// intended arrival.
+    OpenLoop {
+        /// Mean arrivals per second per instance.
+        rate_iops: f64,
+    },
+    /// Everything submitted at once at the start, as kernel writeback does.
+    Burst {
+        /// Total bytes, split into block-size requests.
+        burst_bytes: u64,
+    },
+}
+
+/// A scenario's job, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobSpec {
+    /// Its name (default `job<N>`).
+    pub name: String,
+    /// Index into [`Scenario::classes`].
+    pub class: usize,
+    /// Index into [`Scenario::devices`].
+    pub device: usize,
+    /// Access pattern.
+    pub pattern: Pattern,
+    /// Bytes per request.
+    pub block_size_bytes: u64,
+    /// How requests arrive.
+    pub arrival: Arrival,
+    /// Identical instances (each with its own depth or rate, and its own
+    /// sequential cursor).
+    pub numjobs: u32,
+    /// When it starts.
+    pub start_ns: Nanos,
+    /// When it stops submitting.
+    pub stop_ns: Nanos,
+    /// Whether the submitter waits for its requests (cfq-like policies look).
+    pub sync: bool,
+    /// First byte of the region it addresses.
+    pub offset_bytes: u64,
+    /// Size of the region it addresses.
+    pub region_bytes: u64,
+}
+
+/// A parsed and validated scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Simulated duration.
+    pub duration_ns: Nanos,
+    /// The seed (from the file, or the default).
+    pub seed: u64,
+    /// Devices, in file order.
+    pub devices: Vec<DeviceSpec>,
+    /// Classes, in file order.
+    pub classes: Vec<ClassSpec>,
+    /// Jobs, in file order.
+    pub jobs: Vec<JobSpec>,
+    /// `[policy.NAME]` tables.
+    pub policy_parameters: BTreeMap<String, toml::Table>,
+    /// The policies to compare when the command line names none.
+    pub policies: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    duration_s: f64,
+    #[serde(default = "default_seed")]
+    seed: u64,
+    #[serde(default)]
+    device: Vec<toml::Table>,
+    #[serde(default)]
+    class: Vec<ClassSpec>,
+    #[serde(default)]
+    job: Vec<RawJob>,
+    #[serde(default)]
+    policy: BTreeMap<String, toml::Table>,
+    #[serde(default)]
+    policies: Vec<String>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    name: Option<String>,
+    class: String,
+    device: String,
+    pattern: Pattern,
+    block_size: Bytes,
+    queue_depth: Option<u32>,
+    rate_iops: Option<f64>,
+    burst_bytes: Option<Bytes>,
+    #[serde(default = "default_numjobs")]
+    numjobs: u32,
+    start_s: Option<f64>,
+    stop_s: Option<f64>,
+    sync: Option<bool>,
+    offset: Option<Bytes>,
+    size: Option<Bytes>,
+}
+
+fn default_numjobs() -> u32 {
+    1
+}
+
+/// A scenario file could not be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScenarioError {
+    /// The file, if it came from one.
+    pub file: Option<String>,
+    /// What is wrong.
+    pub error: ConfigError,
+}
+
+impl std::fmt::Display for ScenarioError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.file {
+            Some(file) => write!(formatter, "{file}: {}", self.error),
+            None => self.error.fmt(formatter),
+        }
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        let file = Some(path.display().to_string());
+        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
+            file: file.clone(),
+            error: ConfigError::new("(file)", format!("cannot read it: {error}; check the path")),
+        })?;
+        Self::from_toml(&text).map_err(|error| ScenarioError { file, error })
+    }
+
+    /// Parses and validates a scenario from TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let raw: RawScenario = toml::from_str(text).map_err(|error| {
+            let message = error.message().to_string();
+            let location = error
+                .span()
+                .map(|span| {
+                    let line = text[..span.start].matches('\n').count() + 1;
+                    format!("line {line}")
+                })
+                .unwrap_or_else(|| "(top level)".into());
+            ConfigError::new(location, message)
+        })?;
+        validate_duration(raw.duration_s)?;
+        let duration_ns = seconds_to_ns(raw.duration_s);
+        let devices = raw
+            .device
+            .iter()
+            .enumerate()
+            .map(|(index, table)| {
+                parse_device(table).map_err(|error| error.within(&format!("device[{index}]")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let classes = raw.class;
+        validate_names(devices.iter().map(|device| device.name.as_str()), "device")?;
+        validate_names(classes.iter().map(|class| class.name.as_str()), "class")?;
+        for (index, class) in classes.iter().enumerate() {
+            if !(SHARES_MIN..=SHARES_MAX).contains(&class.shares) {
+                return Err(ConfigError::new(
+                    format!("class[{index}].shares"),
+                    format!(
+                        "{} is out of range; shares go from {SHARES_MIN} to {SHARES_MAX}",
+                        class.shares
+                    ),
+                ));
+            }
+        }
+        let jobs = raw
+            .job
+            .into_iter()
+            .enumerate()
+            .map(|(index, job)| {
+                parse_job(index, job, &devices, &classes, duration_ns)
+                    .map_err(|error| error.within(&format!("job[{index}]")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if jobs.is_empty() {
+            return Err(ConfigError::new(
+                "job",
+                "the scenario has no [[job]]; add at least one",
+            ));
+        }
+        for name in raw.policy.keys().chain(&raw.policies) {
+            if !crate::policy::POLICY_NAMES.contains(&name.as_str()) {
+                return Err(ConfigError::new(
+                    format!("policy.{name}"),
+                    format!(
+                        "unknown policy; use one of: {}",
+                        crate::policy::POLICY_NAMES.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(Self {
+            duration_ns,
+            seed: raw.seed,
+            devices,
+            classes,
+            jobs,
+            policy_parameters: raw.policy,
+            policies: raw.policies,
+        })
+    }
+
+    /// What policies are built from.
+    pub fn policy_context(&self) -> PolicyContext {
+        PolicyContext {
+            devices: self
+                .devices
+                .iter()
+                .map(|device| DeviceInfo {
+                    name: device.name.clone(),
+                    profile: device.profile.clone(),
+                })
+                .collect(),
+            classes: self
+                .classes
+                .iter()
+                .map(|class| ClassInfo {
+                    name: class.name.clone(),
+                    shares: class.shares,
+                })
+                .collect(),
+        }
+    }
+
+    /// Builds the device models, seeded from `seed`.
+    pub fn build_devices(&self, seed: u64) -> Vec<Box<dyn DeviceModel>> {
+        self.devices
+            .iter()
+            .enumerate()
+            .map(|(index, spec)| {
+                device::build(&spec.model, &spec.parameters, derive_seed(seed, 1, index))
+                    .expect("validated at parse time")
+            })
+            .collect()
+    }
+}
+
+/// A seed for one component, derived from the scenario seed (splitmix64), so
+/// components draw independent streams and adding a job does not shift another's.
+pub fn derive_seed(seed: u64, component: u64, index: usize) -> u64 {
+    let mut value = seed
+        ^ component.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (index as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    value = (value ^ (value >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    value = (value ^ (value >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    value ^ (value >> 31)
+}
+
+fn seconds_to_ns(seconds: f64) -> Nanos {
+    (seconds * NANOS_PER_SECOND_F64).round() as Nanos
+}
+
+fn validate_duration(duration_s: f64) -> Result<(), ConfigError> {
+    if duration_s.is_finite() && duration_s > 0.0 && duration_s <= DURATION_S_MAX {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            "duration_s",
+            format!("{duration_s} is not a usable duration; give seconds in (0, {DURATION_S_MAX}]"),
+        ))
+    }
+}
+
+fn validate_names<'a>(names: impl Iterator<Item = &'a str>, kind: &str) -> Result<(), ConfigError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (index, name) in names.enumerate() {
+        if name.is_empty() {
+            return Err(ConfigError::new(
+                format!("{kind}[{index}].name"),
+                "is empty; give it a name",
+            ));
+        }
+        if !seen.insert(name) {
+            return Err(ConfigError::new(
+                format!("{kind}[{index}].name"),
+                format!("`{name}` is used twice; names must be unique"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn take_string(table: &mut toml::Table, key: &str) -> Result<String, ConfigError> {
+    match table.remove(key) {
+        Some(toml::Value::String(value)) => Ok(value),
+        Some(other) => Err(ConfigError::new(
+            key,
+            format!("must be a string, got {}", other.type_str()),
+        )),
+        None => Err(ConfigError::new(key, "is missing")),
+    }
+}
+
+fn parse_device(table: &toml::Table) -> Result<DeviceSpec, ConfigError> {
+    let mut parameters = table.clone();
+    let name = take_string(&mut parameters, "name")?;
+    let model = take_string(&mut parameters, "model")?;
+    let overrides = match parameters.remove("profile") {
+        Some(value) => ProfileOverrides::deserialize(value).map_err(|error| {
+            ConfigError::new("profile", error.to_string().trim_end().to_string())
+        })?,
+        None => ProfileOverrides::default(),
+    };
+    let built = device::build(&model, &parameters, 0)?;
+    let profile = overrides.apply(built.profile());
+    profile
+        .validate()
+        .map_err(|error| ConfigError::new(format!("profile.{}", error.key), error.message))?;
+    Ok(DeviceSpec {
+        name,
+        model,
+        parameters,
+        profile,
+    })
+}
+
+fn find(
+    names: impl Iterator<Item = String>,
+    wanted: &str,
+    key: &str,
+) -> Result<usize, ConfigError> {
+    let names: Vec<String> = names.collect();
+    names.iter().position(|name| name == wanted).ok_or_else(|| {
+        ConfigError::new(
+            key,
+            format!(
+                "`{wanted}` is not defined; define it in a [[{key}]] table or use one of: {}",
+                names.join(", ")
+            ),
+        )
+    })
+}
+
+fn parse_job(
+    index: usize,
+    job: RawJob,
+    devices: &[DeviceSpec],
+    classes: &[ClassSpec],
+    duration_ns: Nanos,
+) -> Result<JobSpec, ConfigError> {
+    let class = find(classes.iter().map(|c| c.name.clone()), &job.class, "class")?;
+    let device = find(
+        devices.iter().map(|d| d.name.clone()),
+        &job.device,
+        "device",
+    )?;
+    let block_size_bytes = job.block_size.0;
+    if block_size_bytes == 0
+        || block_size_bytes > BLOCK_SIZE_BYTES_MAX
+        || block_size_bytes % 512 != 0
+    {
+        return Err(ConfigError::new(
+            "block_size",
+            format!(
+                "{block_size_bytes} bytes is not usable; give a multiple of 512 up to 1g, e.g. \"4k\""
+            ),
+        ));
+    }
+    let arrival = parse_arrival(&job)?;
+    if job.numjobs == 0 || job.numjobs > NUMJOBS_MAX {
+        return Err(ConfigError::new(
+            "numjobs",
+            format!("{} is out of range; give 1 to {NUMJOBS_MAX}", job.numjobs),
+        ));
+    }
+    let start_s = job.start_s.unwrap_or(0.0);
+    let stop_s = job
+        .stop_s
+        .unwrap_or(duration_ns as f64 / NANOS_PER_SECOND_F64);
+    if !(start_s.is_finite() && stop_s.is_finite() && 0.0 <= start_s && start_s < stop_s) {
+        return Err(ConfigError::new(
+            "start_s",
+            format!("start_s {start_s} and stop_s {stop_s} must satisfy 0 <= start_s < stop_s"),
+        ));
+    }
+    let region_bytes = job.size.map_or(REGION_BYTES_DEFAULT, |size| size.0);
+    if region_bytes < block_size_bytes {
+        return Err(ConfigError::new(
+            "size",
+            format!("the region ({region_bytes} bytes) is smaller than one block; make it larger"),
+        ));
+    }
+    Ok(JobSpec {
+        name: job.name.unwrap_or_else(|| format!("job{index}")),
+        class,
+        device,
+        pattern: job.pattern,
+        block_size_bytes,
+        arrival,
+        numjobs: job.numjobs,
+        start_ns: seconds_to_ns(start_s),
+        stop_ns: seconds_to_ns(stop_s).min(duration_ns),
+        sync: job.sync.unwrap_or(true),
+        offset_bytes: job.offset.map_or(0, |offset| offset.0),
+        region_bytes,
+    })
+}
+
+fn parse_arrival(job: &RawJob) -> Result<Arrival, ConfigError> {
+    match (job.queue_depth, job.rate_iops, job.burst_bytes) {
+        (None, None, None) => Ok(Arrival::ClosedLoop { queue_depth: 1 }),
+        (Some(queue_depth), None, None) => {
+            if queue_depth == 0 || queue_depth > QUEUE_DEPTH_MAX {
+                return Err(ConfigError::new(
+                    "queue_depth",
+                    format!("{queue_depth} is out of range; give 1 to {QUEUE_DEPTH_MAX}"),
+                ));
+            }
+            Ok(Arrival::ClosedLoop { queue_depth })
+        }
+        (None, Some(rate_iops), None) => {
+            if !(rate_iops.is_finite() && rate_iops > 0.0) {
+                return Err(ConfigError::new(
+                    "rate_iops",
+                    format!("{rate_iops} is not a rate; give requests per second above 0"),
+                ));
+            }
+            Ok(Arrival::OpenLoop { rate_iops })
+        }
+        (None, None, Some(Bytes(burst_bytes))) => {
+            if burst_bytes < job.block_size.0 {
+                return Err(ConfigError::new(
+                    "burst_bytes",
+                    "is smaller than one block; give at least block_size bytes",
+                ));
+            }
+            Ok(Arrival::Burst { burst_bytes })
+        }
+        _ => Err(ConfigError::new(
+            "queue_depth",
+            "give only one of queue_depth (closed loop), rate_iops (open loop) and burst_bytes",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+duration_s = 2
+[[device]]
+name = "disk"
+model = "sata-ssd"
+[[class]]
+name = "reads"
+shares = 100
+[[job]]
+class = "reads"
+device = "disk"
+pattern = "randread"
+block_size = "4k"
+queue_depth = 8
+"#;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_bytes("4k"), Ok(4096));
+        assert_eq!(parse_bytes("128KiB"), Ok(131_072));
+        assert_eq!(parse_bytes("2g"), Ok(2 << 30));
+        assert_eq!(parse_bytes("512"), Ok(512));
+        assert!(parse_bytes("four").is_err());
+    }
+
+    #[test]
+    fn the_minimal_scenario_parses() {
+        let scenario = Scenario::from_toml(MINIMAL).unwrap();
+        assert_eq!(scenario.duration_ns, 2_000_000_000);
+        assert_eq!(
+            scenario.jobs[0].arrival,
+            Arrival::ClosedLoop { queue_depth: 8 }
+        );
+        assert_eq!(scenario.seed, 1);
+    }
+
+    fn error_of(text: &str) -> ConfigError {
+        Scenario::from_toml(text).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_fix() {
+        let error =
+            error_of(&MINIMAL.replace("class = \"reads\"\ndevice", "class = \"nope\"\ndevice"));
+        assert_eq!(error.key, "job[0].class");
+        assert!(error.message.contains("reads"), "{error}");
+
+        let error = error_of(&MINIMAL.replace("shares = 100", "shares = 0"));
+        assert_eq!(error.key, "class[0].shares");
+
+        let error = error_of(&MINIMAL.replace("\"sata-ssd\"", "\"floppy\""));
+        assert_eq!(error.key, "device[0].model");
+        assert!(error.message.contains("nvme"), "{error}");
+
+        let error =
+            error_of(&MINIMAL.replace("queue_depth = 8", "queue_depth = 8\nrate_iops = 5.0"));
+        assert_eq!(error.key, "job[0].queue_depth");
+
+        let error = error_of(&MINIMAL.replace("block_size = \"4k\"", "block_size = \"4q\""));
+        assert!(error.message.contains("4q"), "{error}");
+
+        let error = error_of(&MINIMAL.replace("duration_s = 2", "duration_s = 2\ncolour = 1"));
+        assert!(error.message.contains("colour"), "{error}");
+        assert_eq!(error.key, "line 3");
+
+        let error = error_of(&MINIMAL.replace("duration_s = 2", "duration_s = -1"));
+        assert_eq!(error.key, "duration_s");
+    }
+}

@@ -17,7 +17,9 @@ pub struct Hdd {
 impl Hdd {
     /// Builds the model.
     pub fn new(parameters: HddParameters, _seed: u64) -> Self {
-        Self { _parameters: parameters }
+        Self {
+            _parameters: parameters,
+        }
     }
 }
 

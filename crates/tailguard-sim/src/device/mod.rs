@@ -98,10 +98,6 @@ pub fn build(
 
 /// Parses a model's parameter struct from a table, naming the bad key.
 pub fn parse<T: DeserializeOwned>(parameters: &toml::Table) -> Result<T, ConfigError> {
-    T::deserialize(toml::Value::Table(parameters.clone())).map_err(|error| {
-        ConfigError::new(
-            "device",
-            format!("{}", error.to_string().trim_end()),
-        )
-    })
+    T::deserialize(toml::Value::Table(parameters.clone()))
+        .map_err(|error| ConfigError::new("device", format!("{}", error.to_string().trim_end())))
 }

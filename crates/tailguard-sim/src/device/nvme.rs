@@ -17,7 +17,9 @@ pub struct Nvme {
 impl Nvme {
     /// Builds the model.
     pub fn new(parameters: NvmeParameters, _seed: u64) -> Self {
-        Self { _parameters: parameters }
+        Self {
+            _parameters: parameters,
+        }
     }
 }
 

@@ -17,7 +17,9 @@ pub struct SataSsd {
 impl SataSsd {
     /// Builds the model.
     pub fn new(parameters: SataSsdParameters, _seed: u64) -> Self {
-        Self { _parameters: parameters }
+        Self {
+            _parameters: parameters,
+        }
     }
 }
 

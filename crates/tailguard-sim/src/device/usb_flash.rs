@@ -17,7 +17,9 @@ pub struct UsbFlash {
 impl UsbFlash {
     /// Builds the model.
     pub fn new(parameters: UsbFlashParameters, _seed: u64) -> Self {
-        Self { _parameters: parameters }
+        Self {
+            _parameters: parameters,
+        }
     }
 }
 

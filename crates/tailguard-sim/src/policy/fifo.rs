@@ -5,7 +5,6 @@ use super::{Policy, PolicyContext, SimRequest, Submission};
 use serde::Deserialize;
 use tailguard_core::Nanos;
 
-
 /// The `fifo` policy.
 pub struct Fifo {}
 

@@ -1,22 +1,91 @@
-//! The `tailguard` policy (stub: to be written).
+//! The `tailguard` policy: the real scheduling core, one dispatcher per device.
+//!
+//! This is not a model of tailguard: it is [`tailguard_core::Dispatcher`] itself,
+//! driven by the simulator's clock exactly as the io_uring engine drives it with a
+//! real one. Each scenario device gets its own dispatcher, built from the
+//! device's profile (what calibration would measure, possibly overridden by the
+//! scenario's `[device.profile]`), so devices never share a budget (seed 001).
+//! Every scenario class exists on every device with the same shares.
+//!
+//! Each call to `dispatch` drains, for every device, everything its budget admits
+//! in one batch, which is what the engine does per loop iteration (seed 003: the
+//! submission path takes the whole queue at once).
+//!
+//! Parameters (`[policy.tailguard]` in a scenario):
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `budget_us` | derived | overrides every device's in-flight budget, in µs of device time |
 
 use super::{Policy, PolicyContext, SimRequest, Submission};
-#[allow(unused_imports)]
+use crate::device::DeviceRequest;
+use crate::ConfigError;
 use serde::Deserialize;
-use tailguard_core::Nanos;
+use tailguard_core::{
+    ClassId, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest, Nanos, RequestId,
+    NANOS_PER_MICROSECOND,
+};
 
-/// Parameters of the policy.
+/// Parameters of the `tailguard` policy.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct TailguardParameters {}
+pub struct TailguardParameters {
+    /// Overrides every device's budget, in microseconds of device time.
+    pub budget_us: Option<u64>,
+}
 
-/// The `tailguard` policy.
-pub struct TailguardPolicy {}
+struct DeviceState {
+    dispatcher: Dispatcher,
+    classes: Vec<ClassId>,
+}
+
+/// The `tailguard` policy; see the module docs.
+pub struct TailguardPolicy {
+    devices: Vec<DeviceState>,
+    pieces: Vec<DispatchedPiece>,
+}
 
 impl TailguardPolicy {
-    /// Builds the policy.
-    pub fn new(_context: &PolicyContext, _parameters: TailguardParameters) -> Result<Self, crate::ConfigError> {
-        Ok(Self {})
+    /// One dispatcher per device, every class on each.
+    pub fn new(
+        context: &PolicyContext,
+        parameters: TailguardParameters,
+    ) -> Result<Self, ConfigError> {
+        let devices = context
+            .devices
+            .iter()
+            .map(|device| {
+                let mut config = DispatcherConfig::new(device.profile.clone());
+                config.budget_ns = parameters
+                    .budget_us
+                    .map(|budget_us| budget_us * NANOS_PER_MICROSECOND);
+                let mut dispatcher = Dispatcher::new(config).map_err(|error| {
+                    ConfigError::new(format!("profile.{}", error.key), error.message)
+                })?;
+                let classes = context
+                    .classes
+                    .iter()
+                    .map(|class| {
+                        dispatcher
+                            .add_class(class.shares)
+                            .map_err(|error| ConfigError::new("shares", error.to_string()))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(DeviceState {
+                    dispatcher,
+                    classes,
+                })
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        Ok(Self {
+            devices,
+            pieces: Vec::new(),
+        })
+    }
+
+    /// The dispatcher of a device (for tests and reports).
+    pub fn dispatcher(&self, device: usize) -> &Dispatcher {
+        &self.devices[device].dispatcher
     }
 }
 
@@ -24,16 +93,49 @@ impl Policy for TailguardPolicy {
     fn name(&self) -> &'static str {
         "tailguard"
     }
-    fn submit(&mut self, _now: Nanos, _request: SimRequest) {
-        unimplemented!()
+
+    fn submit(&mut self, now: Nanos, request: SimRequest) {
+        let device = &mut self.devices[request.device];
+        device
+            .dispatcher
+            .enqueue(
+                now,
+                IoRequest {
+                    id: RequestId(request.id),
+                    class: device.classes[request.class],
+                    direction: request.direction,
+                    offset_bytes: request.offset_bytes,
+                    length_bytes: request.length_bytes,
+                },
+            )
+            .expect("every scenario class exists on every device");
     }
-    fn complete(&mut self, _now: Nanos, _device: usize, _token: u64, _finished: &mut Vec<u64>) {
-        unimplemented!()
+
+    fn complete(&mut self, now: Nanos, device: usize, token: u64, finished: &mut Vec<u64>) {
+        let completion = self.devices[device]
+            .dispatcher
+            .complete(now, token)
+            .expect("devices complete each token once");
+        finished.extend(completion.map(|completion| completion.request.0));
     }
-    fn dispatch(&mut self, _now: Nanos, _out: &mut Vec<Submission>) {
-        unimplemented!()
+
+    fn dispatch(&mut self, now: Nanos, out: &mut Vec<Submission>) {
+        for (device_index, device) in self.devices.iter_mut().enumerate() {
+            device.dispatcher.dispatch(now, &mut self.pieces);
+            out.extend(self.pieces.drain(..).map(|piece| Submission {
+                device: device_index,
+                request_id: piece.request.0,
+                command: DeviceRequest {
+                    token: piece.token,
+                    direction: piece.direction,
+                    offset_bytes: piece.offset_bytes,
+                    length_bytes: piece.length_bytes,
+                },
+            }));
+        }
     }
+
     fn next_timer_at(&self) -> Option<Nanos> {
-        unimplemented!()
+        None
     }
 }
