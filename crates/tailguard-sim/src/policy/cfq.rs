@@ -7,7 +7,7 @@
 //! sync I/O was in flight on the device, and a newly arriving sync request
 //! preempted it; under a continuous sync reader, writeback could wait tens of
 //! seconds (seed 002: 15-30 s). The fix made a queue whose FIFO head had passed
-//! its expiry dispatch regardless ("must_dispatch").
+//! its expiry dispatch regardless (`must_dispatch`).
 //!
 //! Rules implemented, per device (devices are independent):
 //! - Sync requests (`SimRequest::sync`) go to one FIFO per class; async requests
