@@ -40,6 +40,7 @@ struct Tracked {
     row: u32,
     intended_at: Nanos,
     dispatched_at: Nanos,
+    dispatched: bool,
     length_bytes: u64,
 }
 
@@ -117,6 +118,7 @@ pub fn run(scenario: &Scenario, policy_name: &str, seed: u64) -> Result<RunRepor
         .map_err(|error| error.within(&format!("policy.{policy_name}")))?;
     let mut simulation = Simulation::new(scenario, policy, seed);
     simulation.run_to_end();
+    simulation.account_undispatched();
     Ok(simulation.report(seed))
 }
 
@@ -188,7 +190,9 @@ impl<'a> Simulation<'a> {
         self.submit_templates(now);
         self.policy.dispatch(now, &mut self.submissions);
         for submission in self.submissions.drain(..) {
-            self.requests.get_mut(submission.request_id).dispatched_at = now;
+            let tracked = self.requests.get_mut(submission.request_id);
+            tracked.dispatched_at = now;
+            tracked.dispatched = true;
             self.devices[submission.device].submit(now, submission.command);
         }
     }
@@ -254,6 +258,7 @@ impl<'a> Simulation<'a> {
                 row: row as u32,
                 intended_at: template.intended_at,
                 dispatched_at: template.intended_at,
+                dispatched: false,
                 length_bytes: template.length_bytes,
             });
             self.rows[row].on_submit(now);
@@ -269,6 +274,18 @@ impl<'a> Simulation<'a> {
                     sync,
                 },
             );
+        }
+    }
+
+    /// Requests never dispatched by the end still waited: their wait so far
+    /// counts towards the longest queue wait, or a policy that starves a class
+    /// forever would look as if it never made anyone wait.
+    fn account_undispatched(&mut self) {
+        let end = self.scenario.duration_ns;
+        for tracked in &self.requests.slots {
+            if tracked.live && !tracked.dispatched {
+                self.rows[tracked.row as usize].on_still_queued(end - tracked.intended_at);
+            }
         }
     }
 

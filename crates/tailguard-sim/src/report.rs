@@ -9,7 +9,8 @@
 //!   start of its jobs to their latest stop); MB is 10^6 bytes.
 //! - `latency_us`: completion minus intended submission (p50, p99, p99.9, max).
 //! - `queue_wait_us_max`: the longest time a request spent in the scheduler's
-//!   queue before its last piece was dispatched; `queue_wait_us_mean` and
+//!   queue before its last piece was dispatched, counting requests still queued
+//!   at the end (a starved request waited too); `queue_wait_us_mean` and
 //!   `device_time_us_mean` split the mean latency into scheduler and device time.
 //! - `submitted`, `outstanding`: requests submitted, and still unfinished at the
 //!   end (submitted = ops + outstanding, always).
@@ -153,6 +154,11 @@ impl ClassAccumulator {
         self.queue_wait_sum_ns += u128::from(queue_wait_ns);
         self.device_time_sum_ns += u128::from(completed_at - dispatched_at);
         self.last_completion_ns = self.last_completion_ns.max(completed_at);
+    }
+
+    /// A request was still in the queue at the end, after waiting `waited_ns`.
+    pub fn on_still_queued(&mut self, waited_ns: Nanos) {
+        self.queue_wait_max_ns = self.queue_wait_max_ns.max(waited_ns);
     }
 
     /// The final numbers.
