@@ -19,6 +19,7 @@ use crate::ConfigError;
 use serde::de::DeserializeOwned;
 use tailguard_core::{DeviceProfile, Direction, Nanos};
 
+pub mod common;
 pub mod hdd;
 pub mod nvme;
 pub mod sata_ssd;
