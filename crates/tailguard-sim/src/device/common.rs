@@ -917,3 +917,24 @@ pub(crate) mod driver {
         rng.random_range(0..span / 4096) * 4096
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::device::{build, MODEL_NAMES};
+
+    #[test]
+    fn every_model_builds_from_an_empty_table_and_rejects_unknown_keys() {
+        for name in MODEL_NAMES {
+            let device = build(name, &toml::Table::new(), 1).expect(name);
+            let profile = device.profile();
+            eprintln!("{name}: {profile:?}");
+            assert!(profile.validate().is_ok(), "{name}: {profile:?}");
+            assert_eq!(device.model_name(), name);
+            assert_eq!(device.outstanding(), 0);
+            assert_eq!(device.next_event_at(), None);
+            let mut table = toml::Table::new();
+            table.insert("no_such_key".into(), toml::Value::Integer(1));
+            assert!(build(name, &table, 1).is_err(), "{name}");
+        }
+    }
+}
