@@ -1,6 +1,6 @@
 //! Machinery the device models share.
 //!
-//! Every model is a [`Mechanism`] run by a [`Device`]: the device owns the
+//! Every model is a `Mechanism` run by a `Device`: the device owns the
 //! host-side FIFO, the device's command slots (NCQ depth, NVMe queue depth, one
 //! for a USB stick), the per-command overhead and a deterministic event queue.
 //! A command submitted while a slot is free enters the device at once; otherwise
@@ -14,7 +14,7 @@
 //! breaks ties), so the same seed and the same calls always give the same
 //! completions.
 //!
-//! The module also holds [`FlashSsd`], the flash mechanism behind both `sata-ssd`
+//! The module also holds `FlashSsd`, the flash mechanism behind both `sata-ssd`
 //! and `nvme`: parallel flash units, a data link, and a DRAM write cache drained
 //! in the background, with optional garbage-collection stalls.
 
