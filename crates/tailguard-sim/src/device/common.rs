@@ -1,6 +1,6 @@
 //! Machinery the device models share.
 //!
-//! Every model is a [`Mechanism`] run by a [`Device`]: the device owns the
+//! Every model is a `Mechanism` run by a `Device`: the device owns the
 //! host-side FIFO, the device's command slots (NCQ depth, NVMe queue depth, one
 //! for a USB stick), the per-command overhead and a deterministic event queue.
 //! A command submitted while a slot is free enters the device at once; otherwise
@@ -14,7 +14,7 @@
 //! breaks ties), so the same seed and the same calls always give the same
 //! completions.
 //!
-//! The module also holds [`FlashSsd`], the flash mechanism behind both `sata-ssd`
+//! The module also holds `FlashSsd`, the flash mechanism behind both `sata-ssd`
 //! and `nvme`: parallel flash units, a data link, and a DRAM write cache drained
 //! in the background, with optional garbage-collection stalls.
 
@@ -915,5 +915,26 @@ pub(crate) mod driver {
     pub(crate) fn random_offset(rng: &mut rand_chacha::ChaCha8Rng, span: u64) -> u64 {
         use rand::RngExt;
         rng.random_range(0..span / 4096) * 4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::device::{build, MODEL_NAMES};
+
+    #[test]
+    fn every_model_builds_from_an_empty_table_and_rejects_unknown_keys() {
+        for name in MODEL_NAMES {
+            let device = build(name, &toml::Table::new(), 1).expect(name);
+            let profile = device.profile();
+            eprintln!("{name}: {profile:?}");
+            assert!(profile.validate().is_ok(), "{name}: {profile:?}");
+            assert_eq!(device.model_name(), name);
+            assert_eq!(device.outstanding(), 0);
+            assert_eq!(device.next_event_at(), None);
+            let mut table = toml::Table::new();
+            table.insert("no_such_key".into(), toml::Value::Integer(1));
+            assert!(build(name, &table, 1).is_err(), "{name}");
+        }
     }
 }
