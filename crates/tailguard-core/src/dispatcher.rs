@@ -3,9 +3,11 @@
 //! A [`Dispatcher`] owns everything tailguard decides for one device. The engine
 //! (or the simulator) calls three methods, always passing the current time:
 //!
-//! 1. [`Dispatcher::enqueue`] a request. A request longer than the profile's
-//!    `max_request_bytes` is split into pieces of at most that size; the pieces
-//!    enter the class's FIFO together, in offset order.
+//! 1. [`Dispatcher::enqueue`] a request. A request longer than the split size
+//!    of its direction is split into pieces of at most that size; the pieces
+//!    enter the class's FIFO together, in offset order. The split size is derived
+//!    from the budget so that two pieces fit in it (see [`crate::budget`]), and is
+//!    never more than the profile's `max_request_bytes`.
 //! 2. [`Dispatcher::dispatch`]: while the fair queue's next piece fits the
 //!    [`Budget`], pop it, charge its class and hand it out with a token. The loop
 //!    stops at the first piece that does not fit (it does not skip ahead to smaller
@@ -26,7 +28,7 @@
 //! Class handles carry a generation, so a handle to a removed class is rejected
 //! even after its slot is reused.
 
-use crate::budget::{Budget, CompletionSample, FixedBudget, LatencyController};
+use crate::budget::{self, Budget, CompletionSample, FixedBudget, LatencyController};
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
 use crate::profile::{CostModel, DeviceProfile, ProfileError};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};
@@ -237,6 +239,13 @@ struct InFlightPiece {
     queue_wait_ns: Nanos,
 }
 
+fn direction_index(direction: Direction) -> usize {
+    match direction {
+        Direction::Read => 0,
+        Direction::Write => 1,
+    }
+}
+
 /// A vector of reusable slots with a free list.
 #[derive(Debug)]
 struct Slab<T> {
@@ -283,6 +292,8 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     profile: DeviceProfile,
     cost_model: CostModel,
     budget: Budget,
+    /// Split size for reads and writes, derived from the budget.
+    split_bytes: [u64; 2],
     controller: C,
     budget_changes: u64,
     queue: FairQueue<QueuedPiece>,
@@ -320,17 +331,35 @@ impl<C: LatencyController> Dispatcher<C> {
             )
         });
         let budget = Budget::new(limit_ns);
-        Ok(Self {
+        let mut dispatcher = Self {
             profile: config.profile,
             cost_model,
             budget,
+            split_bytes: [0; 2],
             controller,
             budget_changes: 0,
             queue: FairQueue::new(budget.limit_ns()),
             classes: Slab::new(),
             requests: Slab::new(),
             in_flight: Slab::new(),
-        })
+        };
+        dispatcher.derive_split_bytes();
+        Ok(dispatcher)
+    }
+
+    fn derive_split_bytes(&mut self) {
+        for direction in [Direction::Read, Direction::Write] {
+            self.split_bytes[direction_index(direction)] = budget::split_bytes(
+                self.budget.limit_ns(),
+                self.profile.max_request_bytes,
+                |bytes| self.cost_model.cost_ns(direction, bytes),
+            );
+        }
+    }
+
+    /// The size pieces of `direction` are split to now.
+    pub fn split_bytes(&self, direction: Direction) -> u64 {
+        self.split_bytes[direction_index(direction)]
     }
 
     /// The profile this dispatcher was built with.
@@ -349,20 +378,26 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// Sets the budget limit (the hook for latency controllers driven from
-    /// outside). The wake credit follows the budget.
+    /// outside). The wake credit and the split size follow the budget; requests
+    /// already queued keep their pieces.
     pub fn set_budget_ns(&mut self, limit_ns: Nanos) {
         self.budget.resize(limit_ns);
         self.queue.set_credit_ns(self.budget.limit_ns());
+        self.derive_split_bytes();
         self.budget_changes += 1;
     }
 
-    /// The largest cost one piece can have: `max_request_bytes` in the more
+    /// The largest cost one piece can have now: the split size of the more
     /// expensive direction. Used by the wait bound.
     pub fn max_piece_cost_ns(&self) -> Nanos {
-        let bytes = self.profile.max_request_bytes;
-        self.cost_model
-            .cost_ns(Direction::Read, bytes)
-            .max(self.cost_model.cost_ns(Direction::Write, bytes))
+        [Direction::Read, Direction::Write]
+            .into_iter()
+            .map(|direction| {
+                self.cost_model
+                    .cost_ns(direction, self.split_bytes(direction))
+            })
+            .max()
+            .expect("two directions")
     }
 
     /// The longest a backlogged `class` waits between dispatches, with the
@@ -463,7 +498,7 @@ impl<C: LatencyController> Dispatcher<C> {
         if self.classes.slots[request.class.index()].retiring {
             return Err(ClassError::Retiring(request.class).into());
         }
-        let max_bytes = self.profile.max_request_bytes;
+        let max_bytes = self.split_bytes(request.direction);
         let pieces = request.length_bytes.div_ceil(max_bytes).max(1);
         let pieces = u32::try_from(pieces).expect("request of more than 2^32 pieces");
         let request_slot = self.requests.insert_with(|_| RequestSlot {
@@ -657,7 +692,10 @@ mod tests {
 
     #[test]
     fn a_large_request_is_split_and_rejoined() {
-        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(600 * NANOS_PER_MICROSECOND);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 131_072);
         let class = dispatcher.add_class(100).unwrap();
         let pieces = dispatcher
             .enqueue(0, request(1, class, Direction::Write, 1_048_576 + 4096))
@@ -686,13 +724,15 @@ mod tests {
     #[test]
     fn dispatch_stops_at_the_budget_but_lets_a_lone_oversize_piece_go() {
         let mut config = DispatcherConfig::new(profile());
-        config.budget_ns = Some(100 * NANOS_PER_MICROSECOND);
+        config.budget_ns = Some(10 * NANOS_PER_MICROSECOND);
         let mut dispatcher = Dispatcher::new(config).unwrap();
         let class = dispatcher.add_class(1).unwrap();
-        // 128 KiB writes cost 291 µs each, more than the whole budget.
+        // 4 KiB writes cost 16.7 µs each, more than the whole budget, and cannot
+        // be split further.
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 4096);
         for id in 0..3 {
             dispatcher
-                .enqueue(0, request(id, class, Direction::Write, 131_072))
+                .enqueue(0, request(id, class, Direction::Write, 4096))
                 .unwrap();
         }
         let mut out = Vec::new();
@@ -708,6 +748,16 @@ mod tests {
         );
         dispatcher.complete(10, out[0].token).unwrap();
         assert_eq!(dispatcher.dispatch(10, &mut out), 1);
+    }
+
+    #[test]
+    fn the_split_size_follows_the_budget() {
+        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        // 300 µs: two 64 KiB writes (145 µs each) fit, two 128 KiB ones do not.
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 65_536);
+        dispatcher.set_budget_ns(2_000 * NANOS_PER_MICROSECOND);
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 131_072);
+        assert_eq!(dispatcher.split_bytes(Direction::Read), 131_072);
     }
 
     #[test]
