@@ -97,8 +97,9 @@ pub fn build(
     }
 }
 
-/// Parses a model's parameter struct from a table, naming the bad key.
+/// Parses a model's (or policy's) parameter struct from a table; the message
+/// names the bad key, and the caller adds where the table is.
 pub fn parse<T: DeserializeOwned>(parameters: &toml::Table) -> Result<T, ConfigError> {
     T::deserialize(toml::Value::Table(parameters.clone()))
-        .map_err(|error| ConfigError::new("device", format!("{}", error.to_string().trim_end())))
+        .map_err(|error| ConfigError::new("parameters", error.to_string().trim_end().to_string()))
 }
