@@ -56,7 +56,7 @@ use std::collections::BTreeSet;
 use tailguard_core::{DeviceProfile, Direction, Nanos};
 
 /// Parameters of the `hdd` model; see the module docs for the table.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HddParameters {
     /// Spindle speed, revolutions per minute.

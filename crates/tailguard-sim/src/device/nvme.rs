@@ -55,7 +55,7 @@ use serde::Deserialize;
 use tailguard_core::{DeviceProfile, Nanos};
 
 /// Parameters of the `nvme` model; see the module docs for the table.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct NvmeParameters {
     /// Commands the device holds (submission queue depth).

@@ -60,7 +60,7 @@ use serde::Deserialize;
 use tailguard_core::{DeviceProfile, Nanos};
 
 /// Parameters of the `sata-ssd` model; see the module docs for the table.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SataSsdParameters {
     /// Commands the device holds (NCQ depth).

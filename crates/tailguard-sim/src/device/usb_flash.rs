@@ -43,7 +43,7 @@ use serde::Deserialize;
 use tailguard_core::{DeviceProfile, Direction, Nanos};
 
 /// Parameters of the `usb-flash` model; see the module docs for the table.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UsbFlashParameters {
     /// Per-command protocol time, µs.

@@ -51,7 +51,7 @@ use tailguard_core::request::NANOS_PER_MILLISECOND;
 use tailguard_core::Nanos;
 
 /// Parameters of the policy; see the module docs.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CfqParameters {
     /// Sync FIFO expiry, in milliseconds (default 125).

@@ -54,7 +54,7 @@ use tailguard_core::request::NANOS_PER_MILLISECOND;
 use tailguard_core::{Direction, Nanos};
 
 /// Parameters of the policy; see the module docs.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DeadlineParameters {
     /// Read deadline, in milliseconds (default 500).

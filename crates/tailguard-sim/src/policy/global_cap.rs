@@ -45,7 +45,7 @@ use tailguard_core::Nanos;
 pub const DEFAULT_HIRUNNINGSPACE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Parameters of the policy; see the module docs.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GlobalCapParameters {
     /// Cap on in-flight write bytes over all devices (default 16 MiB).

@@ -27,7 +27,7 @@ use tailguard_core::{
 };
 
 /// Parameters of the `tailguard` policy.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TailguardParameters {
     /// Overrides every device's budget, in microseconds of device time.

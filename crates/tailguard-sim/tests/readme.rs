@@ -1,0 +1,91 @@
+//! The README documents exactly the parameters the code accepts: every device
+//! model's and policy's parameter struct is serialised with its defaults and its
+//! keys are compared with the README's tables, so docs cannot drift silently.
+
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::path::Path;
+use tailguard_sim::device::{hdd, nvme, sata_ssd, usb_flash};
+use tailguard_sim::policy::{cfq, deadline, global_cap, tailguard};
+
+fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap()
+}
+
+fn keys_of(parameters: &impl Serialize) -> BTreeSet<String> {
+    let value = toml::Value::try_from(parameters).unwrap();
+    value.as_table().unwrap().keys().cloned().collect()
+}
+
+/// The backticked keys in the first column of the table under `#### `model``.
+fn documented_model_keys(readme: &str, model: &str) -> BTreeSet<String> {
+    let heading = format!("#### `{model}`");
+    let section = readme
+        .split(&heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {heading}"));
+    let section = section.split("\n#").next().unwrap();
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .map(|rest| rest.split('`').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn every_device_parameter_is_documented_and_every_documented_one_exists() {
+    let readme = readme();
+    let cases = [
+        ("sata-ssd", keys_of(&sata_ssd::SataSsdParameters::default())),
+        ("nvme", keys_of(&nvme::NvmeParameters::default())),
+        ("hdd", keys_of(&hdd::HddParameters::default())),
+        (
+            "usb-flash",
+            keys_of(&usb_flash::UsbFlashParameters::default()),
+        ),
+    ];
+    for (model, accepted) in cases {
+        assert_eq!(
+            documented_model_keys(&readme, model),
+            accepted,
+            "README table of {model}"
+        );
+    }
+}
+
+#[test]
+fn every_policy_parameter_is_documented() {
+    let readme = readme();
+    let section = readme.split("### Policy parameters").nth(1).unwrap();
+    let section = section.split("\n## ").next().unwrap();
+    let cases = [
+        (
+            "`tailguard`",
+            keys_of(&tailguard::TailguardParameters { budget_us: Some(1) }),
+        ),
+        (
+            "`global-cap`",
+            keys_of(&global_cap::GlobalCapParameters::default()),
+        ),
+        ("`cfq`", keys_of(&cfq::CfqParameters::default())),
+        (
+            "`deadline`",
+            keys_of(&deadline::DeadlineParameters::default()),
+        ),
+    ];
+    for (policy, accepted) in cases {
+        let documented: BTreeSet<String> = section
+            .lines()
+            .filter(|line| line.starts_with(&format!("| {policy}")))
+            .map(|line| {
+                line.split('|')
+                    .nth(2)
+                    .unwrap()
+                    .trim()
+                    .trim_matches('`')
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(documented, accepted, "README rows of {policy}");
+    }
+}
