@@ -1,0 +1,215 @@
+//! Backends: what actually performs the I/O the dispatchers let go.
+//!
+//! The engine thread owns exactly one backend and talks to it through
+//! [`Backend`]: it [`push`](Backend::push)es the operations of one loop iteration,
+//! makes one [`submit`](Backend::submit) call (which also sleeps when there is
+//! nothing to do), and [`reap`](Backend::reap)s every completion available, in
+//! batches. Submitters on other threads never touch the backend; they wake the
+//! sleeping engine through its [`EngineWaker`].
+//!
+//! - [`uring`]: io_uring, the default. One ring, owned by the engine thread.
+//! - [`threads`]: a pool of threads doing `pread`/`pwrite`/`fsync`, for kernels or
+//!   containers without io_uring (ENOSYS, EPERM from seccomp or
+//!   `kernel.io_uring_disabled`, ENOMEM from RLIMIT_MEMLOCK).
+//!
+//! [`open_backend`] picks one: `auto` tries io_uring and falls back to threads,
+//! logging the reason once; the choice can be forced by configuration or by the
+//! `TAILGUARD_BACKEND` environment variable (`io_uring` or `threads`).
+//!
+//! Safety contract: an [`Op`] carries a raw buffer pointer. Whoever pushes it
+//! guarantees the buffer stays allocated, and is neither read nor written by
+//! anyone else, until the op's completion has been reaped. The engine keeps the
+//! request's buffer for exactly that long, even when the future that asked for
+//! the I/O was dropped.
+
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+pub mod threads;
+pub mod uring;
+
+/// What an operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// `pread` into the buffer.
+    Read,
+    /// `pwrite` from the buffer.
+    Write,
+    /// `fsync`: data and metadata.
+    Fsync,
+    /// `fdatasync`: data and what is needed to read it back.
+    Fdatasync,
+    /// Does nothing; completes with 0. For measuring the engine itself.
+    Nop,
+}
+
+/// One operation for a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Op {
+    /// Returned unchanged in the completion.
+    pub user_data: u64,
+    /// The file descriptor (ignored by `Nop`).
+    pub fd: RawFd,
+    /// What to do.
+    pub kind: OpKind,
+    /// Start of the buffer (reads and writes only; null otherwise).
+    pub buffer: *mut u8,
+    /// Bytes to transfer (reads and writes only).
+    pub length: u32,
+    /// File offset in bytes.
+    pub offset: u64,
+}
+
+// SAFETY: an Op is plain data; the pointer is only dereferenced by the kernel or
+// by a backend worker while the engine guarantees (see the module docs) that the
+// buffer is alive and not touched by anyone else.
+unsafe impl Send for Op {}
+
+/// A finished operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpResult {
+    /// The op's `user_data`.
+    pub user_data: u64,
+    /// Bytes transferred (0 for syncs and nops), or `-errno`.
+    pub result: i32,
+}
+
+/// Wakes the engine from [`Backend::submit`] with `wait = true`.
+pub trait EngineWaker: Send + Sync {
+    /// Makes the engine's current or next wait return promptly.
+    fn wake(&self);
+}
+
+/// Which backend to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// io_uring if it works here, else threads (logged once, with the reason).
+    Auto,
+    /// io_uring or an error.
+    IoUring,
+    /// The thread pool.
+    Threads,
+}
+
+/// The backend in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// io_uring.
+    IoUring,
+    /// The thread pool.
+    Threads,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(match self {
+            Self::IoUring => "io_uring",
+            Self::Threads => "threads",
+        })
+    }
+}
+
+/// A backend; see the module docs.
+pub trait Backend: Send {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Queues an op for the next [`Backend::submit`]. Returns it back when the
+    /// submission queue is full (submit, then push again).
+    ///
+    /// # Safety
+    ///
+    /// For reads and writes, `op.buffer` must point to `op.length` bytes that stay
+    /// allocated and untouched by anyone else until this op's completion has been
+    /// returned by [`Backend::reap`].
+    unsafe fn push(&mut self, op: Op) -> Result<(), Op>;
+
+    /// Submits everything pushed in one call. With `wait`, then blocks until at
+    /// least one completion is available or the waker is woken.
+    fn submit(&mut self, wait: bool) -> io::Result<()>;
+
+    /// Appends every available completion to `out`.
+    fn reap(&mut self, out: &mut Vec<OpResult>);
+
+    /// The waker submitters use while the engine sleeps in `submit`.
+    fn waker(&self) -> Arc<dyn EngineWaker>;
+
+    /// Ops pushed and not yet reaped.
+    fn in_flight(&self) -> usize;
+}
+
+/// How to build a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Which backend.
+    pub choice: BackendChoice,
+    /// Submission queue entries (io_uring) or most ops in flight (threads).
+    pub ring_depth: u32,
+    /// Worker threads of the thread-pool backend.
+    pub threads: usize,
+}
+
+/// Builds the backend `config` asks for; see the module docs for `auto`.
+/// `TAILGUARD_BACKEND` (`io_uring`, `threads` or `auto`) overrides the choice.
+pub fn open_backend(config: BackendConfig) -> io::Result<Box<dyn Backend>> {
+    let choice = match std::env::var("TAILGUARD_BACKEND").ok().as_deref() {
+        Some("io_uring") => BackendChoice::IoUring,
+        Some("threads") => BackendChoice::Threads,
+        Some("auto") | None => config.choice,
+        Some(other) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("TAILGUARD_BACKEND={other} is not a backend; use io_uring, threads or auto"),
+            ))
+        }
+    };
+    match choice {
+        BackendChoice::Threads => Ok(Box::new(threads::ThreadPool::new(
+            config.threads,
+            config.ring_depth,
+        )?)),
+        BackendChoice::IoUring => Ok(Box::new(uring::Uring::new(config.ring_depth)?)),
+        BackendChoice::Auto => auto(config, uring::Uring::new),
+    }
+}
+
+/// Tries io_uring through `open_uring`, falls back to threads when it is refused,
+/// and logs the choice once with the reason. Generic over the opener so tests can
+/// simulate a refusal (EPERM) without a seccomp filter.
+pub fn auto<U: Backend + 'static>(
+    config: BackendConfig,
+    open_uring: impl FnOnce(u32) -> io::Result<U>,
+) -> io::Result<Box<dyn Backend>> {
+    match open_uring(config.ring_depth) {
+        Ok(ring) => {
+            tracing::info!(backend = "io_uring", "tailguard backend: io_uring");
+            Ok(Box::new(ring))
+        }
+        Err(error) => {
+            let reason = refusal_reason(&error);
+            tracing::warn!(
+                backend = "threads",
+                %error,
+                reason,
+                "io_uring is unavailable ({reason}: {error}); tailguard falls back to its thread pool"
+            );
+            Ok(Box::new(threads::ThreadPool::new(config.threads, config.ring_depth)?))
+        }
+    }
+}
+
+/// Why io_uring was refused, in words that name the fix.
+pub fn refusal_reason(error: &io::Error) -> &'static str {
+    match error.raw_os_error() {
+        Some(libc::ENOSYS) => "the kernel has no io_uring (older than 5.1)",
+        Some(libc::EPERM) => {
+            "io_uring is forbidden here (a seccomp profile such as Docker's default, \
+             or kernel.io_uring_disabled)"
+        }
+        Some(libc::ENOMEM) => "RLIMIT_MEMLOCK is too low for the ring; raise it with ulimit -l",
+        Some(libc::EINVAL) => "the kernel rejected the ring's parameters",
+        _ => "io_uring setup failed",
+    }
+}

@@ -1,0 +1,5 @@
+//! # tailguard: a userspace I/O scheduler (engine; work in progress)
+
+pub mod backend;
+pub mod buffer;
+pub mod device;
