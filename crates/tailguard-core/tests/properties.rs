@@ -35,6 +35,8 @@
 //! 4. On the serial server no backlogged class waits longer than
 //!    `fair_queue::gap_bound_ns` between consecutive dispatches, nor from
 //!    becoming backlogged (including waking from idle) to its first dispatch.
+//!    Streams for this property have no share changes: after `set_shares` the
+//!    bound does not hold (see the test's comment).
 //! 5. The pieces of a request cover `[offset, offset + length)` exactly, in
 //!    order, each at most `max_request_bytes`.
 //!
@@ -685,7 +687,11 @@ proptest! {
 
     // Expect: on the serial server, no backlogged class goes longer than the
     // documented gap bound without a dispatch, whether it was backlogged all
-    // along or just woke from idle. Share changes are left out (see below).
+    // along or just woke from idle. The other classes are all that existed
+    // during the gap (removals and new classes included). Share changes are left
+    // out: `set_shares` keeps a class's virtual-time lead or lag in the old
+    // share scale, so a raise can exceed the bound by orders of magnitude (a
+    // core issue, reported rather than tested here).
     #[test]
     fn backlogged_classes_wait_at_most_the_gap_bound(
         scenario in scenario_strategy(true, false),
