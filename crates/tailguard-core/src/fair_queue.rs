@@ -157,15 +157,30 @@ impl<T> FairQueue<T> {
         };
     }
 
-    /// Changes a class's shares; later charges use them.
+    /// Changes a class's shares. The class's lead or lag on `virtual_now` was
+    /// accumulated in units of its old shares; it is rescaled so that it stays the
+    /// same amount of *device time*. Without this, a class raised from 1 to 10000
+    /// shares right after a dispatch would keep a lead worth 10000 of its new
+    /// charges and wait seconds, far past the bound.
     pub fn set_shares(&mut self, index: usize, shares: u32) {
         assert!(
             (SHARES_MIN..=SHARES_MAX).contains(&shares),
             "shares {shares}"
         );
+        let virtual_now = self.virtual_now;
         let class = &mut self.classes[index];
         assert!(class.live);
+        let lead = i128::from(class.vtime) - i128::from(virtual_now);
+        let rescaled = lead * i128::from(class.shares) / i128::from(shares);
+        let vtime = (i128::from(virtual_now) + rescaled).clamp(0, i128::from(u64::MAX));
+        class.vtime = vtime as u64;
         class.shares = shares;
+        if !class.items.is_empty() {
+            self.backlogged
+                .retain(|Reverse((_, queued))| *queued != index);
+            self.backlogged
+                .push(Reverse((self.classes[index].vtime, index)));
+        }
     }
 
     /// Removes an empty class.
@@ -361,6 +376,58 @@ mod tests {
             Some((0, 1))
         );
         assert!(queue.pop().is_none());
+    }
+
+    /// Serves every class's items on a serial server (each item takes its cost)
+    /// and returns the dispatch times of class `watched`'s items.
+    fn serve_serially(queue: &mut FairQueue<()>, watched: usize) -> Vec<u64> {
+        let (mut now, mut times) = (0, Vec::new());
+        while let Some((index, cost, ())) = queue.pop() {
+            if index == watched {
+                times.push(now);
+            }
+            now += cost;
+        }
+        times
+    }
+
+    #[test]
+    fn raising_shares_does_not_leave_a_lead_in_old_units() {
+        // Class 0 (1 share) is served once, then raised to 10000 shares beside a
+        // class 1 with 10000 shares and a deep backlog. Expect class 0's second
+        // item within the gap bound, not after class 1's whole backlog.
+        let cost = 291_000;
+        let mut queue = FairQueue::new(300_000);
+        queue.add_class(0, 1);
+        queue.add_class(1, 10_000);
+        queue.push(0, cost, ());
+        queue.push(0, cost, ());
+        for _ in 0..400 {
+            queue.push(1, cost, ());
+        }
+        assert_eq!(queue.pop().map(|(index, ..)| index), Some(0));
+        queue.set_shares(0, 10_000);
+        let times = serve_serially(&mut queue, 0);
+        let bound = gap_bound_ns(10_000, &[10_000], 300_000, cost, 300_000);
+        assert!(
+            times[0] <= bound,
+            "waited {} ns, bound {bound} ns",
+            times[0]
+        );
+    }
+
+    #[test]
+    fn lowering_shares_keeps_the_lead_in_device_time() {
+        // A class one item ahead at 100 shares is still one item of device time
+        // ahead at 10 shares: its lead in virtual time grows tenfold.
+        let mut queue = FairQueue::new(0);
+        queue.add_class(0, 100);
+        queue.push(0, 1_000, ());
+        queue.pop();
+        let lead_before = queue.classes[0].vtime - queue.virtual_now;
+        queue.set_shares(0, 10);
+        let lead_after = queue.classes[0].vtime - queue.virtual_now;
+        assert_eq!(lead_before * 100, lead_after * 10);
     }
 
     #[test]

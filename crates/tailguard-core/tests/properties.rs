@@ -300,6 +300,8 @@ struct Gap {
 #[derive(Debug, Default)]
 struct Trace {
     max_request_bytes: u64,
+    /// The dispatcher's split size for reads and writes (fixed: no controller).
+    split_bytes: [u64; 2],
     events: Vec<Event>,
     /// After every dispatch call: the dispatcher's stats and the test's own
     /// count of in-flight cost and pieces.
@@ -344,6 +346,10 @@ impl Harness {
             .expect("generated profiles are valid");
         let budget_ns = dispatcher.budget().limit_ns();
         let max_cost_ns = dispatcher.max_piece_cost_ns();
+        let split_bytes = [
+            dispatcher.split_bytes(Direction::Read),
+            dispatcher.split_bytes(Direction::Write),
+        ];
         let mut harness = Self {
             dispatcher,
             device,
@@ -357,6 +363,7 @@ impl Harness {
             next_request: 0,
             trace: Trace {
                 max_request_bytes: scenario.profile.max_request_bytes,
+                split_bytes,
                 ..Trace::default()
             },
         };
@@ -689,9 +696,9 @@ proptest! {
     // documented gap bound without a dispatch, whether it was backlogged all
     // along or just woke from idle. The other classes are all that existed
     // during the gap (removals and new classes included). Share changes are left
-    // out: `set_shares` keeps a class's virtual-time lead or lag in the old
-    // share scale, so a raise can exceed the bound by orders of magnitude (a
-    // core issue, reported rather than tested here).
+    // out because the bound is stated for fixed shares; `set_shares` rescales a
+    // class's lead to keep it in device time (fair_queue's unit tests check a
+    // raise from 1 to 10000 shares stays within the bound).
     #[test]
     fn backlogged_classes_wait_at_most_the_gap_bound(
         scenario in scenario_strategy(true, false),
@@ -710,18 +717,20 @@ proptest! {
     }
 
     // Expect: a request's pieces, in dispatch order, tile [offset, offset +
-    // length) exactly, each at most max_request_bytes, with the request's
-    // direction and class; a flush is one empty piece.
+    // length) exactly, each at most its direction's split size (itself at most
+    // max_request_bytes), with the request's direction and class; a flush is one
+    // empty piece.
     #[test]
     fn pieces_cover_the_request_in_order(
         scenario in scenario_strategy(true, true),
         seed in any::<u64>(),
     ) {
         let trace = run(&scenario, Device::Random(SplitMix(seed)));
-        let max = trace.max_request_bytes;
         for id in &trace.request_order {
             let log = &trace.requests[id];
             let request = log.request;
+            let max = trace.split_bytes[usize::from(request.direction == Direction::Write)];
+            prop_assert!(max <= trace.max_request_bytes);
             let expected = request.length_bytes.div_ceil(max).max(1);
             prop_assert_eq!(u64::from(log.pieces), expected);
             prop_assert_eq!(log.seen.len() as u64, expected);
@@ -784,19 +793,27 @@ fn saturate(profile: &DeviceProfile, classes: &[(u32, Vec<(Direction, Length)>)]
     let max = profile.max_request_bytes;
     let budget_ns = dispatcher.budget().limit_ns();
     let model = *dispatcher.cost_model();
+    let split = [
+        dispatcher.split_bytes(Direction::Read),
+        dispatcher.split_bytes(Direction::Write),
+    ];
+    let split_of = |direction: Direction| split[usize::from(direction == Direction::Write)];
     let piece_costs = |direction: Direction, length: u64| -> Vec<Nanos> {
-        let mut costs = vec![model.cost_ns(direction, length.min(max))];
-        let mut remaining = length.saturating_sub(max);
+        let piece = split_of(direction);
+        let mut costs = vec![model.cost_ns(direction, length.min(piece))];
+        let mut remaining = length.saturating_sub(piece);
         while remaining > 0 {
-            costs.push(model.cost_ns(direction, remaining.min(max)));
-            remaining -= remaining.min(max);
+            costs.push(model.cost_ns(direction, remaining.min(piece)));
+            remaining -= remaining.min(piece);
         }
         costs
     };
     let c_used = classes
         .iter()
         .flat_map(|(_, sizes)| sizes)
-        .map(|&(direction, length)| model.cost_ns(direction, length.bytes(max).min(max)))
+        .map(|&(direction, length)| {
+            model.cost_ns(direction, length.bytes(max).min(split_of(direction)))
+        })
         .max()
         .expect("at least one size");
     let refill_ns = budget_ns.max(dispatcher.max_piece_cost_ns()) + c_used;

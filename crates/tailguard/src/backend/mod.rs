@@ -161,7 +161,9 @@ pub fn open_backend(config: BackendConfig) -> io::Result<Box<dyn Backend>> {
         Some(other) => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("TAILGUARD_BACKEND={other} is not a backend; use io_uring, threads or auto"),
+                format!(
+                    "TAILGUARD_BACKEND={other} is not a backend; use io_uring, threads or auto"
+                ),
             ))
         }
     };
@@ -195,7 +197,10 @@ pub fn auto<U: Backend + 'static>(
                 reason,
                 "io_uring is unavailable ({reason}: {error}); tailguard falls back to its thread pool"
             );
-            Ok(Box::new(threads::ThreadPool::new(config.threads, config.ring_depth)?))
+            Ok(Box::new(threads::ThreadPool::new(
+                config.threads,
+                config.ring_depth,
+            )?))
         }
     }
 }
