@@ -3,3 +3,5 @@
 pub mod backend;
 pub mod buffer;
 pub mod device;
+pub mod handoff;
+mod sync;
