@@ -359,6 +359,13 @@ fn fs_type_name(magic: i64) -> String {
         .unwrap_or_else(|| format!("fs{magic32:#x}"))
 }
 
+/// `f_type` widened to `i64`: it is `i64` on x86_64 but `i32` or `u32` on
+/// other targets, so the conversion is the identity only on some of them.
+#[allow(clippy::useless_conversion)]
+fn f_type_of(st: &libc::statfs) -> i64 {
+    i64::from(st.f_type)
+}
+
 fn fstatfs_type(fd: libc::c_int) -> io::Result<i64> {
     let mut buf = MaybeUninit::<libc::statfs>::zeroed();
     // SAFETY: `fd` is an open descriptor borrowed from a live `File`, and
@@ -370,7 +377,7 @@ fn fstatfs_type(fd: libc::c_int) -> io::Result<i64> {
     // SAFETY: zero-initialised (a valid plain C struct) and filled in by a
     // successful fstatfs.
     let st = unsafe { buf.assume_init() };
-    Ok(i64::from(st.f_type))
+    Ok(f_type_of(&st))
 }
 
 fn statfs_type(path: &Path) -> io::Result<i64> {
@@ -386,7 +393,7 @@ fn statfs_type(path: &Path) -> io::Result<i64> {
     // SAFETY: zero-initialised (a valid plain C struct) and filled in by a
     // successful statfs.
     let st = unsafe { buf.assume_init() };
-    Ok(i64::from(st.f_type))
+    Ok(f_type_of(&st))
 }
 
 #[cfg(test)]
