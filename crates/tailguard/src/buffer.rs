@@ -1,4 +1,516 @@
-//! Aligned buffers for O_DIRECT (stub: to be written).
+//! Aligned buffers for `O_DIRECT`.
+//!
+//! Direct I/O bypasses the page cache, so the kernel transfers straight
+//! between the device and the caller's memory, and the device's DMA rules
+//! leak into the API: the buffer's address must be a multiple of the
+//! device's memory alignment, and the file offset and length multiples of
+//! its offset alignment (see [`crate::device::direct_io_alignment`]). A
+//! `Vec<u8>` only guarantees an alignment of 1, so [`AlignedBuffer`] owns a
+//! heap allocation made with an explicit [`Layout`] whose alignment the
+//! caller chooses.
+//!
+//! The buffer remembers the layout it was allocated with and frees the
+//! memory with exactly that layout, whatever happens to its visible length:
+//! [`AlignedBuffer::truncate`] only shrinks the length that the slice views
+//! show (after a short read, say) and never reallocates. A zero-length buffer
+//! allocates nothing; it holds a dangling pointer whose address equals the
+//! alignment, so even its address satisfies the alignment it promises. New
+//! buffers are zeroed, so no stale heap contents can be written to disk.
+//!
+//! [`check_alignment`] validates a request before submission and explains,
+//! in an [`AlignmentError`], which of the address, offset or length is
+//! misaligned and what alignment the device needs, so the mistake is
+//! reported by the engine rather than as a bare `EINVAL` from the kernel.
 
-/// A heap buffer whose start and length are multiples of an alignment.
-pub struct AlignedBuffer {}
+use std::alloc::{self, Layout};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+
+use crate::device::DirectIoAlignment;
+
+/// A zeroed heap buffer whose start address is a multiple of a chosen
+/// alignment, for `O_DIRECT` reads and writes.
+pub struct AlignedBuffer {
+    /// Start of the allocation (or `alignment` as a dangling address when
+    /// `capacity` is 0).
+    ptr: NonNull<u8>,
+    /// Visible length; at most `capacity`.
+    len: usize,
+    /// Size the allocation was made with; it is freed with this size.
+    capacity: usize,
+    /// Alignment the allocation was made with, a power of two.
+    alignment: usize,
+}
+
+/// Why an [`AlignedBuffer`] could not be created.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BufferError {
+    /// The requested alignment is not a power of two (0 included).
+    AlignmentNotPowerOfTwo {
+        /// The alignment asked for.
+        alignment: usize,
+    },
+    /// The length, rounded up to the alignment, does not fit in `isize`.
+    SizeOverflow {
+        /// The length asked for.
+        len: usize,
+        /// The alignment asked for.
+        alignment: usize,
+    },
+    /// The allocator returned no memory.
+    AllocationFailed {
+        /// The length asked for.
+        len: usize,
+        /// The alignment asked for.
+        alignment: usize,
+    },
+}
+
+impl fmt::Display for BufferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            BufferError::AlignmentNotPowerOfTwo { alignment } => write!(
+                f,
+                "buffer alignment {alignment} is not a power of two; pass the device's \
+                 direct-I/O memory alignment (such as 512 or 4096)"
+            ),
+            BufferError::SizeOverflow { len, alignment } => write!(
+                f,
+                "a buffer of {len} bytes aligned to {alignment} exceeds the largest possible \
+                 allocation; split the I/O into smaller requests"
+            ),
+            BufferError::AllocationFailed { len, alignment } => write!(
+                f,
+                "could not allocate {len} bytes aligned to {alignment}: out of memory; \
+                 use smaller buffers or fewer requests in flight"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BufferError {}
+
+impl AlignedBuffer {
+    /// A zeroed buffer of `len` bytes starting at a multiple of `alignment`,
+    /// which must be a power of two (any, 1 included). `len` may be 0, in
+    /// which case nothing is allocated.
+    pub fn new(len: usize, alignment: usize) -> Result<Self, BufferError> {
+        if !alignment.is_power_of_two() {
+            return Err(BufferError::AlignmentNotPowerOfTwo { alignment });
+        }
+        let layout = Layout::from_size_align(len, alignment)
+            .map_err(|_| BufferError::SizeOverflow { len, alignment })?;
+        if len == 0 {
+            // A nonzero power of two used as an address is non-null and
+            // aligned to itself; nothing is ever read through it.
+            let ptr = NonNull::new(std::ptr::without_provenance_mut::<u8>(alignment))
+                .expect("a power of two is never zero");
+            return Ok(AlignedBuffer {
+                ptr,
+                len: 0,
+                capacity: 0,
+                alignment,
+            });
+        }
+        // SAFETY: `layout` has a nonzero size (len > 0 was checked above).
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or(BufferError::AllocationFailed { len, alignment })?;
+        Ok(AlignedBuffer {
+            ptr,
+            len,
+            capacity: len,
+            alignment,
+        })
+    }
+
+    /// An aligned copy of `data`.
+    pub fn from_slice(data: &[u8], alignment: usize) -> Result<Self, BufferError> {
+        let mut buf = AlignedBuffer::new(data.len(), alignment)?;
+        buf.copy_from_slice(data);
+        Ok(buf)
+    }
+
+    /// The visible length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the visible length is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The alignment of the start address, in bytes.
+    pub fn alignment(&self) -> usize {
+        self.alignment
+    }
+
+    /// The start address, for handing to the kernel.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The start address, writable, for handing to the kernel as a read
+    /// destination.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Shrinks the visible length to `len` (after a short read, say). Does
+    /// nothing when `len` is not smaller than the current length: a buffer
+    /// never grows. The memory is not released until the buffer is dropped.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len {
+            self.len = len;
+        }
+    }
+}
+
+impl Deref for AlignedBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` is non-null and aligned; when `len > 0` it points to
+        // an allocation of `capacity >= len` bytes that were zeroed at
+        // creation and so are initialised, owned by `self` and borrowed
+        // shared here. When `len == 0` a dangling non-null pointer is allowed.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` guarantees the borrow is
+        // unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for AlignedBuffer {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for AlignedBuffer {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl fmt::Debug for AlignedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AlignedBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("alignment", &self.alignment)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Clone for AlignedBuffer {
+    /// A new allocation with the same alignment and the visible contents.
+    /// Aborts through [`alloc::handle_alloc_error`] if memory runs out, like
+    /// `Vec::clone`.
+    fn clone(&self) -> Self {
+        match AlignedBuffer::from_slice(self, self.alignment) {
+            Ok(copy) => copy,
+            Err(_) => alloc::handle_alloc_error(
+                Layout::from_size_align(self.len, self.alignment)
+                    .expect("a layout no larger than an existing one is valid"),
+            ),
+        }
+    }
+}
+
+impl Drop for AlignedBuffer {
+    fn drop(&mut self) {
+        if self.capacity == 0 {
+            return;
+        }
+        // SAFETY: this exact (capacity, alignment) pair was accepted by
+        // `Layout::from_size_align` when the buffer was allocated.
+        let layout = unsafe { Layout::from_size_align_unchecked(self.capacity, self.alignment) };
+        // SAFETY: `ptr` came from `alloc_zeroed` with this same layout (the
+        // capacity never changes) and is freed only here, once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
+    }
+}
+
+// SAFETY: an `AlignedBuffer` exclusively owns its allocation, like a
+// `Box<[u8]>`; nothing else holds the pointer, so moving it to another
+// thread moves the ownership with it.
+unsafe impl Send for AlignedBuffer {}
+
+// SAFETY: shared access only yields `&[u8]` (through `Deref`) or a
+// `*const u8`; all mutation requires `&mut self`, so sharing between
+// threads is as safe as sharing a `&[u8]`.
+unsafe impl Sync for AlignedBuffer {}
+
+/// Which part of a direct-I/O request is misaligned, and what the device
+/// requires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AlignmentError {
+    /// The buffer's address is not a multiple of the memory alignment.
+    Pointer {
+        /// The buffer's address.
+        pointer: usize,
+        /// The device's direct-I/O memory alignment.
+        required: u32,
+    },
+    /// The file offset is not a multiple of the offset alignment.
+    Offset {
+        /// The file offset.
+        offset: u64,
+        /// The device's direct-I/O offset alignment.
+        required: u32,
+    },
+    /// The length is not a multiple of the offset alignment.
+    Length {
+        /// The request length.
+        length: u64,
+        /// The device's direct-I/O offset alignment.
+        required: u32,
+    },
+}
+
+impl fmt::Display for AlignmentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            AlignmentError::Pointer { pointer, required } => write!(
+                f,
+                "buffer address {pointer:#x} is not a multiple of {required} (this device's \
+                 direct-I/O memory alignment); allocate it with AlignedBuffer::new(len, {required})"
+            ),
+            AlignmentError::Offset { offset, required } => write!(
+                f,
+                "offset {offset} is not a multiple of {required} (this device's direct-I/O \
+                 offset alignment); align it (for example down to {}) or use buffered I/O",
+                offset - offset % u64::from(required)
+            ),
+            AlignmentError::Length { length, required } => write!(
+                f,
+                "length {length} is not a multiple of {required} (this device's direct-I/O \
+                 offset alignment); round it up to {} and use an AlignedBuffer of that length",
+                length.div_ceil(u64::from(required)) * u64::from(required)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AlignmentError {}
+
+/// Checks a direct-I/O request against a device's alignment: `pointer` must
+/// be a multiple of `memory_bytes`, and `offset` and `length` multiples of
+/// `offset_bytes`. Reports the first violation, in the order offset, length,
+/// pointer. An alignment of 0 (which [`crate::device::direct_io_alignment`]
+/// never returns) is treated as 1, no constraint.
+pub fn check_alignment(
+    pointer: usize,
+    length: u64,
+    offset: u64,
+    alignment: DirectIoAlignment,
+) -> Result<(), AlignmentError> {
+    let offset_align = alignment.offset_bytes.max(1);
+    let memory_align = alignment.memory_bytes.max(1);
+    if offset % u64::from(offset_align) != 0 {
+        return Err(AlignmentError::Offset {
+            offset,
+            required: offset_align,
+        });
+    }
+    if length % u64::from(offset_align) != 0 {
+        return Err(AlignmentError::Length {
+            length,
+            required: offset_align,
+        });
+    }
+    // u32 -> usize is lossless on every target with 32-bit or wider pointers.
+    if pointer % memory_align as usize != 0 {
+        return Err(AlignmentError::Pointer {
+            pointer,
+            required: memory_align,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIO_4K: DirectIoAlignment = DirectIoAlignment {
+        memory_bytes: 512,
+        offset_bytes: 4096,
+    };
+
+    #[test]
+    fn pointers_are_aligned_for_many_alignments() {
+        for shift in 0..=16 {
+            let alignment = 1usize << shift;
+            for len in [1usize, 7, 512, 4096, 65_537] {
+                let buf = AlignedBuffer::new(len, alignment).unwrap();
+                assert_eq!(buf.as_ptr() as usize % alignment, 0, "{alignment}");
+                assert_eq!(buf.len(), len);
+                assert_eq!(buf.alignment(), alignment);
+                assert!(buf.iter().all(|&b| b == 0), "not zeroed");
+            }
+        }
+    }
+
+    #[test]
+    fn zero_length_buffer_is_empty_and_aligned() {
+        for alignment in [1usize, 512, 4096, 1 << 20] {
+            let mut buf = AlignedBuffer::new(0, alignment).unwrap();
+            assert!(buf.is_empty());
+            assert_eq!(buf.len(), 0);
+            assert_eq!(&buf[..], &[] as &[u8]);
+            assert_eq!(&mut buf[..], &mut [] as &mut [u8]);
+            assert_eq!(buf.as_ptr() as usize % alignment, 0);
+            assert!(!buf.as_ptr().is_null());
+            let copy = buf.clone();
+            assert!(copy.is_empty());
+        }
+    }
+
+    #[test]
+    fn from_slice_round_trips_and_clone_copies() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut buf = AlignedBuffer::from_slice(&data, 4096).unwrap();
+        assert_eq!(&buf[..], &data[..]);
+        assert_eq!(buf.as_mut_ptr() as usize % 4096, 0);
+        let copy = buf.clone();
+        assert_eq!(&copy[..], &data[..]);
+        assert_ne!(copy.as_ptr(), buf.as_ptr());
+        assert_eq!(copy.alignment(), 4096);
+        buf[0] = 0xff;
+        assert_eq!(copy[0], 0, "clone shares memory");
+    }
+
+    #[test]
+    fn truncate_shrinks_but_never_grows() {
+        let mut buf = AlignedBuffer::from_slice(&[1, 2, 3, 4, 5, 6, 7, 8], 512).unwrap();
+        buf.truncate(100);
+        assert_eq!(buf.len(), 8);
+        buf.truncate(3);
+        assert_eq!(&buf[..], &[1, 2, 3]);
+        buf.truncate(5);
+        assert_eq!(buf.len(), 3);
+        let copy = buf.clone();
+        assert_eq!(&copy[..], &[1, 2, 3]);
+        buf.truncate(0);
+        assert!(buf.is_empty());
+        // Dropping a truncated buffer frees with the original layout.
+        drop(buf);
+    }
+
+    #[test]
+    fn bad_requests_are_rejected_with_a_fix() {
+        for alignment in [0usize, 3, 768, 4095] {
+            let err = AlignedBuffer::new(16, alignment).unwrap_err();
+            assert_eq!(err, BufferError::AlignmentNotPowerOfTwo { alignment });
+            assert!(err.to_string().contains("not a power of two"), "{err}");
+        }
+        let err = AlignedBuffer::new(usize::MAX - 100, 4096).unwrap_err();
+        assert!(matches!(err, BufferError::SizeOverflow { .. }), "{err:?}");
+        assert!(err.to_string().contains("smaller requests"), "{err}");
+        let oom = BufferError::AllocationFailed {
+            len: 1 << 40,
+            alignment: 4096,
+        };
+        assert!(oom.to_string().contains("out of memory"), "{oom}");
+    }
+
+    #[test]
+    fn debug_does_not_dump_contents() {
+        let buf = AlignedBuffer::from_slice(&[0xab; 64], 64).unwrap();
+        let text = format!("{buf:?}");
+        assert!(
+            text.contains("len: 64") && text.contains("alignment: 64"),
+            "{text}"
+        );
+        assert!(!text.contains("171,") && !text.contains('['), "{text}");
+    }
+
+    #[test]
+    fn buffers_move_between_threads() {
+        let buf = AlignedBuffer::from_slice(b"hello", 512).unwrap();
+        let shared = std::sync::Arc::new(buf);
+        let other = std::sync::Arc::clone(&shared);
+        let got = std::thread::spawn(move || other.to_vec()).join().unwrap();
+        assert_eq!(got, b"hello");
+    }
+
+    #[test]
+    fn aligned_requests_pass() {
+        let buf = AlignedBuffer::new(8192, 512).unwrap();
+        assert_eq!(
+            check_alignment(buf.as_ptr() as usize, 8192, 4096 * 3, DIO_4K),
+            Ok(())
+        );
+        assert_eq!(check_alignment(0x200, 0, 0, DIO_4K), Ok(()));
+        let none = DirectIoAlignment {
+            memory_bytes: 0,
+            offset_bytes: 0,
+        };
+        assert_eq!(check_alignment(3, 5, 7, none), Ok(()));
+    }
+
+    #[test]
+    fn misaligned_offset_is_named() {
+        let err = check_alignment(0x1000, 4096, 4097, DIO_4K).unwrap_err();
+        assert_eq!(
+            err,
+            AlignmentError::Offset {
+                offset: 4097,
+                required: 4096
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "offset 4097 is not a multiple of 4096 (this device's direct-I/O offset \
+             alignment); align it (for example down to 4096) or use buffered I/O"
+        );
+    }
+
+    #[test]
+    fn misaligned_length_is_named() {
+        let err = check_alignment(0x1000, 5000, 8192, DIO_4K).unwrap_err();
+        assert_eq!(
+            err,
+            AlignmentError::Length {
+                length: 5000,
+                required: 4096
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "length 5000 is not a multiple of 4096 (this device's direct-I/O offset \
+             alignment); round it up to 8192 and use an AlignedBuffer of that length"
+        );
+    }
+
+    #[test]
+    fn misaligned_pointer_is_named() {
+        let err = check_alignment(0x1100, 4096, 0, DIO_4K).unwrap_err();
+        assert_eq!(
+            err,
+            AlignmentError::Pointer {
+                pointer: 0x1100,
+                required: 512
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "buffer address 0x1100 is not a multiple of 512 (this device's direct-I/O \
+             memory alignment); allocate it with AlignedBuffer::new(len, 512)"
+        );
+        let vec = [0u8; 4096 + 1];
+        let odd = vec.as_ptr() as usize | 1;
+        assert!(matches!(
+            check_alignment(odd, 4096, 0, DIO_4K),
+            Err(AlignmentError::Pointer { .. })
+        ));
+    }
+}

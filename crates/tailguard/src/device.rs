@@ -1,5 +1,536 @@
-//! Mapping files to devices (stub: to be written).
+//! Mapping files to the devices that serve them.
+//!
+//! The engine keeps one dispatcher and one in-flight budget per device, so
+//! every file it opens must first be mapped to a [`DeviceId`]. The mapping
+//! starts from the file's `st_dev` (or, for a block device node opened
+//! directly, its `st_rdev`) and looks the number up in sysfs under
+//! `/sys/dev/block/MAJ:MIN`, a symlink into `/sys/devices/...`. If the target
+//! directory holds a `partition` file, the number names a partition and the
+//! whole disk is its parent directory: its `dev` file gives the disk's
+//! `MAJ:MIN`, and the disk's `queue/` directory gives the attributes. Two files
+//! on one disk therefore share a [`DeviceId`] even when they live on
+//! different partitions, because a partition has no queue of its own. Whole
+//! disks of every kind the kernel lists under `/sys/block` (virtio `vdX`,
+//! SCSI `sdX`, NVMe namespaces, loop and device-mapper `dm-N` devices) are
+//! handled the same way. A stacked device (dm, md, loop) is treated as a
+//! device of its own: its queue is what the engine submits to, even though
+//! the kernel may forward the requests to a disk that other files use too.
+//!
+//! The queue attributes are read from `queue/rotational`,
+//! `queue/logical_block_size`, `queue/max_sectors_kb`, `queue/nr_requests`
+//! and `queue/write_cache`. A missing or unreadable attribute is not an
+//! error, since kernels differ in what they expose; it falls back to a
+//! documented default ([`DEFAULT_ROTATIONAL`], [`DEFAULT_LOGICAL_BLOCK_SIZE`],
+//! [`DEFAULT_MAX_REQUEST_BYTES`], [`DEFAULT_NR_REQUESTS`], and `None` for the
+//! write cache).
+//!
+//! A filesystem without a block device (tmpfs, overlay, proc, NFS, and
+//! filesystems such as btrfs that report an anonymous device number) has
+//! major number 0 in `st_dev`, or a number that sysfs does not list. Each
+//! such filesystem becomes one pseudo device: its id is `st_dev` with
+//! [`PSEUDO_DEVICE_TAG`] (bit 63) set, which no real `dev_t` can carry
+//! because the kernel encodes device numbers in 32 bits; its name is the
+//! filesystem type from `statfs` plus the device number, such as
+//! `tmpfs:0:27`. The sysfs root is a parameter of the internal lookup
+//! function, so the partition logic can be tested against a fake tree.
+//!
+//! [`direct_io_alignment`] asks the kernel, through `statx(STATX_DIOALIGN)`,
+//! which memory and file-offset alignment a file needs for `O_DIRECT`, and
+//! falls back to the device's logical block size when the kernel does not
+//! say.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
 
 /// Identifies a device: files with equal ids share a dispatcher and a budget.
+///
+/// For a block device this is the whole disk's `dev_t` (`makedev(maj, min)`);
+/// for a filesystem without one it is `st_dev | PSEUDO_DEVICE_TAG`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceId(pub u64);
+
+impl DeviceId {
+    /// Whether this id names a pseudo device (a filesystem without a block
+    /// device) rather than a real disk.
+    pub fn is_pseudo(self) -> bool {
+        self.0 & PSEUDO_DEVICE_TAG != 0
+    }
+}
+
+/// Bit set in the [`DeviceId`] of every pseudo device. The kernel's `dev_t`
+/// is 32 bits wide (12-bit major, 20-bit minor), and glibc's 64-bit encoding
+/// of it never reaches bit 63, so a tagged id cannot equal a real one.
+pub const PSEUDO_DEVICE_TAG: u64 = 1 << 63;
+
+/// `queue/rotational` default when the file is missing: assume a spinning
+/// disk, the conservative choice for a scheduler (less concurrency).
+pub const DEFAULT_ROTATIONAL: bool = true;
+/// `queue/logical_block_size` default, and the block size of pseudo devices.
+pub const DEFAULT_LOGICAL_BLOCK_SIZE: u32 = 512;
+/// `queue/max_sectors_kb` default (512 KiB), also used for pseudo devices.
+pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 512 * 1024;
+/// `queue/nr_requests` default: the kernel's `BLKDEV_DEFAULT_RQ`, also used
+/// for pseudo devices.
+pub const DEFAULT_NR_REQUESTS: u32 = 128;
+
+const SYSFS_ROOT: &str = "/sys";
+
+/// What the engine knows about the device behind a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The whole disk's `dev_t` for block devices; a tagged pseudo id for
+    /// filesystems without one.
+    pub id: DeviceId,
+    /// Kernel name of the whole disk (`vda`, `nvme0n1`, `loop3`, `dm-0`), or
+    /// `FSTYPE:MAJ:MIN` (such as `tmpfs:0:27`) for a pseudo device.
+    pub name: String,
+    /// False for pseudo devices.
+    pub block_device: bool,
+    /// `queue/rotational`; false for pseudo devices.
+    pub rotational: bool,
+    /// `queue/logical_block_size` in bytes (512 for pseudo devices).
+    pub logical_block_size: u32,
+    /// `queue/max_sectors_kb * 1024` (512 KiB for pseudo devices).
+    pub max_request_bytes: u64,
+    /// `queue/nr_requests`.
+    pub nr_requests: u32,
+    /// `queue/write_cache`: `Some(true)` for "write back", `Some(false)` for
+    /// "write through", `None` when unknown (and for pseudo devices).
+    pub write_cache: Option<bool>,
+}
+
+/// Alignment that `O_DIRECT` requires of a file's I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectIoAlignment {
+    /// Required alignment of the memory buffer's address, in bytes.
+    pub memory_bytes: u32,
+    /// Required alignment of file offsets and lengths, in bytes.
+    pub offset_bytes: u32,
+}
+
+/// Maps an open file to its device.
+///
+/// A file that is itself a block device node maps to that device (its
+/// `st_rdev`); any other file maps to the device holding its filesystem.
+pub fn device_of(file: &File) -> io::Result<DeviceInfo> {
+    let fd = file.as_raw_fd();
+    let describe = || match std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+        Ok(path) => format!("file descriptor {fd} ({})", path.display()),
+        Err(_) => format!("file descriptor {fd}"),
+    };
+    let meta = file.metadata().map_err(|e| context(e, &describe()))?;
+    let fs_type = || fstatfs_type(fd);
+    device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type).map_err(|e| context(e, &describe()))
+}
+
+/// Maps a path (a file, a directory, or a block device node) to its device.
+///
+/// The path is not opened, so a block device node needs no permission
+/// beyond `stat`.
+pub fn device_of_path(path: &Path) -> io::Result<DeviceInfo> {
+    let describe = || path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|e| context(e, &describe()))?;
+    let fs_type = || statfs_type(path);
+    device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type).map_err(|e| context(e, &describe()))
+}
+
+/// The alignment `O_DIRECT` I/O on `file` needs.
+///
+/// Uses `statx(STATX_DIOALIGN)` when the kernel reports it with nonzero
+/// values (kernel 6.1 and later, on filesystems that implement it). When the
+/// kernel does not report it, or reports 0 (direct I/O unsupported on this
+/// file, in which case opening with `O_DIRECT` will fail anyway), both
+/// alignments fall back to the device's logical block size.
+pub fn direct_io_alignment(file: &File, device: &DeviceInfo) -> DirectIoAlignment {
+    let fallback = DirectIoAlignment {
+        memory_bytes: device.logical_block_size,
+        offset_bytes: device.logical_block_size,
+    };
+    let mut buf = MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: the path is a NUL-terminated empty string, which with
+    // AT_EMPTY_PATH makes statx describe the open descriptor itself; `buf`
+    // points to writable memory of the size of `struct statx`, which the
+    // kernel fills in (and which is already valid all-zero memory anyway).
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            buf.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return fallback;
+    }
+    // SAFETY: `buf` was zero-initialised, which is a valid `statx` (a plain C
+    // struct of integers), and statx succeeded, so it is fully initialised.
+    let stx = unsafe { buf.assume_init() };
+    if stx.stx_mask & libc::STATX_DIOALIGN == 0
+        || stx.stx_dio_mem_align == 0
+        || stx.stx_dio_offset_align == 0
+    {
+        return fallback;
+    }
+    DirectIoAlignment {
+        memory_bytes: stx.stx_dio_mem_align,
+        offset_bytes: stx.stx_dio_offset_align,
+    }
+}
+
+fn context(err: io::Error, what: &str) -> io::Error {
+    io::Error::new(err.kind(), format!("cannot map {what} to a device: {err}"))
+}
+
+/// The common part of [`device_of`] and [`device_of_path`]: picks the device
+/// number from the metadata and resolves it against `sysfs`.
+fn device_from_stat(
+    sysfs: &Path,
+    meta: &std::fs::Metadata,
+    fs_type: impl FnOnce() -> io::Result<i64>,
+) -> io::Result<DeviceInfo> {
+    let dev = if meta.file_type().is_block_device() {
+        meta.rdev()
+    } else {
+        meta.dev()
+    };
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    if major != 0 {
+        if let Some(info) = block_device_info(sysfs, major, minor)? {
+            return Ok(info);
+        }
+    }
+    if meta.file_type().is_block_device() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "block device {major}:{minor} is not listed under {}/dev/block",
+                sysfs.display()
+            ),
+        ));
+    }
+    Ok(pseudo_device(dev, fs_type()?))
+}
+
+/// Looks `major:minor` up under `sysfs` (normally `/sys`). Returns `None`
+/// when sysfs does not list the number (a filesystem without a block
+/// device).
+fn block_device_info(sysfs: &Path, major: u32, minor: u32) -> io::Result<Option<DeviceInfo>> {
+    let link = sysfs.join(format!("dev/block/{major}:{minor}"));
+    let dir = match std::fs::canonicalize(&link) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let (disk_dir, id) = if dir.join("partition").exists() {
+        let parent = dir.parent().map(Path::to_path_buf).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("partition {} has no parent disk in sysfs", dir.display()),
+            )
+        })?;
+        let dev_file = parent.join("dev");
+        let text = std::fs::read_to_string(&dev_file).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot read whole disk number {}: {e}", dev_file.display()),
+            )
+        })?;
+        let (maj, min) = parse_maj_min(&text).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} holds {:?}, not MAJ:MIN",
+                    dev_file.display(),
+                    text.trim()
+                ),
+            )
+        })?;
+        (parent, libc::makedev(maj, min))
+    } else {
+        (dir, libc::makedev(major, minor))
+    };
+    Ok(Some(read_queue(&disk_dir, id)))
+}
+
+fn read_queue(disk_dir: &Path, id: libc::dev_t) -> DeviceInfo {
+    let name = disk_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let queue = disk_dir.join("queue");
+    let attr = |file: &str| -> Option<String> {
+        std::fs::read_to_string(queue.join(file))
+            .ok()
+            .map(|s| s.trim().to_owned())
+    };
+    let number = |file: &str| -> Option<u64> { attr(file)?.parse().ok() };
+    DeviceInfo {
+        id: DeviceId(id),
+        name,
+        block_device: true,
+        rotational: number("rotational")
+            .map(|v| v != 0)
+            .unwrap_or(DEFAULT_ROTATIONAL),
+        logical_block_size: number("logical_block_size")
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(DEFAULT_LOGICAL_BLOCK_SIZE),
+        max_request_bytes: number("max_sectors_kb")
+            .and_then(|kb| kb.checked_mul(1024))
+            .filter(|&v| v > 0)
+            .unwrap_or(DEFAULT_MAX_REQUEST_BYTES),
+        nr_requests: number("nr_requests")
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(DEFAULT_NR_REQUESTS),
+        write_cache: attr("write_cache").and_then(|s| parse_write_cache(&s)),
+    }
+}
+
+fn parse_maj_min(text: &str) -> Option<(u32, u32)> {
+    let (maj, min) = text.trim().split_once(':')?;
+    Some((maj.parse().ok()?, min.parse().ok()?))
+}
+
+fn parse_write_cache(text: &str) -> Option<bool> {
+    match text.trim() {
+        "write back" => Some(true),
+        "write through" => Some(false),
+        _ => None,
+    }
+}
+
+fn pseudo_device(dev: libc::dev_t, fs_type: i64) -> DeviceInfo {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    DeviceInfo {
+        id: DeviceId(dev | PSEUDO_DEVICE_TAG),
+        name: format!("{}:{major}:{minor}", fs_type_name(fs_type)),
+        block_device: false,
+        rotational: false,
+        logical_block_size: DEFAULT_LOGICAL_BLOCK_SIZE,
+        max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        nr_requests: DEFAULT_NR_REQUESTS,
+        write_cache: None,
+    }
+}
+
+/// A short name for a `statfs` `f_type` magic number; unknown types print as
+/// hexadecimal.
+fn fs_type_name(magic: i64) -> String {
+    let known: &[(i64, &str)] = &[
+        (0x0102_1994, "tmpfs"),
+        (0x794c_7630, "overlay"),
+        (0x9fa0, "proc"),
+        (0x6265_6572, "sysfs"),
+        (0x1373, "devtmpfs"),
+        (0x6969, "nfs"),
+        (0x6573_5546, "fuse"),
+        (0x9123_683e, "btrfs"),
+        (0x2fc1_2fc1, "zfs"),
+        (0x6367_7270, "cgroup2"),
+        (0x0027_e0eb, "cgroup"),
+        (0x9584_58f6, "hugetlbfs"),
+        (0x1cd1, "devpts"),
+        (0x6462_6720, "debugfs"),
+        (0x7472_6163, "tracefs"),
+        (0xef53, "ext4"),
+        (0x5846_5342, "xfs"),
+        (0xff53_4d42, "cifs"),
+        (0x0102_1997, "9p"),
+        (0x5346_414f, "afs"),
+        (0x4244, "hfs"),
+        (0x6e73_6673, "nsfs"),
+        (0x5049_5045, "pipefs"),
+        (0x534f_434b, "sockfs"),
+    ];
+    // statfs reports f_type as a signed word; compare its low 32 bits.
+    let magic32 = magic & 0xffff_ffff;
+    known
+        .iter()
+        .find(|(m, _)| *m == magic32)
+        .map(|(_, n)| (*n).to_owned())
+        .unwrap_or_else(|| format!("fs{magic32:#x}"))
+}
+
+/// `f_type` widened to `i64`: it is `i64` on x86_64 but `i32` or `u32` on
+/// other targets, so the conversion is the identity only on some of them.
+#[allow(clippy::useless_conversion)]
+fn f_type_of(st: &libc::statfs) -> i64 {
+    i64::from(st.f_type)
+}
+
+fn fstatfs_type(fd: libc::c_int) -> io::Result<i64> {
+    let mut buf = MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `fd` is an open descriptor borrowed from a live `File`, and
+    // `buf` points to writable memory the size of `struct statfs`.
+    let rc = unsafe { libc::fstatfs(fd, buf.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: zero-initialised (a valid plain C struct) and filled in by a
+    // successful fstatfs.
+    let st = unsafe { buf.assume_init() };
+    Ok(f_type_of(&st))
+}
+
+fn statfs_type(path: &Path) -> io::Result<i64> {
+    let c_path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    let mut buf = MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the
+    // call, and `buf` points to writable memory the size of `struct statfs`.
+    let rc = unsafe { libc::statfs(c_path.as_ptr(), buf.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: zero-initialised (a valid plain C struct) and filled in by a
+    // successful statfs.
+    let st = unsafe { buf.assume_init() };
+    Ok(f_type_of(&st))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+    use std::path::PathBuf;
+
+    /// A scratch directory removed on drop, even when a test fails.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            let dir = std::env::temp_dir().join(format!(
+                "tailguard-device-{tag}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// Builds a fake sysfs with disk `sda` (8:0) holding partition `sda1`
+    /// (8:1), plus `vdb` (252:16) whose queue lacks every attribute file.
+    fn fake_sysfs(root: &Path) {
+        let sda = root.join("devices/pci0000:00/host0/block/sda");
+        write(&sda.join("dev"), "8:0\n");
+        write(&sda.join("queue/rotational"), "1\n");
+        write(&sda.join("queue/logical_block_size"), "4096\n");
+        write(&sda.join("queue/max_sectors_kb"), "1280\n");
+        write(&sda.join("queue/nr_requests"), "64\n");
+        write(&sda.join("queue/write_cache"), "write through\n");
+        write(&sda.join("sda1/dev"), "8:1\n");
+        write(&sda.join("sda1/partition"), "1\n");
+        let vdb = root.join("devices/virtio2/block/vdb");
+        std::fs::create_dir_all(vdb.join("queue")).unwrap();
+        write(&vdb.join("dev"), "252:16\n");
+        std::fs::create_dir_all(root.join("dev/block")).unwrap();
+        symlink(
+            "../../devices/pci0000:00/host0/block/sda",
+            root.join("dev/block/8:0"),
+        )
+        .unwrap();
+        symlink(
+            "../../devices/pci0000:00/host0/block/sda/sda1",
+            root.join("dev/block/8:1"),
+        )
+        .unwrap();
+        symlink(
+            "../../devices/virtio2/block/vdb",
+            root.join("dev/block/252:16"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn partition_maps_to_whole_disk_in_fake_sysfs() {
+        let scratch = Scratch::new("part");
+        fake_sysfs(&scratch.0);
+        let disk = block_device_info(&scratch.0, 8, 0).unwrap().unwrap();
+        let part = block_device_info(&scratch.0, 8, 1).unwrap().unwrap();
+        assert_eq!(disk, part);
+        assert_eq!(part.id, DeviceId(libc::makedev(8, 0)));
+        assert_eq!(part.name, "sda");
+        assert!(part.block_device);
+        assert!(part.rotational);
+        assert_eq!(part.logical_block_size, 4096);
+        assert_eq!(part.max_request_bytes, 1280 * 1024);
+        assert_eq!(part.nr_requests, 64);
+        assert_eq!(part.write_cache, Some(false));
+    }
+
+    #[test]
+    fn missing_queue_files_use_defaults() {
+        let scratch = Scratch::new("defaults");
+        fake_sysfs(&scratch.0);
+        let vdb = block_device_info(&scratch.0, 252, 16).unwrap().unwrap();
+        assert_eq!(vdb.name, "vdb");
+        assert_eq!(vdb.id, DeviceId(libc::makedev(252, 16)));
+        assert_eq!(vdb.rotational, DEFAULT_ROTATIONAL);
+        assert_eq!(vdb.logical_block_size, DEFAULT_LOGICAL_BLOCK_SIZE);
+        assert_eq!(vdb.max_request_bytes, DEFAULT_MAX_REQUEST_BYTES);
+        assert_eq!(vdb.nr_requests, DEFAULT_NR_REQUESTS);
+        assert_eq!(vdb.write_cache, None);
+    }
+
+    #[test]
+    fn unlisted_number_is_not_a_block_device() {
+        let scratch = Scratch::new("unlisted");
+        fake_sysfs(&scratch.0);
+        assert_eq!(block_device_info(&scratch.0, 8, 2).unwrap(), None);
+    }
+
+    #[test]
+    fn partition_with_broken_parent_is_an_error() {
+        let scratch = Scratch::new("broken");
+        fake_sysfs(&scratch.0);
+        write(
+            &scratch.0.join("devices/pci0000:00/host0/block/sda/dev"),
+            "garbage\n",
+        );
+        let err = block_device_info(&scratch.0, 8, 1).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("not MAJ:MIN"), "{err}");
+    }
+
+    #[test]
+    fn parses_sysfs_values() {
+        assert_eq!(parse_maj_min("259:3\n"), Some((259, 3)));
+        assert_eq!(parse_maj_min("259"), None);
+        assert_eq!(parse_write_cache("write back\n"), Some(true));
+        assert_eq!(parse_write_cache("write through"), Some(false));
+        assert_eq!(parse_write_cache("unknown"), None);
+    }
+
+    #[test]
+    fn pseudo_ids_never_equal_real_dev_t() {
+        let biggest_real = libc::makedev(0xfff, 0xf_ffff);
+        assert_eq!(biggest_real & PSEUDO_DEVICE_TAG, 0);
+        let pseudo = pseudo_device(libc::makedev(0, 27), 0x0102_1994);
+        assert!(pseudo.id.is_pseudo());
+        assert_eq!(pseudo.id.0 & !PSEUDO_DEVICE_TAG, libc::makedev(0, 27));
+        assert_eq!(pseudo.name, "tmpfs:0:27");
+        assert!(!pseudo.block_device);
+        assert_eq!(fs_type_name(0x1234_5678), "fs0x12345678");
+    }
+}
