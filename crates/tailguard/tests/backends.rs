@@ -450,6 +450,45 @@ fn run_batch_after_push(backend: &mut dyn Backend, count: usize) -> Vec<OpResult
 }
 
 #[test]
+fn completions_beyond_the_completion_queue_are_not_lost() {
+    // io_uring: 6 submits of 8 nops without reaping overflow a 16-entry
+    // completion queue. Threads: depth bounds in-flight ops, so later rounds push
+    // nothing until the first is reaped.
+    for_each_backend(8, |backend| {
+        let mut next = 0u64;
+        for _ in 0..6 {
+            loop {
+                let op = Op {
+                    user_data: next,
+                    fd: -1,
+                    kind: OpKind::Nop,
+                    buffer: std::ptr::null_mut(),
+                    length: 0,
+                    offset: 0,
+                };
+                // SAFETY: nops have no buffer.
+                if unsafe { backend.push(op) }.is_err() {
+                    break;
+                }
+                next += 1;
+            }
+            backend.submit(false).expect("submit");
+        }
+        assert_eq!(backend.in_flight(), next as usize);
+        println!(
+            "{}: {next} ops in flight before the first reap",
+            backend.kind()
+        );
+        let mut results = Vec::new();
+        while backend.in_flight() > 0 {
+            backend.submit(true).expect("submit and wait");
+            backend.reap(&mut results);
+        }
+        check_results(&results, &(0..next).map(|data| (data, 0)).collect());
+    });
+}
+
+#[test]
 fn auto_falls_back_to_threads_when_io_uring_is_forbidden() {
     let config = BackendConfig {
         choice: BackendChoice::Auto,
