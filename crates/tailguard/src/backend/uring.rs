@@ -21,7 +21,17 @@
 //! [`Backend::push`] only writes a submission queue entry; [`Backend::submit`]
 //! hands all of them to the kernel in one `io_uring_enter`, which with `wait` also
 //! sleeps until at least one completion is posted. [`Backend::reap`] copies every
-//! posted completion out of the completion queue in one pass.
+//! posted completion out of the completion queue in one pass. With
+//! `DEFER_TASKRUN` the kernel posts completions only inside `io_uring_enter`, so
+//! every enter here carries `GETEVENTS` and `reap` returns what the last `submit`
+//! posted: the engine's loop (push, submit, reap) is what makes progress.
+//!
+//! `depth` bounds the ops pushed between two submits (the submission queue), not
+//! the ops in flight: the engine's budgets bound those. Completions beyond the
+//! completion queue's size (twice the depth) are kept by the kernel
+//! (`IORING_FEAT_NODROP`) and posted as room frees up; an older kernel that
+//! answers EBUSY instead gets its completion queue emptied into a side list
+//! (returned by the next `reap`) before `submit` retries.
 //!
 //! # Wake-up
 //!
