@@ -1,16 +1,219 @@
-//! The thread-pool backend (stub: to be written).
+//! The thread-pool backend: `pread`/`pwrite`/`fsync`/`fdatasync` on worker threads,
+//! for kernels and containers without io_uring.
+//!
+//! # Batching
+//!
+//! [`Backend::push`] only stages the op in a `Vec` owned by the engine thread;
+//! [`Backend::submit`] moves every staged op into the shared work queue under one
+//! lock acquisition and wakes as many workers as it handed ops. Workers take one
+//! op at a time, make a single system call for it (retried only on EINTR; a short
+//! transfer is reported as such) and append the [`OpResult`] to the shared
+//! completion list, which [`Backend::reap`] empties in one lock acquisition.
+//! `depth` bounds staged plus submitted-but-not-reaped ops: past it `push` hands
+//! the op back.
+//!
+//! # Wake-up
+//!
+//! `submit(true)` sleeps on the completion condvar until the completion list is
+//! not empty or the `woken` flag (set by [`EngineWaker::wake`], under the same
+//! mutex) is up, and clears the flag as it returns: a wake that arrives while the
+//! engine is busy makes its next wait return at once, so none is lost.
+//!
+//! # Drop order
+//!
+//! Dropping the pool raises the shutdown flag, wakes every worker and joins them.
+//! A worker finishes the op it is running and then exits without taking more;
+//! ops still queued are abandoned unexecuted. Buffers stay valid throughout
+//! because the engine drains every op before dropping its backend (see the
+//! safety contract in [`super`]), so at that point the queue is empty and no
+//! worker is running anything.
 
-use super::{Backend, BackendKind, EngineWaker, Op, OpResult};
+use super::{Backend, BackendKind, EngineWaker, Op, OpKind, OpResult};
+use std::collections::VecDeque;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
-/// A pool of threads doing `pread`/`pwrite`/`fsync`.
-pub struct ThreadPool {}
+/// The work queue: ops handed over by `submit`, not yet taken by a worker.
+struct Work {
+    queue: VecDeque<Op>,
+    shutdown: bool,
+}
+
+/// The completion side: results not yet reaped, and the wake flag.
+struct Done {
+    results: Vec<OpResult>,
+    woken: bool,
+}
+
+/// State shared by the engine, the workers and the waker.
+struct Shared {
+    work: Mutex<Work>,
+    work_ready: Condvar,
+    done: Mutex<Done>,
+    done_ready: Condvar,
+}
+
+/// Locks `mutex`, ignoring poisoning: every critical section here leaves the
+/// protected data consistent (pushes and drains of plain values), and a worker
+/// never panics while holding a lock.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A pool of threads doing `pread`/`pwrite`/`fsync`; see the module docs.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    /// Ops pushed since the last submit.
+    staged: Vec<Op>,
+    /// Most ops staged or in flight.
+    depth: usize,
+    /// Ops pushed and not yet reaped (staged ones included).
+    in_flight: usize,
+    workers: Vec<JoinHandle<()>>,
+    waker: Arc<PoolWaker>,
+}
 
 impl ThreadPool {
-    /// `threads` workers; at most `depth` ops in flight.
-    pub fn new(_threads: usize, _depth: u32) -> io::Result<Self> {
-        Err(io::Error::other("not yet written"))
+    /// `threads` workers; at most `depth` ops in flight. Both must be at least 1.
+    pub fn new(threads: usize, depth: u32) -> io::Result<Self> {
+        if threads == 0 || depth == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the thread-pool backend needs at least one thread and a depth of at least 1 \
+                     (got {threads} threads, depth {depth})"
+                ),
+            ));
+        }
+        let shared = Arc::new(Shared {
+            work: Mutex::new(Work {
+                queue: VecDeque::with_capacity(depth as usize),
+                shutdown: false,
+            }),
+            work_ready: Condvar::new(),
+            done: Mutex::new(Done {
+                results: Vec::with_capacity(depth as usize),
+                woken: false,
+            }),
+            done_ready: Condvar::new(),
+        });
+        let mut pool = Self {
+            waker: Arc::new(PoolWaker {
+                shared: shared.clone(),
+            }),
+            shared,
+            staged: Vec::with_capacity(depth as usize),
+            depth: depth as usize,
+            in_flight: 0,
+            workers: Vec::with_capacity(threads),
+        };
+        for index in 0..threads {
+            let shared = pool.shared.clone();
+            // On error `pool` is dropped, which stops and joins the workers
+            // already started.
+            let worker = std::thread::Builder::new()
+                .name(format!("tailguard-io-{index}"))
+                .spawn(move || worker(&shared))?;
+            pool.workers.push(worker);
+        }
+        Ok(pool)
+    }
+}
+
+/// A worker: takes ops one at a time until shutdown.
+fn worker(shared: &Shared) {
+    loop {
+        let op = {
+            let mut work = lock(&shared.work);
+            loop {
+                if work.shutdown {
+                    return;
+                }
+                if let Some(op) = work.queue.pop_front() {
+                    break op;
+                }
+                work = shared
+                    .work_ready
+                    .wait(work)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        };
+        // SAFETY: the op was pushed under the `Backend::push` contract: its buffer
+        // is alive and untouched by anyone else until its completion is reaped,
+        // which cannot happen before the result below is published.
+        let result = unsafe { perform(&op) };
+        let mut done = lock(&shared.done);
+        done.results.push(OpResult {
+            user_data: op.user_data,
+            result,
+        });
+        drop(done);
+        shared.done_ready.notify_one();
+    }
+}
+
+/// Runs one op with a single system call (repeated only on EINTR); returns the
+/// bytes transferred, 0, or `-errno`.
+///
+/// # Safety
+///
+/// For reads and writes, `op.buffer` must point to `op.length` bytes that nobody
+/// else reads or writes during the call.
+unsafe fn perform(op: &Op) -> i32 {
+    let offset = || libc::off_t::try_from(op.offset).ok();
+    match op.kind {
+        OpKind::Read => match offset() {
+            // SAFETY: the caller guarantees `op.length` writable bytes at
+            // `op.buffer`; the kernel validates the descriptor.
+            Some(offset) => retry_on_eintr(|| unsafe {
+                libc::pread(
+                    op.fd,
+                    op.buffer.cast::<libc::c_void>(),
+                    op.length as usize,
+                    offset,
+                )
+            }),
+            None => -libc::EINVAL,
+        },
+        OpKind::Write => match offset() {
+            // SAFETY: the caller guarantees `op.length` readable bytes at
+            // `op.buffer`; the kernel validates the descriptor.
+            Some(offset) => retry_on_eintr(|| unsafe {
+                libc::pwrite(
+                    op.fd,
+                    op.buffer.cast_const().cast::<libc::c_void>(),
+                    op.length as usize,
+                    offset,
+                )
+            }),
+            None => -libc::EINVAL,
+        },
+        // SAFETY: fsync takes no pointers; the kernel validates the descriptor.
+        OpKind::Fsync => retry_on_eintr(|| unsafe { libc::fsync(op.fd) } as isize),
+        // SAFETY: as above.
+        OpKind::Fdatasync => retry_on_eintr(|| unsafe { libc::fdatasync(op.fd) } as isize),
+        OpKind::Nop => 0,
+    }
+}
+
+/// Makes `call` (one system call) until it does not fail with EINTR; returns its
+/// result (bytes, or 0 for syncs) or `-errno`.
+fn retry_on_eintr(mut call: impl FnMut() -> isize) -> i32 {
+    loop {
+        let returned = call();
+        if returned >= 0 {
+            // Linux transfers at most 0x7fff_f000 bytes per call, so this fits.
+            return i32::try_from(returned).unwrap_or(i32::MAX);
+        }
+        let errno = io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if errno != libc::EINTR {
+            return -errno;
+        }
     }
 }
 
@@ -18,19 +221,84 @@ impl Backend for ThreadPool {
     fn kind(&self) -> BackendKind {
         BackendKind::Threads
     }
-    unsafe fn push(&mut self, _op: Op) -> Result<(), Op> {
-        unimplemented!()
+
+    unsafe fn push(&mut self, op: Op) -> Result<(), Op> {
+        if self.in_flight >= self.depth {
+            return Err(op);
+        }
+        self.staged.push(op);
+        self.in_flight += 1;
+        Ok(())
     }
-    fn submit(&mut self, _wait: bool) -> io::Result<()> {
-        unimplemented!()
+
+    fn submit(&mut self, wait: bool) -> io::Result<()> {
+        let handed = self.staged.len();
+        if handed > 0 {
+            let mut work = lock(&self.shared.work);
+            work.queue.extend(self.staged.drain(..));
+            drop(work);
+            if handed >= self.workers.len() {
+                self.shared.work_ready.notify_all();
+            } else {
+                for _ in 0..handed {
+                    self.shared.work_ready.notify_one();
+                }
+            }
+        }
+        if wait {
+            let mut done = lock(&self.shared.done);
+            while done.results.is_empty() && !done.woken {
+                done = self
+                    .shared
+                    .done_ready
+                    .wait(done)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            done.woken = false;
+        }
+        Ok(())
     }
-    fn reap(&mut self, _out: &mut Vec<OpResult>) {
-        unimplemented!()
+
+    fn reap(&mut self, out: &mut Vec<OpResult>) {
+        let mut done = lock(&self.shared.done);
+        let reaped = done.results.len();
+        out.append(&mut done.results);
+        drop(done);
+        self.in_flight -= reaped;
     }
+
     fn waker(&self) -> Arc<dyn EngineWaker> {
-        unimplemented!()
+        self.waker.clone()
     }
+
     fn in_flight(&self) -> usize {
-        unimplemented!()
+        self.in_flight
+    }
+}
+
+impl Drop for ThreadPool {
+    /// Stops and joins the workers. Each finishes the op it is running; queued
+    /// ops are abandoned. The engine drains before dropping its backend, so no op
+    /// is running or queued here and no buffer is touched after this returns.
+    fn drop(&mut self) {
+        lock(&self.shared.work).shutdown = true;
+        self.shared.work_ready.notify_all();
+        for worker in self.workers.drain(..) {
+            // A worker that panicked has nothing left to clean up.
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Sets the `woken` flag and wakes the engine's wait.
+struct PoolWaker {
+    shared: Arc<Shared>,
+}
+
+impl EngineWaker for PoolWaker {
+    fn wake(&self) {
+        lock(&self.shared.done).woken = true;
+        // Only the engine thread waits on this condvar.
+        self.shared.done_ready.notify_all();
     }
 }

@@ -1,0 +1,552 @@
+//! Both backends against the `Backend` contract: O_DIRECT writes and reads in one
+//! batch, nops, errors as `-errno`, wake-ups, a full queue, and the `auto`
+//! fallback. Every test runs on its own thread with a watchdog, so a hang fails
+//! instead of blocking the run; backends are created on the thread that uses
+//! them (the io_uring ring may be single-issuer).
+
+use std::alloc::{self, Layout};
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tailguard::backend::threads::ThreadPool;
+use tailguard::backend::uring::Uring;
+use tailguard::backend::{
+    auto, refusal_reason, Backend, BackendChoice, BackendConfig, BackendKind, Op, OpKind, OpResult,
+};
+
+/// How long any one test may take before it counts as hung.
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+/// Opens the backend of `kind`, or `None` (with the reason printed) when io_uring
+/// is refused here.
+fn open(kind: BackendKind, depth: u32) -> Option<Box<dyn Backend>> {
+    match kind {
+        BackendKind::Threads => Some(Box::new(
+            ThreadPool::new(2, depth).expect("the thread pool starts"),
+        )),
+        BackendKind::IoUring => match Uring::new(depth) {
+            Ok(ring) => {
+                println!("io_uring features accepted: {:?}", ring.features());
+                Some(Box::new(ring))
+            }
+            Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+                println!("skipping io_uring: {} ({error})", refusal_reason(&error));
+                None
+            }
+            Err(error) => panic!("io_uring setup failed: {error}"),
+        },
+    }
+}
+
+/// Runs `test` against each backend, each on a fresh thread that creates the
+/// backend and uses it, failing if it takes longer than [`WATCHDOG`].
+fn for_each_backend(depth: u32, test: fn(&mut dyn Backend)) {
+    for kind in [BackendKind::Threads, BackendKind::IoUring] {
+        let (done, finished) = mpsc::channel();
+        let runner = std::thread::spawn(move || {
+            if let Some(mut backend) = open(kind, depth) {
+                assert_eq!(backend.kind(), kind);
+                test(backend.as_mut());
+            }
+            let _ = done.send(());
+        });
+        match finished.recv_timeout(WATCHDOG) {
+            Ok(()) => runner.join().expect("the test thread finished"),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // The test panicked: re-raise its panic here.
+                if let Err(panic) = runner.join() {
+                    eprintln!("backend {kind} failed");
+                    std::panic::resume_unwind(panic);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("backend {kind}: hung"),
+        }
+    }
+}
+
+/// Pushes `ops` (all must fit), submits them in one call, and waits until every
+/// one has completed; returns the completions in arrival order.
+fn run_batch(backend: &mut dyn Backend, ops: &[Op]) -> Vec<OpResult> {
+    for op in ops {
+        // SAFETY: the callers' buffers outlive this function, which returns only
+        // after every op has been reaped.
+        unsafe { backend.push(*op) }.expect("the batch fits the queue");
+    }
+    assert_eq!(backend.in_flight(), ops.len());
+    backend.submit(false).expect("submit");
+    let mut results = Vec::with_capacity(ops.len());
+    while results.len() < ops.len() {
+        backend.submit(true).expect("submit and wait");
+        backend.reap(&mut results);
+    }
+    assert_eq!(results.len(), ops.len(), "no extra completions");
+    assert_eq!(backend.in_flight(), 0);
+    results
+}
+
+/// Checks that each op completed exactly once, with the expected result.
+fn check_results(results: &[OpResult], expected: &HashMap<u64, i32>) {
+    let mut seen = HashMap::new();
+    for result in results {
+        assert!(
+            seen.insert(result.user_data, result.result).is_none(),
+            "user_data {} completed twice",
+            result.user_data
+        );
+    }
+    assert_eq!(&seen, expected);
+}
+
+/// A heap buffer aligned for O_DIRECT.
+struct AlignedBuffer {
+    pointer: *mut u8,
+    layout: Layout,
+}
+
+impl AlignedBuffer {
+    fn zeroed(length: usize) -> Self {
+        let layout = Layout::from_size_align(length, 4096).expect("a valid layout");
+        // SAFETY: the layout has a non-zero size.
+        let pointer = unsafe { alloc::alloc_zeroed(layout) };
+        assert!(!pointer.is_null(), "allocation failed");
+        Self { pointer, layout }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `layout.size()` initialized bytes, alive as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.pointer, self.layout.size()) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes it exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.pointer, self.layout.size()) }
+    }
+
+    /// The start of the `index`th block of `block` bytes.
+    fn block(&self, index: usize, block: usize) -> *mut u8 {
+        assert!((index + 1) * block <= self.layout.size());
+        // SAFETY: in bounds, checked above.
+        unsafe { self.pointer.add(index * block) }
+    }
+}
+
+impl Drop for AlignedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout.
+        unsafe { alloc::dealloc(self.pointer, self.layout) }
+    }
+}
+
+/// A file opened with O_DIRECT, removed on drop.
+struct DirectFile {
+    path: PathBuf,
+    file: OwnedFd,
+}
+
+impl DirectFile {
+    /// Creates it in the temporary directory, or, where that filesystem refuses
+    /// O_DIRECT (tmpfs: EINVAL), under the target directory or the current one.
+    fn create(name: &str) -> Self {
+        let directories = [
+            std::env::temp_dir(),
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+            std::env::current_dir().expect("a current directory"),
+        ];
+        for directory in directories {
+            let path = directory.join(format!(
+                "tailguard-backends-{}-{name}.tmp",
+                std::process::id()
+            ));
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&path)
+            {
+                Ok(file) => {
+                    return Self {
+                        path,
+                        file: file.into(),
+                    }
+                }
+                Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+                    println!("no O_DIRECT in {}: {error}", directory.display());
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(error) => panic!("cannot create {}: {error}", path.display()),
+            }
+        }
+        panic!("no directory here takes O_DIRECT");
+    }
+}
+
+impl Drop for DirectFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+const BLOCK: usize = 4096;
+const BLOCKS: usize = 64;
+
+/// The byte at `position` of block `block`.
+fn pattern(block: usize, position: usize) -> u8 {
+    (block.wrapping_mul(31) ^ position.wrapping_mul(7) ^ (position >> 8)) as u8
+}
+
+#[test]
+fn o_direct_write_sync_read_back_in_batches() {
+    for_each_backend(64, |backend| {
+        let file = DirectFile::create(&format!("data-{}", backend.kind()));
+        let fd = file.file.as_raw_fd();
+        let mut source = AlignedBuffer::zeroed(BLOCK * BLOCKS);
+        for (index, byte) in source.as_mut_slice().iter_mut().enumerate() {
+            *byte = pattern(index / BLOCK, index % BLOCK);
+        }
+
+        // 64 writes in one batch, in reverse order of offsets for good measure.
+        let writes: Vec<Op> = (0..BLOCKS)
+            .rev()
+            .map(|block| Op {
+                user_data: block as u64,
+                fd,
+                kind: OpKind::Write,
+                buffer: source.block(block, BLOCK),
+                length: BLOCK as u32,
+                offset: (block * BLOCK) as u64,
+            })
+            .collect();
+        let results = run_batch(backend, &writes);
+        check_results(
+            &results,
+            &(0..BLOCKS)
+                .map(|block| (block as u64, BLOCK as i32))
+                .collect(),
+        );
+
+        let syncs = [
+            Op {
+                user_data: 1000,
+                fd,
+                kind: OpKind::Fdatasync,
+                buffer: std::ptr::null_mut(),
+                length: 0,
+                offset: 0,
+            },
+            Op {
+                user_data: 1001,
+                fd,
+                kind: OpKind::Fsync,
+                buffer: std::ptr::null_mut(),
+                length: 0,
+                offset: 0,
+            },
+        ];
+        let results = run_batch(backend, &syncs[..1]);
+        check_results(&results, &[(1000, 0)].into());
+        let results = run_batch(backend, &syncs[1..]);
+        check_results(&results, &[(1001, 0)].into());
+
+        // 63 block reads plus one read past the end of the file (short: 0 bytes).
+        let target = AlignedBuffer::zeroed(BLOCK * (BLOCKS + 1));
+        let reads: Vec<Op> = (0..=BLOCKS)
+            .map(|block| Op {
+                user_data: 2000 + block as u64,
+                fd,
+                kind: OpKind::Read,
+                buffer: target.block(block, BLOCK),
+                length: BLOCK as u32,
+                offset: (block * BLOCK) as u64,
+            })
+            .collect();
+        let results = run_batch(backend, &reads[..BLOCKS]);
+        let mut expected: HashMap<u64, i32> = (0..BLOCKS)
+            .map(|block| (2000 + block as u64, BLOCK as i32))
+            .collect();
+        check_results(&results, &expected);
+        let results = run_batch(backend, &reads[BLOCKS..]);
+        expected.clear();
+        expected.insert(2000 + BLOCKS as u64, 0);
+        check_results(&results, &expected);
+
+        assert!(
+            target.as_slice()[..BLOCK * BLOCKS] == *source.as_slice(),
+            "read back what was written"
+        );
+    });
+}
+
+#[test]
+fn nops_complete_with_zero() {
+    for_each_backend(32, |backend| {
+        let nops: Vec<Op> = (0..32)
+            .map(|index| Op {
+                user_data: 7 + index,
+                fd: -1,
+                kind: OpKind::Nop,
+                buffer: std::ptr::null_mut(),
+                length: 0,
+                offset: 0,
+            })
+            .collect();
+        for _ in 0..3 {
+            let results = run_batch(backend, &nops);
+            check_results(&results, &(7..7 + 32).map(|data| (data, 0)).collect());
+        }
+    });
+}
+
+#[test]
+fn errors_come_back_as_negative_errno() {
+    for_each_backend(8, |backend| {
+        let buffer = AlignedBuffer::zeroed(BLOCK);
+        let op = |user_data, kind| Op {
+            user_data,
+            fd: -1,
+            kind,
+            buffer: buffer.block(0, BLOCK),
+            length: BLOCK as u32,
+            offset: 0,
+        };
+        let ops = [
+            op(1, OpKind::Read),
+            op(2, OpKind::Write),
+            op(3, OpKind::Fsync),
+            op(4, OpKind::Fdatasync),
+        ];
+        let results = run_batch(backend, &ops);
+        check_results(
+            &results,
+            &(1..=4).map(|data| (data, -libc::EBADF)).collect(),
+        );
+
+        // An O_DIRECT write at a misaligned file offset (memory alignment may be
+        // relaxed, file offsets are not): EINVAL, and the backend keeps working.
+        let file = DirectFile::create(&format!("misaligned-{}", backend.kind()));
+        let misaligned = Op {
+            user_data: 5,
+            fd: file.file.as_raw_fd(),
+            kind: OpKind::Write,
+            buffer: buffer.block(0, BLOCK),
+            length: 512,
+            offset: 1,
+        };
+        let results = run_batch(backend, &[misaligned]);
+        check_results(&results, &[(5, -libc::EINVAL)].into());
+    });
+}
+
+#[test]
+fn wake_ends_a_wait_with_nothing_in_flight() {
+    for kind in [BackendKind::Threads, BackendKind::IoUring] {
+        let (waker_tx, waker_rx) = mpsc::channel();
+        let (returned_tx, returned_rx) = mpsc::channel();
+        let engine = std::thread::spawn(move || {
+            let Some(mut backend) = open(kind, 8) else {
+                let _ = waker_tx.send(None);
+                return;
+            };
+            waker_tx
+                .send(Some(backend.waker()))
+                .expect("main is waiting");
+            // Two rounds: the wake read (io_uring) must be re-armed properly.
+            for round in 0..2 {
+                assert_eq!(backend.in_flight(), 0);
+                backend.submit(true).expect("submit and wait");
+                let mut results = Vec::new();
+                backend.reap(&mut results);
+                assert!(results.is_empty(), "a wake is not a completion");
+                returned_tx.send(round).expect("main is waiting");
+            }
+            // A wake that arrives before the wait makes it return at once.
+            backend.waker().wake();
+            backend.submit(true).expect("submit and wait");
+            let mut results = Vec::new();
+            backend.reap(&mut results);
+            assert!(results.is_empty());
+            returned_tx.send(2).expect("main is waiting");
+        });
+        let Some(waker) = waker_rx.recv_timeout(WATCHDOG).expect("the engine started") else {
+            engine.join().expect("the engine thread");
+            continue;
+        };
+        for round in 0..2 {
+            // Give the engine time to fall asleep: it must not return on its own.
+            assert!(
+                returned_rx
+                    .recv_timeout(Duration::from_millis(100))
+                    .is_err(),
+                "{kind}: submit(true) returned with nothing to report"
+            );
+            waker.wake();
+            assert_eq!(
+                returned_rx.recv_timeout(WATCHDOG),
+                Ok(round),
+                "{kind}: the wake ended the wait"
+            );
+        }
+        assert_eq!(returned_rx.recv_timeout(WATCHDOG), Ok(2), "{kind}");
+        engine.join().expect("the engine thread");
+    }
+}
+
+#[test]
+fn pushing_past_depth_returns_the_op() {
+    for_each_backend(8, |backend| {
+        let op = |user_data| Op {
+            user_data,
+            fd: -1,
+            kind: OpKind::Nop,
+            buffer: std::ptr::null_mut(),
+            length: 0,
+            offset: 0,
+        };
+        for user_data in 0..8 {
+            // SAFETY: nops have no buffer.
+            unsafe { backend.push(op(user_data)) }.expect("within depth");
+        }
+        let extra = Op {
+            user_data: 99,
+            fd: 3,
+            kind: OpKind::Read,
+            buffer: 0x1000 as *mut u8,
+            length: 4096,
+            offset: 8192,
+        };
+        // SAFETY: the op is refused, so its (bogus) buffer is never used.
+        assert_eq!(unsafe { backend.push(extra) }, Err(extra));
+        assert_eq!(backend.in_flight(), 8);
+        backend.submit(false).expect("submit");
+        let mut results = Vec::new();
+        while results.len() < 8 {
+            backend.submit(true).expect("submit and wait");
+            backend.reap(&mut results);
+        }
+        check_results(&results, &(0..8).map(|data| (data, 0)).collect());
+        // Room again.
+        // SAFETY: nops have no buffer.
+        unsafe { backend.push(op(8)) }.expect("room after reaping");
+        let _ = run_batch_after_push(backend, 1);
+    });
+}
+
+/// Submits and waits for `count` ops already pushed.
+fn run_batch_after_push(backend: &mut dyn Backend, count: usize) -> Vec<OpResult> {
+    backend.submit(false).expect("submit");
+    let mut results = Vec::new();
+    while results.len() < count {
+        backend.submit(true).expect("submit and wait");
+        backend.reap(&mut results);
+    }
+    results
+}
+
+#[test]
+fn completions_beyond_the_completion_queue_are_not_lost() {
+    // io_uring: 6 submits of 8 nops without reaping overflow a 16-entry
+    // completion queue. Threads: depth bounds in-flight ops, so later rounds push
+    // nothing until the first is reaped.
+    for_each_backend(8, |backend| {
+        let mut next = 0u64;
+        for _ in 0..6 {
+            loop {
+                let op = Op {
+                    user_data: next,
+                    fd: -1,
+                    kind: OpKind::Nop,
+                    buffer: std::ptr::null_mut(),
+                    length: 0,
+                    offset: 0,
+                };
+                // SAFETY: nops have no buffer.
+                if unsafe { backend.push(op) }.is_err() {
+                    break;
+                }
+                next += 1;
+            }
+            backend.submit(false).expect("submit");
+        }
+        assert_eq!(backend.in_flight(), next as usize);
+        println!(
+            "{}: {next} ops in flight before the first reap",
+            backend.kind()
+        );
+        let mut results = Vec::new();
+        while backend.in_flight() > 0 {
+            backend.submit(true).expect("submit and wait");
+            backend.reap(&mut results);
+        }
+        check_results(&results, &(0..next).map(|data| (data, 0)).collect());
+    });
+}
+
+#[test]
+fn auto_falls_back_to_threads_when_io_uring_is_forbidden() {
+    let config = BackendConfig {
+        choice: BackendChoice::Auto,
+        ring_depth: 16,
+        threads: 2,
+    };
+    let refused = || io::Error::from_raw_os_error(libc::EPERM);
+    let mut backend =
+        auto(config, |_depth| Err::<Uring, _>(refused())).expect("threads as a fallback");
+    assert_eq!(backend.kind(), BackendKind::Threads);
+    assert!(refusal_reason(&refused()).contains("seccomp"));
+    let results = run_batch(
+        backend.as_mut(),
+        &[Op {
+            user_data: 1,
+            fd: -1,
+            kind: OpKind::Nop,
+            buffer: std::ptr::null_mut(),
+            length: 0,
+            offset: 0,
+        }],
+    );
+    check_results(&results, &[(1, 0)].into());
+}
+
+#[test]
+#[ignore = "benchmark: run by hand, prints NOP rate"]
+fn nop_rate() {
+    const BATCH: usize = 32;
+    for_each_backend(64, |backend| {
+        let mut results = Vec::with_capacity(BATCH);
+        let start = Instant::now();
+        let mut completed = 0u64;
+        while start.elapsed() < Duration::from_secs(1) {
+            for index in 0..BATCH {
+                let op = Op {
+                    user_data: index as u64,
+                    fd: -1,
+                    kind: OpKind::Nop,
+                    buffer: std::ptr::null_mut(),
+                    length: 0,
+                    offset: 0,
+                };
+                // SAFETY: nops have no buffer.
+                unsafe { backend.push(op) }.expect("the batch fits");
+            }
+            while backend.in_flight() > 0 {
+                backend.submit(true).expect("submit and wait");
+                results.clear();
+                backend.reap(&mut results);
+                completed += results.len() as u64;
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        println!(
+            "{}: {:.0} NOPs/s ({completed} in {seconds:.2} s, batches of {BATCH})",
+            backend.kind(),
+            completed as f64 / seconds
+        );
+    });
+}
