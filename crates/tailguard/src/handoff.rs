@@ -133,14 +133,22 @@ mod tests {
         let handoff = Handoff::new();
         let waker = Counter(Default::default());
         handoff.push(1, &waker).unwrap();
-        assert_eq!(waker.0.load(std::sync::atomic::Ordering::SeqCst), 0, "busy: no wake");
+        assert_eq!(
+            waker.0.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "busy: no wake"
+        );
         assert!(!handoff.prepare_to_sleep(), "a message is queued");
         let mut taken = Vec::new();
         handoff.take_all(&mut taken);
         assert_eq!(taken, vec![1]);
         assert!(handoff.prepare_to_sleep());
         handoff.push(2, &waker).unwrap();
-        assert_eq!(waker.0.load(std::sync::atomic::Ordering::SeqCst), 1, "sleeping: woken");
+        assert_eq!(
+            waker.0.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "sleeping: woken"
+        );
         handoff.close();
         assert_eq!(handoff.push(3, &waker), Err(Closed(3)));
         handoff.take_all(&mut taken);
@@ -151,7 +159,7 @@ mod tests {
 #[cfg(all(test, tailguard_loom))]
 mod loom_tests {
     use super::*;
-    use crate::sync::{Arc, Condvar};
+    use loom::sync::{Arc, Condvar};
 
     /// A level-triggered event like an eventfd: a wake before the wait is kept.
     struct Event {

@@ -1,7 +1,72 @@
-//! # tailguard: a userspace I/O scheduler (engine; work in progress)
+//! # tailguard: flat read latency while writes stream
+//!
+//! A userspace I/O scheduler for applications that do their own I/O. Files are
+//! opened through a [`Scheduler`] (O_DIRECT by default); every read, write and
+//! sync names an [`IoClass`] with shares, and goes through the dispatcher of the
+//! file's device: a weighted fair queue by device-time cost between classes, and
+//! an in-flight budget derived from the device's profile and latency target
+//! (see `tailguard-core`). A dedicated engine thread owns the io_uring ring (or a
+//! thread pool where io_uring is unavailable), takes submissions in batches,
+//! submits once per loop iteration and reaps completions in batches.
+//!
+//! ```no_run
+//! use tailguard::{AlignedBuffer, Scheduler};
+//! # fn main() -> std::io::Result<()> {
+//! let scheduler = Scheduler::builder().build()?;
+//! let reads = scheduler.add_class("reads", 1000)?;
+//! let file = scheduler.open("/var/lib/app/data")?;
+//! let alignment = file.alignment().memory_bytes as usize;
+//! let buffer = AlignedBuffer::new(4096, alignment.max(4096)).expect("allocation");
+//! let (result, buffer) = file.read_at(&reads, buffer, 0).wait();
+//! println!("read {} bytes: {:?}", result?, &buffer[..16]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Modules: [`scheduler`] (the API), [`engine`] (the loop), [`backend`]
+//! (io_uring and threads), [`handoff`] (the submission queue), [`device`]
+//! (files to devices), [`buffer`] (aligned buffers), [`stats`] (histograms).
+
+use std::sync::LazyLock;
+use tailguard_core::DeviceProfile;
 
 pub mod backend;
 pub mod buffer;
+mod completion;
 pub mod device;
+pub mod engine;
 pub mod handoff;
+pub mod scheduler;
+pub mod stats;
 mod sync;
+
+pub use backend::{BackendChoice, BackendKind};
+pub use buffer::AlignedBuffer;
+pub use completion::IoFuture;
+pub use engine::BufResult;
+pub use scheduler::{File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
+pub use stats::StatsSnapshot;
+pub use tailguard_core::DeviceProfile as Profile;
+
+/// The profile of a non-rotational (or virtual) device before calibration:
+/// a conservative SSD. Too high a guess only deepens the queue (latency); too low
+/// a guess would cap throughput, so it leans high. `tailguard tune` measures the
+/// real one.
+pub static DEFAULT_SSD_PROFILE: LazyLock<DeviceProfile> = LazyLock::new(|| DeviceProfile {
+    read_iops: 100_000.0,
+    write_iops: 50_000.0,
+    read_bandwidth: 1.0e9,
+    write_bandwidth: 500.0e6,
+    max_request_bytes: 512 * 1024,
+    latency_target_us: 1_000,
+});
+
+/// The profile of a rotational disk before calibration: 7200 rpm class.
+pub static DEFAULT_DISK_PROFILE: LazyLock<DeviceProfile> = LazyLock::new(|| DeviceProfile {
+    read_iops: 200.0,
+    write_iops: 200.0,
+    read_bandwidth: 150.0e6,
+    write_bandwidth: 150.0e6,
+    max_request_bytes: 1024 * 1024,
+    latency_target_us: 50_000,
+});

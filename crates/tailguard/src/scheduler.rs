@@ -1,0 +1,732 @@
+//! The public API: a [`Scheduler`], its I/O classes, and files opened through it.
+//!
+//! A `Scheduler` is a cheap handle (`Clone`, `Send`, `Sync`) to one engine thread.
+//! Every file opened through it is mapped to its device; files on one device share
+//! that device's dispatcher and budget, files on different devices never do. Each
+//! request names an [`IoClass`]; classes have shares (1..=10000) that can change
+//! at run time, and hold across every thread that submits, because there is one
+//! dispatcher per device, not one per thread.
+//!
+//! Requests take their buffer by value and give it back with the result
+//! ([`BufResult`]), because the kernel writes into it while the request is in
+//! flight: the engine owns it until then, even if the future is dropped. Results
+//! are [`IoFuture`]s: `.await` them from any runtime, or call
+//! [`IoFuture::wait`] from a plain thread.
+//!
+//! Bad input fails at once with an error that says what to fix: a misaligned
+//! buffer, length or offset names the alignment the device needs; a filesystem that
+//! refuses O_DIRECT says so and how to open the file instead.
+
+use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, EngineWaker};
+use crate::buffer::{check_alignment, AlignedBuffer};
+use crate::completion::{IoFuture, Slot};
+use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
+use crate::engine::{BufResult, ClassNumber, Engine, IoKind, IoMessage, Message, Reply};
+use crate::handoff::{Handoff, Wake};
+use crate::stats::StatsSnapshot;
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tailguard_core::fair_queue::{SHARES_MAX, SHARES_MIN};
+use tailguard_core::DeviceProfile;
+
+/// The device that [`Scheduler::nop`] requests go to: it does nothing.
+const NULL_DEVICE: DeviceId = DeviceId(u64::MAX);
+
+/// How to build a [`Scheduler`].
+#[derive(Clone, Debug)]
+pub struct SchedulerBuilder {
+    latency_target: Option<Duration>,
+    ring_depth: u32,
+    backend: BackendChoice,
+    threads: usize,
+    profiles: HashMap<String, DeviceProfile>,
+    default_profile: Option<DeviceProfile>,
+}
+
+impl Default for SchedulerBuilder {
+    fn default() -> Self {
+        Self {
+            latency_target: None,
+            ring_depth: 256,
+            backend: BackendChoice::Auto,
+            threads: 4,
+            profiles: HashMap::new(),
+            default_profile: None,
+        }
+    }
+}
+
+impl SchedulerBuilder {
+    /// The latency target for every device (overrides the profiles' own).
+    pub fn latency_target(mut self, target: Duration) -> Self {
+        self.latency_target = Some(target);
+        self
+    }
+
+    /// Submission queue entries of the io_uring ring (or ops in flight for the
+    /// thread pool). Default 256.
+    pub fn ring_depth(mut self, depth: u32) -> Self {
+        self.ring_depth = depth.max(2);
+        self
+    }
+
+    /// Which backend: `Auto` (default) tries io_uring and falls back to threads.
+    pub fn backend(mut self, choice: BackendChoice) -> Self {
+        self.backend = choice;
+        self
+    }
+
+    /// Worker threads of the thread-pool backend. Default 4.
+    pub fn threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// The profile of the device named `device` (`vda`, `nvme0n1`, ...), as
+    /// measured by calibration.
+    pub fn profile(mut self, device: &str, profile: DeviceProfile) -> Self {
+        self.profiles.insert(device.to_string(), profile);
+        self
+    }
+
+    /// The profile of every device without its own.
+    pub fn default_profile(mut self, profile: DeviceProfile) -> Self {
+        self.default_profile = Some(profile);
+        self
+    }
+
+    /// Starts the engine thread.
+    pub fn build(self) -> io::Result<Scheduler> {
+        for (device, profile) in &self.profiles {
+            profile
+                .validate()
+                .map_err(|error| invalid_input(format!("profile of device {device}: {error}")))?;
+        }
+        let handoff = Arc::new(Handoff::new());
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let config = BackendConfig {
+            choice: self.backend,
+            ring_depth: self.ring_depth,
+            threads: self.threads,
+        };
+        let engine_handoff = handoff.clone();
+        let thread = std::thread::Builder::new()
+            .name("tailguard-engine".into())
+            .spawn(move || {
+                // The backend is created on the engine thread: an io_uring ring
+                // set up with SINGLE_ISSUER must be used by the thread that made it.
+                match backend::open_backend(config) {
+                    Ok(backend) => {
+                        let _ = sender.send(Ok((backend.kind(), backend.waker())));
+                        Engine::new(backend, engine_handoff).run();
+                    }
+                    Err(error) => {
+                        let _ = sender.send(Err(error));
+                    }
+                }
+            })?;
+        let (backend_kind, waker) = match receiver.recv() {
+            Ok(Ok(started)) => started,
+            Ok(Err(error)) => {
+                let _ = thread.join();
+                return Err(error);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(io::Error::other(
+                    "the tailguard engine thread died while starting",
+                ));
+            }
+        };
+        let inner = Arc::new(Inner {
+            handoff,
+            waker: BackendWaker(waker),
+            thread: Mutex::new(Some(thread)),
+            backend: backend_kind,
+            registry: Mutex::new(Registry::default()),
+            builder: self,
+        });
+        let scheduler = Scheduler { inner };
+        scheduler.announce_device(
+            NULL_DEVICE,
+            "null".to_string(),
+            DeviceProfile {
+                read_iops: 1e9,
+                write_iops: 1e9,
+                read_bandwidth: 1e15,
+                write_bandwidth: 1e15,
+                max_request_bytes: 1 << 20,
+                latency_target_us: 1_000,
+            },
+        )?;
+        Ok(scheduler)
+    }
+}
+
+struct BackendWaker(Arc<dyn EngineWaker>);
+
+impl Wake for BackendWaker {
+    fn wake(&self) {
+        self.0.wake();
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    classes: Vec<(String, bool)>,
+    devices: HashSet<DeviceId>,
+}
+
+struct Inner {
+    handoff: Arc<Handoff<Message>>,
+    waker: BackendWaker,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    backend: BackendKind,
+    registry: Mutex<Registry>,
+    builder: SchedulerBuilder,
+}
+
+impl Inner {
+    fn send(&self, message: Message) -> io::Result<()> {
+        self.handoff
+            .push(message, &self.waker)
+            .map_err(|_| shut_down())
+    }
+
+    /// Sends a request; when the engine is shut down, hands the request back so
+    /// its buffer returns to the caller.
+    fn send_io(&self, message: IoMessage) -> Result<(), Box<IoMessage>> {
+        match self
+            .handoff
+            .push(Message::Io(Box::new(message)), &self.waker)
+        {
+            Ok(()) => Ok(()),
+            Err(crate::handoff::Closed(Message::Io(message))) => Err(message),
+            Err(_) => unreachable!("the handoff returns the message it refused"),
+        }
+    }
+
+    fn shutdown(&self) {
+        let thread = self.thread.lock().expect("lock poisoned").take();
+        if let Some(thread) = thread {
+            let _ = self.send(Message::Shutdown);
+            if thread.join().is_err() {
+                tracing::error!("the tailguard engine thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A userspace I/O scheduler; see the module docs.
+#[derive(Clone)]
+pub struct Scheduler {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Scheduler")
+            .field("backend", &self.inner.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// A builder with the defaults: auto backend, ring depth 256, profiles from
+    /// the device's kind until calibrated.
+    pub fn builder() -> SchedulerBuilder {
+        SchedulerBuilder::default()
+    }
+
+    /// The backend in use.
+    pub fn backend(&self) -> BackendKind {
+        self.inner.backend
+    }
+
+    /// Creates an I/O class with `shares` (1..=10000).
+    pub fn add_class(&self, name: &str, shares: u32) -> io::Result<IoClass> {
+        check_shares(shares)?;
+        let number = {
+            let mut registry = self.inner.registry.lock().expect("lock poisoned");
+            if registry
+                .classes
+                .iter()
+                .any(|(existing, live)| *live && existing == name)
+            {
+                return Err(invalid_input(format!(
+                    "a class named `{name}` exists already; class names must be unique"
+                )));
+            }
+            registry.classes.push((name.to_string(), true));
+            (registry.classes.len() - 1) as ClassNumber
+        };
+        self.inner.send(Message::AddClass {
+            class: number,
+            name: name.to_string(),
+            shares,
+        })?;
+        Ok(IoClass {
+            scheduler: self.clone(),
+            number,
+            name: name.to_string(),
+        })
+    }
+
+    /// Opens a file for reading and writing with O_DIRECT (see [`OpenOptions`]
+    /// for other modes).
+    pub fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
+        OpenOptions::new().read(true).write(true).open(self, path)
+    }
+
+    /// A request that does nothing, through a dispatcher like any other: for
+    /// measuring the engine's own overhead.
+    pub fn nop(&self, class: &IoClass) -> IoFuture<io::Result<()>> {
+        let slot = Slot::new();
+        let message = IoMessage {
+            class: class.number,
+            device: NULL_DEVICE,
+            file: None,
+            kind: IoKind::Nop,
+            buffer: None,
+            offset: 0,
+            submitted_at: Instant::now(),
+            reply: Reply::Unit(slot.clone()),
+        };
+        match self.inner.send_io(message) {
+            Ok(()) => IoFuture::pending(slot),
+            Err(_) => IoFuture::ready(Err(shut_down())),
+        }
+    }
+
+    /// A consistent snapshot of every counter and histogram.
+    pub fn stats(&self) -> io::Result<StatsSnapshot> {
+        let slot = Slot::new();
+        self.inner.send(Message::Stats(slot.clone()))?;
+        Ok(IoFuture::pending(slot).wait())
+    }
+
+    /// Stops accepting requests, completes every one already accepted, and
+    /// joins the engine thread. Other handles get errors afterwards. Dropping
+    /// the last handle does the same.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    fn announce_device(
+        &self,
+        device: DeviceId,
+        name: String,
+        profile: DeviceProfile,
+    ) -> io::Result<()> {
+        let new = self
+            .inner
+            .registry
+            .lock()
+            .expect("lock poisoned")
+            .devices
+            .insert(device);
+        if new {
+            self.inner.send(Message::AddDevice {
+                device,
+                name,
+                profile,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn profile_for(&self, info: &DeviceInfo) -> DeviceProfile {
+        let builder = &self.inner.builder;
+        let mut profile = builder
+            .profiles
+            .get(&info.name)
+            .or(builder.default_profile.as_ref())
+            .cloned()
+            .unwrap_or_else(|| default_profile(info));
+        if let Some(target) = builder.latency_target {
+            profile.latency_target_us = (target.as_micros() as u64).max(10);
+        }
+        profile
+    }
+}
+
+/// The profile used before calibration: a conservative SSD, or a disk for a
+/// rotational device. Virtual disks (`vd*`, `xvd*`) often claim to be rotational
+/// and are treated as SSDs.
+pub fn default_profile(info: &DeviceInfo) -> DeviceProfile {
+    let virtual_disk = info.name.starts_with("vd") || info.name.starts_with("xvd");
+    let mut profile = if info.block_device && info.rotational && !virtual_disk {
+        crate::DEFAULT_DISK_PROFILE.clone()
+    } else {
+        crate::DEFAULT_SSD_PROFILE.clone()
+    };
+    profile.max_request_bytes = info
+        .max_request_bytes
+        .clamp(tailguard_core::profile::MAX_REQUEST_BYTES_MIN, 1 << 20);
+    profile
+}
+
+fn check_shares(shares: u32) -> io::Result<()> {
+    if (SHARES_MIN..=SHARES_MAX).contains(&shares) {
+        Ok(())
+    } else {
+        Err(invalid_input(format!(
+            "shares must be between {SHARES_MIN} and {SHARES_MAX}, got {shares}"
+        )))
+    }
+}
+
+fn shut_down() -> io::Error {
+    io::Error::other("the tailguard scheduler is shut down; build a new one")
+}
+
+fn invalid_input(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, message)
+}
+
+/// An I/O class: a name and shares. Requests name their class.
+#[derive(Clone)]
+pub struct IoClass {
+    scheduler: Scheduler,
+    number: ClassNumber,
+    name: String,
+}
+
+impl std::fmt::Debug for IoClass {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("IoClass")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl IoClass {
+    /// The class's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Changes the shares; requests dispatched from now on use them.
+    pub fn set_shares(&self, shares: u32) -> io::Result<()> {
+        check_shares(shares)?;
+        self.scheduler.inner.send(Message::SetShares {
+            class: self.number,
+            shares,
+        })
+    }
+
+    /// Removes the class. Requests already submitted complete; the handle (and
+    /// its clones) must not be used afterwards.
+    pub fn remove(self) -> io::Result<()> {
+        self.scheduler
+            .inner
+            .registry
+            .lock()
+            .expect("lock poisoned")
+            .classes[self.number as usize]
+            .1 = false;
+        self.scheduler
+            .inner
+            .send(Message::RemoveClass { class: self.number })
+    }
+}
+
+/// How to open a file through the scheduler.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    options: std::fs::OpenOptions,
+    direct: bool,
+    write: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    /// Read-only, O_DIRECT, nothing created.
+    pub fn new() -> Self {
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        Self {
+            options,
+            direct: true,
+            write: false,
+        }
+    }
+
+    /// Open for reading.
+    pub fn read(mut self, read: bool) -> Self {
+        self.options.read(read);
+        self
+    }
+
+    /// Open for writing.
+    pub fn write(mut self, write: bool) -> Self {
+        self.options.write(write);
+        self.write = write;
+        self
+    }
+
+    /// Create the file if missing.
+    pub fn create(mut self, create: bool) -> Self {
+        self.options.create(create);
+        self
+    }
+
+    /// Truncate the file to zero length.
+    pub fn truncate(mut self, truncate: bool) -> Self {
+        self.options.truncate(truncate);
+        self
+    }
+
+    /// O_DIRECT (default true). Without it, I/O goes through the page cache
+    /// and the kernel's writeback decides when writes reach the device, which
+    /// defeats the scheduler for writes (seed 000): use it only where the
+    /// filesystem refuses O_DIRECT.
+    pub fn direct(mut self, direct: bool) -> Self {
+        self.direct = direct;
+        self
+    }
+
+    /// Opens `path` through `scheduler`.
+    pub fn open(&self, scheduler: &Scheduler, path: impl AsRef<Path>) -> io::Result<File> {
+        let path = path.as_ref();
+        let mut options = self.options.clone();
+        if self.direct {
+            options.custom_flags(libc::O_DIRECT);
+        }
+        let file = options
+            .open(path)
+            .map_err(|error| open_error(path, self.direct, error))?;
+        let info = device::device_of(&file)?;
+        let alignment = if self.direct {
+            device::direct_io_alignment(&file, &info)
+        } else {
+            DirectIoAlignment {
+                memory_bytes: 1,
+                offset_bytes: 1,
+            }
+        };
+        let profile = scheduler.profile_for(&info);
+        scheduler.announce_device(info.id, info.name.clone(), profile)?;
+        Ok(File {
+            scheduler: scheduler.clone(),
+            file: Arc::new(file),
+            path: path.to_path_buf(),
+            device: info,
+            alignment,
+        })
+    }
+}
+
+fn open_error(path: &Path, direct: bool, error: io::Error) -> io::Error {
+    if direct && error.raw_os_error() == Some(libc::EINVAL) {
+        return io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: the filesystem refuses O_DIRECT (tmpfs and overlayfs do); put the file \
+                 on a filesystem that supports it, or open it with OpenOptions::direct(false) \
+                 for buffered I/O",
+                path.display()
+            ),
+        );
+    }
+    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+}
+
+/// A file opened through a [`Scheduler`].
+pub struct File {
+    scheduler: Scheduler,
+    file: Arc<std::fs::File>,
+    path: PathBuf,
+    device: DeviceInfo,
+    alignment: DirectIoAlignment,
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("File")
+            .field("path", &self.path)
+            .field("device", &self.device.name)
+            .finish()
+    }
+}
+
+impl File {
+    /// The device this file lives on.
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    /// The alignment O_DIRECT needs for buffers, offsets and lengths.
+    pub fn alignment(&self) -> DirectIoAlignment {
+        self.alignment
+    }
+
+    /// Reads `buffer.len()` bytes at `offset` into `buffer`. The result is the
+    /// byte count (short at the end of the file) or the error, with the buffer.
+    pub fn read_at(
+        &self,
+        class: &IoClass,
+        buffer: AlignedBuffer,
+        offset: u64,
+    ) -> IoFuture<BufResult> {
+        self.data_request(IoKind::Read, class, buffer, offset)
+    }
+
+    /// Writes `buffer` at `offset`.
+    pub fn write_at(
+        &self,
+        class: &IoClass,
+        buffer: AlignedBuffer,
+        offset: u64,
+    ) -> IoFuture<BufResult> {
+        self.data_request(IoKind::Write, class, buffer, offset)
+    }
+
+    /// `fdatasync`: makes written data durable.
+    pub fn fdatasync(&self, class: &IoClass) -> IoFuture<io::Result<()>> {
+        self.sync_request(IoKind::Fdatasync, class)
+    }
+
+    /// `fsync`: makes written data and metadata durable.
+    pub fn fsync(&self, class: &IoClass) -> IoFuture<io::Result<()>> {
+        self.sync_request(IoKind::Fsync, class)
+    }
+
+    fn data_request(
+        &self,
+        kind: IoKind,
+        class: &IoClass,
+        buffer: AlignedBuffer,
+        offset: u64,
+    ) -> IoFuture<BufResult> {
+        if let Err(error) = check_alignment(
+            buffer.as_ptr() as usize,
+            buffer.len() as u64,
+            offset,
+            self.alignment,
+        ) {
+            let error = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: {error}", self.path.display()),
+            );
+            return IoFuture::ready((Err(error), buffer));
+        }
+        let slot = Slot::new();
+        let message = IoMessage {
+            class: class.number,
+            device: self.device.id,
+            file: Some(self.file.clone()),
+            kind,
+            buffer: Some(buffer),
+            offset,
+            submitted_at: Instant::now(),
+            reply: Reply::Data(slot.clone()),
+        };
+        match self.scheduler.inner.send_io(message) {
+            Ok(()) => IoFuture::pending(slot),
+            Err(message) => IoFuture::ready((
+                Err(shut_down()),
+                message.buffer.expect("data requests carry a buffer"),
+            )),
+        }
+    }
+
+    fn sync_request(&self, kind: IoKind, class: &IoClass) -> IoFuture<io::Result<()>> {
+        let slot = Slot::new();
+        let message = IoMessage {
+            class: class.number,
+            device: self.device.id,
+            file: Some(self.file.clone()),
+            kind,
+            buffer: None,
+            offset: 0,
+            submitted_at: Instant::now(),
+            reply: Reply::Unit(slot.clone()),
+        };
+        match self.scheduler.inner.send_io(message) {
+            Ok(()) => IoFuture::pending(slot),
+            Err(_) => IoFuture::ready(Err(shut_down())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_o_direct_names_the_fix() {
+        let error = open_error(
+            Path::new("/mnt/x"),
+            true,
+            io::Error::from_raw_os_error(libc::EINVAL),
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("/mnt/x") && text.contains("O_DIRECT"),
+            "{text}"
+        );
+        assert!(text.contains("direct(false)"), "{text}");
+        let other = open_error(
+            Path::new("/mnt/y"),
+            true,
+            io::Error::from_raw_os_error(libc::ENOENT),
+        );
+        assert_eq!(other.kind(), io::ErrorKind::NotFound);
+        assert!(other.to_string().contains("/mnt/y"));
+    }
+
+    #[test]
+    fn public_types_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Scheduler>();
+        send_sync::<IoClass>();
+        send_sync::<File>();
+        send_sync::<AlignedBuffer>();
+        fn send<T: Send>() {}
+        send::<IoFuture<BufResult>>();
+    }
+
+    #[test]
+    fn virtual_disks_that_claim_rotation_get_the_ssd_profile() {
+        let mut info = DeviceInfo {
+            id: DeviceId(1),
+            name: "vda".into(),
+            block_device: true,
+            rotational: true,
+            logical_block_size: 512,
+            max_request_bytes: 4 << 20,
+            nr_requests: 256,
+            write_cache: Some(true),
+        };
+        assert_eq!(
+            default_profile(&info).read_iops,
+            crate::DEFAULT_SSD_PROFILE.read_iops
+        );
+        assert_eq!(default_profile(&info).max_request_bytes, 1 << 20, "clamped");
+        info.name = "sda".into();
+        assert_eq!(
+            default_profile(&info).read_iops,
+            crate::DEFAULT_DISK_PROFILE.read_iops
+        );
+    }
+}
