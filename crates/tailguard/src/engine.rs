@@ -23,10 +23,15 @@
 //! Shutdown closes the handoff, then keeps looping until every dispatcher is idle
 //! and the backend has nothing in flight: everything accepted is completed,
 //! nothing is dropped, and the thread exits only when the kernel is done.
+//!
+//! Should the engine ever panic (a bug), nobody waits forever: while unwinding it
+//! closes the handoff and fails every request it holds or that is still queued,
+//! and it *leaks* the buffers of requests it had accepted, since the kernel may
+//! still be writing into them.
 
 use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult};
 use crate::buffer::AlignedBuffer;
-use crate::completion::Slot;
+use crate::completion::Responder;
 use crate::device::DeviceId;
 use crate::handoff::Handoff;
 use crate::stats::{self, ClassStats, DeviceStats, StatsSnapshot};
@@ -57,10 +62,24 @@ pub(crate) enum IoKind {
     Nop,
 }
 
-/// Where a finished request's result goes.
+/// Where a finished request's result goes. Dropped unanswered, it answers with
+/// [`engine_stopped`].
 pub(crate) enum Reply {
-    Data(Arc<Slot<BufResult>>),
-    Unit(Arc<Slot<io::Result<()>>>),
+    Data(Responder<BufResult>),
+    Unit(Responder<io::Result<()>>),
+}
+
+/// The answer of a data request the engine could not finish.
+pub(crate) fn stopped_data() -> BufResult {
+    (
+        Err(engine_stopped()),
+        AlignedBuffer::new(0, 1).expect("an empty buffer allocates nothing"),
+    )
+}
+
+/// The answer of any other request the engine could not finish.
+pub(crate) fn stopped<T>() -> io::Result<T> {
+    Err(engine_stopped())
 }
 
 /// A request on its way to the engine.
@@ -96,8 +115,11 @@ pub(crate) enum Message {
     RemoveClass {
         class: ClassNumber,
     },
-    Stats(Arc<Slot<StatsSnapshot>>),
+    Stats(Responder<io::Result<StatsSnapshot>>),
     Shutdown,
+    /// Makes the engine panic: tests of the crash path only.
+    #[cfg(test)]
+    Panic,
 }
 
 struct DeviceState {
@@ -271,9 +293,11 @@ impl Engine {
                     }
                 }
             }
-            Message::Stats(slot) => {
-                slot.complete(self.snapshot());
+            Message::Stats(responder) => {
+                responder.send(Ok(self.snapshot()));
             }
+            #[cfg(test)]
+            Message::Panic => panic!("engine panic requested by a test"),
             Message::Shutdown => {
                 self.handoff.close();
                 self.shutting_down = true;
@@ -515,13 +539,14 @@ impl Engine {
             &mut class.latency_ns,
             now.saturating_sub(record.submitted_ns),
         );
+        let mut message = message;
         match message.reply {
-            Reply::Data(slot) => {
-                let buffer = message.buffer.expect("data requests carry a buffer");
-                slot.complete((result.map(|bytes| bytes as usize), buffer));
+            Reply::Data(responder) => {
+                let buffer = message.buffer.take().expect("data requests carry a buffer");
+                responder.send((result.map(|bytes| bytes as usize), buffer));
             }
-            Reply::Unit(slot) => {
-                slot.complete(result.map(|_| ()));
+            Reply::Unit(responder) => {
+                responder.send(result.map(|_| ()));
             }
         }
     }
@@ -556,6 +581,29 @@ impl Engine {
             classes: self.classes.clone(),
         }
     }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        tracing::error!("the tailguard engine panicked; failing every pending request");
+        // Queued messages are dropped unanswered: their responders answer with
+        // an error (their buffers never reached the kernel, so they are freed).
+        self.handoff.close();
+        let mut queued = Vec::new();
+        self.handoff.take_all(&mut queued);
+        drop(queued);
+        for mut record in self.requests.slots.iter_mut().filter_map(Option::take) {
+            // The kernel may still be transferring into this buffer: leak it.
+            std::mem::forget(record.message.buffer.take());
+        }
+    }
+}
+
+fn engine_stopped() -> io::Error {
+    io::Error::other("the tailguard engine stopped unexpectedly (a bug; see the log)")
 }
 
 fn buffer_len(message: &IoMessage) -> u64 {

@@ -19,9 +19,9 @@
 
 use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, EngineWaker};
 use crate::buffer::{check_alignment, AlignedBuffer};
-use crate::completion::{IoFuture, Slot};
+use crate::completion::{IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
-use crate::engine::{BufResult, ClassNumber, Engine, IoKind, IoMessage, Message, Reply};
+use crate::engine::{self, BufResult, ClassNumber, Engine, IoKind, IoMessage, Message, Reply};
 use crate::handoff::{Handoff, Wake};
 use crate::stats::StatsSnapshot;
 use std::collections::{HashMap, HashSet};
@@ -216,7 +216,7 @@ impl Inner {
         if let Some(thread) = thread {
             let _ = self.send(Message::Shutdown);
             if thread.join().is_err() {
-                tracing::error!("the tailguard engine thread panicked");
+                tracing::error!("the tailguard engine thread had panicked");
             }
         }
     }
@@ -293,7 +293,7 @@ impl Scheduler {
     /// A request that does nothing, through a dispatcher like any other: for
     /// measuring the engine's own overhead.
     pub fn nop(&self, class: &IoClass) -> IoFuture<io::Result<()>> {
-        let slot = Slot::new();
+        let (responder, future) = Responder::new(engine::stopped);
         let message = IoMessage {
             class: class.number,
             device: NULL_DEVICE,
@@ -302,19 +302,19 @@ impl Scheduler {
             buffer: None,
             offset: 0,
             submitted_at: Instant::now(),
-            reply: Reply::Unit(slot.clone()),
+            reply: Reply::Unit(responder),
         };
         match self.inner.send_io(message) {
-            Ok(()) => IoFuture::pending(slot),
+            Ok(()) => future,
             Err(_) => IoFuture::ready(Err(shut_down())),
         }
     }
 
     /// A consistent snapshot of every counter and histogram.
     pub fn stats(&self) -> io::Result<StatsSnapshot> {
-        let slot = Slot::new();
-        self.inner.send(Message::Stats(slot.clone()))?;
-        Ok(IoFuture::pending(slot).wait())
+        let (responder, future) = Responder::new(engine::stopped);
+        self.inner.send(Message::Stats(responder))?;
+        future.wait()
     }
 
     /// Stops accepting requests, completes every one already accepted, and
@@ -630,7 +630,7 @@ impl File {
             );
             return IoFuture::ready((Err(error), buffer));
         }
-        let slot = Slot::new();
+        let (responder, future) = Responder::new(engine::stopped_data);
         let message = IoMessage {
             class: class.number,
             device: self.device.id,
@@ -639,19 +639,19 @@ impl File {
             buffer: Some(buffer),
             offset,
             submitted_at: Instant::now(),
-            reply: Reply::Data(slot.clone()),
+            reply: Reply::Data(responder),
         };
         match self.scheduler.inner.send_io(message) {
-            Ok(()) => IoFuture::pending(slot),
-            Err(message) => IoFuture::ready((
+            Ok(()) => future,
+            Err(mut message) => IoFuture::ready((
                 Err(shut_down()),
-                message.buffer.expect("data requests carry a buffer"),
+                message.buffer.take().expect("data requests carry a buffer"),
             )),
         }
     }
 
     fn sync_request(&self, kind: IoKind, class: &IoClass) -> IoFuture<io::Result<()>> {
-        let slot = Slot::new();
+        let (responder, future) = Responder::new(engine::stopped);
         let message = IoMessage {
             class: class.number,
             device: self.device.id,
@@ -660,10 +660,10 @@ impl File {
             buffer: None,
             offset: 0,
             submitted_at: Instant::now(),
-            reply: Reply::Unit(slot.clone()),
+            reply: Reply::Unit(responder),
         };
         match self.scheduler.inner.send_io(message) {
-            Ok(()) => IoFuture::pending(slot),
+            Ok(()) => future,
             Err(_) => IoFuture::ready(Err(shut_down())),
         }
     }
@@ -693,6 +693,29 @@ mod tests {
         );
         assert_eq!(other.kind(), io::ErrorKind::NotFound);
         assert!(other.to_string().contains("/mnt/y"));
+    }
+
+    #[test]
+    fn an_engine_panic_fails_pending_requests_instead_of_hanging() {
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .build()
+            .unwrap();
+        let class = scheduler.add_class("c", 1).unwrap();
+        scheduler.inner.send(Message::Panic).unwrap();
+        // Queued behind the panic: failed by the unwinding engine, or refused.
+        let pending = scheduler.nop(&class);
+        let error = pending.wait().unwrap_err();
+        assert!(
+            error.to_string().contains("stopped unexpectedly")
+                || error.to_string().contains("shut down"),
+            "{error}"
+        );
+        assert!(
+            scheduler.nop(&class).wait().is_err(),
+            "later requests are refused"
+        );
+        assert!(scheduler.stats().is_err());
     }
 
     #[test]

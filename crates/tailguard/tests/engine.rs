@@ -363,3 +363,98 @@ fn forcing_threads_through_the_environment_selects_the_fallback() {
         .unwrap();
     assert!(status.success());
 }
+
+/// Unmounts and removes a test mount point, even when the test fails.
+struct Mount(PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_full_filesystem_reports_enospc() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipping: mounting a small tmpfs needs root");
+        return;
+    }
+    let directory = scratch("enospc-mount");
+    std::fs::create_dir_all(&directory).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tailguard-test"])
+        .arg(&directory)
+        .status()
+        .unwrap();
+    if !mounted.success() {
+        let _ = std::fs::remove_dir(&directory);
+        println!("skipping: mount -t tmpfs failed here (a container without CAP_SYS_ADMIN?)");
+        return;
+    }
+    let mount = Mount(directory);
+    for (choice, scheduler) in backends() {
+        let path = mount.0.join(format!("full-{choice:?}"));
+        // tmpfs takes O_DIRECT since Linux 6.6; older kernels need buffered I/O.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .open(&scheduler, &path)
+            .or_else(|_| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .direct(false)
+                    .open(&scheduler, &path)
+            })
+            .unwrap();
+        let class = scheduler.add_class("fill", 1).unwrap();
+        let big = AlignedBuffer::new(256 * 1024, BLOCK).unwrap();
+        let (result, _) = file.write_at(&class, big, 0).wait();
+        // Either the first piece already fails, or the write is short and the
+        // next one fails: both must say so, never claim success.
+        match result {
+            Err(error) => assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{choice:?}"),
+            Ok(written) => {
+                assert!(
+                    written < 256 * 1024,
+                    "{choice:?}: a 64 KiB filesystem took {written} bytes"
+                );
+                let (again, _) = file.write_at(&class, pattern(0, 0), 256 * 1024).wait();
+                assert_eq!(again.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+            }
+        }
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn a_file_dropped_with_requests_in_flight_keeps_its_descriptor_until_they_complete() {
+    for (choice, scheduler) in backends() {
+        let path = scratch(&format!("dropped-file-{choice:?}"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .open(&scheduler, &path)
+            .unwrap();
+        let class = scheduler.add_class("c", 1).unwrap();
+        let futures: Vec<_> = (0..64u64)
+            .map(|index| file.write_at(&class, pattern(index, 5), index * BLOCK as u64))
+            .collect();
+        drop(file);
+        for future in futures {
+            let (result, _) = future.wait();
+            assert_eq!(
+                result.unwrap(),
+                BLOCK,
+                "{choice:?}: no EBADF after the File is dropped"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
