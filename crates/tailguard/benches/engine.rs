@@ -206,8 +206,10 @@ fn nop_mode(secs: f64, reps: usize, depth: usize) {
 }
 
 /// Which slots have completed: filled by wakers on the engine thread.
+/// `waiting` is set while the driver sleeps, so that a completion costs a futex
+/// wake only when the driver is asleep (as the handoff does for the engine).
 struct Ready {
-    slots: Mutex<Vec<usize>>,
+    slots: Mutex<(Vec<usize>, bool)>,
     condvar: Condvar,
 }
 
@@ -221,12 +223,14 @@ impl Wake for SlotWaker {
         self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        self.ready
-            .slots
-            .lock()
-            .expect("ready lock")
-            .push(self.slot);
-        self.ready.condvar.notify_one();
+        let waiting = {
+            let mut slots = self.ready.slots.lock().expect("ready lock");
+            slots.0.push(self.slot);
+            std::mem::replace(&mut slots.1, false)
+        };
+        if waiting {
+            self.ready.condvar.notify_one();
+        }
     }
 }
 
@@ -265,7 +269,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
     assert!(blocks > 0, "the file is empty");
     let alignment = (file.alignment().memory_bytes as usize).max(4096);
     let ready = Arc::new(Ready {
-        slots: Mutex::new(Vec::with_capacity(depth)),
+        slots: Mutex::new((Vec::with_capacity(depth), false)),
         condvar: Condvar::new(),
     });
     let wakers: Vec<Waker> = (0..depth)
@@ -287,6 +291,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
     let mut completed = 0u64;
     let mut errors = 0u64;
     let deadline = Duration::from_secs_f64(secs);
+    let cpu0 = cpu_seconds();
     let start = Instant::now();
     let mut todo: Vec<usize> = (0..depth).collect();
     let mut batch = Vec::with_capacity(depth);
@@ -326,10 +331,12 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
         }
         {
             let mut slots = ready.slots.lock().expect("ready lock");
-            while slots.is_empty() {
+            while slots.0.is_empty() {
+                slots.1 = true;
                 slots = ready.condvar.wait(slots).expect("ready lock");
             }
-            std::mem::swap(&mut *slots, &mut batch);
+            slots.1 = false;
+            std::mem::swap(&mut slots.0, &mut batch);
         }
         for slot in batch.drain(..) {
             let Some((mut future, submitted)) = inflight[slot].take() else {
@@ -358,6 +365,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
         }
     }
     let wall = start.elapsed().as_secs_f64();
+    let cpu = (cpu_seconds() - cpu0) / wall;
     let stats = scheduler.stats()?;
     let class_stats = stats
         .classes
@@ -368,7 +376,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
     println!(
         "RESULT mode=randread depth={depth} iops={:.0} p50_us={:.1} p99_us={:.1} engine_p50_us={:.1} \
          engine_p99_us={:.1} device_p50_us={:.1} queue_wait_p50_us={:.1} ops={completed} errors={errors} \
-         wall_s={wall:.2} backend={:?}",
+         wall_s={wall:.2} cpu={cpu:.3} backend={:?}",
         completed as f64 / wall,
         us(histogram.value_at_quantile(0.5)),
         us(histogram.value_at_quantile(0.99)),
