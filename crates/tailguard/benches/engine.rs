@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo bench -p tailguard --bench engine -- nop [--secs 1] [--reps 3] [--depth 256]
+//! cargo bench -p tailguard --bench engine -- nop-uring [--secs 1] [--depth 256]   # profiling
 //! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5]
 //! ```
 //!
@@ -48,6 +49,11 @@ fn main() {
             num("--reps", 3.0) as usize,
             num("--depth", 256.0) as usize,
         ),
+        // Only the io_uring scheduler run, for profiling (`perf record`).
+        "nop-uring" => {
+            let s = scheduler_nops(BackendChoice::IoUring, num("--secs", 1.0), num("--depth", 256.0) as usize);
+            println!("RESULT mode=nop-uring rate={:.0} cpu={:.3}", s.rate, s.cpu_per_wall);
+        }
         "randread" => {
             let file = opt("--file").expect("--file PATH");
             randread_mode(&file, num("--depth", 1.0) as usize, num("--secs", 5.0))
