@@ -51,8 +51,15 @@ fn main() {
         ),
         // Only the io_uring scheduler run, for profiling (`perf record`).
         "nop-uring" => {
-            let s = scheduler_nops(BackendChoice::IoUring, num("--secs", 1.0), num("--depth", 256.0) as usize);
-            println!("RESULT mode=nop-uring rate={:.0} cpu={:.3}", s.rate, s.cpu_per_wall);
+            let s = scheduler_nops(
+                BackendChoice::IoUring,
+                num("--secs", 1.0),
+                num("--depth", 256.0) as usize,
+            );
+            println!(
+                "RESULT mode=nop-uring rate={:.0} cpu={:.3}",
+                s.rate, s.cpu_per_wall
+            );
         }
         "randread" => {
             let file = opt("--file").expect("--file PATH");
@@ -147,7 +154,11 @@ fn scheduler_nops(choice: BackendChoice, secs: f64, depth: usize) -> Sample {
 
 fn stats3(values: &mut [f64]) -> (f64, f64, f64) {
     values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    (values[0], values[values.len() / 2], values[values.len() - 1])
+    (
+        values[0],
+        values[values.len() / 2],
+        values[values.len() - 1],
+    )
 }
 
 fn nop_mode(secs: f64, reps: usize, depth: usize) {
@@ -193,22 +204,42 @@ fn nop_mode(secs: f64, reps: usize, depth: usize) {
     };
     println!("summary over {reps} repetitions:");
     line("raw NOPs/s", raw.iter().map(|s| s.rate).collect());
-    line("scheduler io_uring nops/s", uring.iter().map(|s| s.rate).collect());
-    line("scheduler threads nops/s", threads.iter().map(|s| s.rate).collect());
+    line(
+        "scheduler io_uring nops/s",
+        uring.iter().map(|s| s.rate).collect(),
+    );
+    line(
+        "scheduler threads nops/s",
+        threads.iter().map(|s| s.rate).collect(),
+    );
     line(
         "io_uring / raw (same rep)",
-        uring.iter().zip(&raw).map(|(u, r)| u.rate / r.rate).collect(),
+        uring
+            .iter()
+            .zip(&raw)
+            .map(|(u, r)| u.rate / r.rate)
+            .collect(),
     );
     line(
         "threads / raw (same rep)",
-        threads.iter().zip(&raw).map(|(t, r)| t.rate / r.rate).collect(),
+        threads
+            .iter()
+            .zip(&raw)
+            .map(|(t, r)| t.rate / r.rate)
+            .collect(),
     );
-    line("io_uring CPU s per wall s", uring.iter().map(|s| s.cpu_per_wall).collect());
+    line(
+        "io_uring CPU s per wall s",
+        uring.iter().map(|s| s.cpu_per_wall).collect(),
+    );
     line(
         "io_uring nops per CPU-second",
         uring.iter().map(|s| s.rate / s.cpu_per_wall).collect(),
     );
-    line("threads CPU s per wall s", threads.iter().map(|s| s.cpu_per_wall).collect());
+    line(
+        "threads CPU s per wall s",
+        threads.iter().map(|s| s.cpu_per_wall).collect(),
+    );
 }
 
 /// Which slots have completed: filled by wakers on the engine thread.
@@ -270,7 +301,9 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
         .default_profile(profile)
         .build()?;
     let class = scheduler.add_class("reads", 100)?;
-    let file = tailguard::OpenOptions::new().read(true).open(&scheduler, path)?;
+    let file = tailguard::OpenOptions::new()
+        .read(true)
+        .open(&scheduler, path)?;
     let blocks = std::fs::metadata(path)?.len() / BLOCK;
     assert!(blocks > 0, "the file is empty");
     let alignment = (file.alignment().memory_bytes as usize).max(4096);
@@ -287,8 +320,8 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
         })
         .collect();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ depth as u64);
-    let mut histogram = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
-        .expect("histogram");
+    let mut histogram =
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
     let mut inflight: Vec<Option<(IoFuture<tailguard::BufResult>, Instant)>> =
         (0..depth).map(|_| None).collect();
     let mut spare: Vec<Option<AlignedBuffer>> = (0..depth)
