@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# tailguard engine benchmarks: NOP overhead, then 4 KiB O_DIRECT random reads vs fio.
+#
+#   benchmarks/engine-vs-fio.sh            # everything, ~2.5 minutes
+#   DEPTHS="1 16" REPS=5 benchmarks/engine-vs-fio.sh
+#
+# Builds the `engine` bench binary once (release), runs `engine nop`, then creates a
+# real (non-sparse) test file, and for each queue depth runs REPS interleaved pairs
+# of fio (io_uring, O_DIRECT) and `engine randread` (alternating which goes first),
+# and prints per-depth min/median/max of IOPS, p50, and the tailguard/fio ratios
+# computed within each pair. The test file is deleted on exit, failure included.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-enginebench}
+BENCH_DIR=${BENCH_DIR:-$CARGO_TARGET_DIR/bench}
+SIZE_MB=${SIZE_MB:-1024}
+SECS=${SECS:-5}
+REPS=${REPS:-3}
+DEPTHS=${DEPTHS:-"1 16 64"}
+NOP_SECS=${NOP_SECS:-1}
+FIO=${FIO:-/usr/bin/fio}
+RESULTS=${RESULTS:-$CARGO_TARGET_DIR/bench-results/$(date +%Y%m%d-%H%M%S)}
+FILE="$BENCH_DIR/randread-$$.dat"
+
+mkdir -p "$BENCH_DIR" "$RESULTS"
+cleanup() { rm -f "$FILE"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== machine"
+{
+  echo "date: $(date -Is)"
+  echo "kernel: $(uname -r)"
+  echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "fio: $($FIO --version)"
+  echo "filesystem: $(findmnt -no SOURCE,FSTYPE --target "$BENCH_DIR" | xargs)"
+  dev=$(basename "$(findmnt -no SOURCE --target "$BENCH_DIR")")
+  if [ -e "/sys/block/$dev/queue/scheduler" ]; then
+    echo "block queue ($dev): scheduler $(cat /sys/block/$dev/queue/scheduler), nr_requests $(cat /sys/block/$dev/queue/nr_requests)"
+  fi
+} | tee "$RESULTS/machine.txt"
+
+echo "== build (release, once)"
+BIN=$(cd "$ROOT" && cargo bench -p tailguard --bench engine --no-run --message-format=json 2>/dev/null |
+  jq -r 'select(.reason == "compiler-artifact" and .target.name == "engine" and .executable != null) | .executable' |
+  tail -1)
+[ -x "$BIN" ] || { echo "could not build the engine bench" >&2; exit 1; }
+echo "binary: $BIN"
+
+echo "== 1. engine overhead: raw io_uring NOPs vs Scheduler::nop (interleaved)"
+"$BIN" nop --secs "$NOP_SECS" --reps "$REPS" --depth 256 | tee "$RESULTS/nop.txt"
+
+echo "== 2. 4 KiB random reads vs fio"
+echo "creating ${SIZE_MB} MiB test file $FILE (real data, O_DIRECT writes)"
+"$FIO" --name=fill --filename="$FILE" --rw=write --bs=1M --size="${SIZE_MB}M" --direct=1 \
+  --ioengine=psync --output=/dev/null
+sync
+
+run_fio() { # depth rep
+  "$FIO" --name=randread --filename="$FILE" --ioengine=io_uring --direct=1 --rw=randread \
+    --bs=4k --iodepth="$1" --runtime="$SECS" --time_based --numjobs=1 --lat_percentiles=1 \
+    --output-format=json >"$RESULTS/fio-qd$1-rep$2.json"
+  jq -r --arg d "$1" --arg r "$2" '.jobs as $jobs | .jobs[0].read |
+    "fio\t\($d)\t\($r)\t\(.iops)\t\(.lat_ns.percentile["50.000000"] / 1000)\t\(.lat_ns.percentile["99.000000"] / 1000)\t\(.clat_ns.percentile["50.000000"] / 1000)\t\(($jobs[0].usr_cpu + $jobs[0].sys_cpu) / 100)"' \
+    "$RESULTS/fio-qd$1-rep$2.json" | tee -a "$RESULTS/randread.tsv"
+}
+
+run_tailguard() { # depth rep
+  line=$("$BIN" randread --file "$FILE" --depth "$1" --secs "$SECS" | grep '^RESULT')
+  echo "$line" >>"$RESULTS/tailguard-raw.txt"
+  val() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+  printf 'tailguard\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$(val iops)" "$(val p50_us)" "$(val p99_us)" \
+    "$(val engine_p50_us)" "$(val cpu)" | tee -a "$RESULTS/randread.tsv"
+  [ "$(val errors)" = 0 ] || { echo "tailguard reported read errors: $line" >&2; exit 1; }
+}
+
+printf 'tool\tdepth\trep\tiops\tp50_us\tp99_us\tp50b_us\tcpu\n' | tee "$RESULTS/randread.tsv"
+echo "(fio p50b = clat p50; tailguard p50b = engine latency_ns p50; cpu = CPU-seconds per second: fio job usr+sys, tailguard whole process)"
+for depth in $DEPTHS; do
+  for rep in $(seq 1 "$REPS"); do
+    if [ $((rep % 2)) = 1 ]; then
+      run_fio "$depth" "$rep"; run_tailguard "$depth" "$rep"
+    else
+      run_tailguard "$depth" "$rep"; run_fio "$depth" "$rep"
+    fi
+  done
+done
+
+echo "== summary (ratios are tailguard / fio within the same interleaved pair)"
+python3 - "$RESULTS/randread.tsv" <<'EOF' | tee "$RESULTS/summary.md"
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+def mmm(values, fmt):
+    values = sorted(values)
+    return " / ".join(format(v, fmt) for v in (values[0], statistics.median(values), values[-1]))
+print("| QD | fio IOPS | tailguard IOPS | IOPS ratio | fio p50 µs | tailguard p50 µs | p50 ratio "
+      "| fio p99 µs | tailguard p99 µs | engine latency_ns p50 µs | fio CPU | tailguard CPU |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for depth in sorted({int(r["depth"]) for r in rows}):
+    pick = lambda tool: {r["rep"]: r for r in rows if r["tool"] == tool and int(r["depth"]) == depth}
+    fio, tg = pick("fio"), pick("tailguard")
+    reps = sorted(set(fio) & set(tg))
+    col = lambda d, k: [float(d[r][k]) for r in reps]
+    ratio = lambda k: [float(tg[r][k]) / float(fio[r][k]) for r in reps]
+    print(f"| {depth} | {mmm(col(fio,'iops'),'.0f')} | {mmm(col(tg,'iops'),'.0f')} | {mmm(ratio('iops'),'.3f')} "
+          f"| {mmm(col(fio,'p50_us'),'.1f')} | {mmm(col(tg,'p50_us'),'.1f')} | {mmm(ratio('p50_us'),'.3f')} "
+          f"| {mmm(col(fio,'p99_us'),'.0f')} | {mmm(col(tg,'p99_us'),'.0f')} | {mmm(col(tg,'p50b_us'),'.1f')} "
+          f"| {mmm(col(fio,'cpu'),'.2f')} | {mmm(col(tg,'cpu'),'.2f')} |")
+print(f"\n(min / median / max over {len(reps)} interleaved repetitions; ratios are tailguard / fio within "
+      "each pair; p50/p99 are submission to completion: fio lat_ns, tailguard measured by its driver; "
+      "CPU is CPU-seconds per second: fio's job usr+sys, tailguard's whole process)")
+EOF
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$RESULTS/machine.txt"
+echo "results in $RESULTS"

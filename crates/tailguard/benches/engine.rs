@@ -1,0 +1,430 @@
+//! Engine benchmarks (a `harness = false` binary).
+//!
+//! ```text
+//! cargo bench -p tailguard --bench engine -- nop [--secs 1] [--reps 3] [--depth 256]
+//! cargo bench -p tailguard --bench engine -- nop-uring [--secs 1] [--depth 256]   # profiling
+//! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5]
+//! ```
+//!
+//! `nop`: in one run, interleaved A B C A B C ..., (a) raw io_uring NOPs with the
+//! `io-uring` crate (push 32, `submit_and_wait(32)`, drain), (b) `Scheduler::nop`
+//! through the io_uring backend, (c) the same through the thread-pool backend.
+//! The scheduler runs use one submitter thread that keeps `--depth` requests
+//! outstanding (a sliding window: wait on the oldest with `.wait()`, submit a new
+//! one). Prints requests/s, process CPU seconds per wall second, requests per
+//! CPU-second, and min/median/max of each and of the ratio to raw NOPs.
+//!
+//! `randread`: 4 KiB reads at random 4 KiB-aligned offsets of `--file` (O_DIRECT),
+//! one submitter thread keeping `--depth` requests outstanding through one class,
+//! for `--secs`. Latency is measured by the driver from just before `read_at` to
+//! the moment the driver sees the completion (a waker per slot tells it which
+//! request finished, so out-of-order completions are not delayed behind older
+//! ones). Prints one `RESULT` line with IOPS, driver p50/p99 and the engine's own
+//! `latency_ns` p50/p99 for the class.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use tailguard::{AlignedBuffer, BackendChoice, IoFuture, Profile, Scheduler};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` passes `--bench`; ignore it.
+    let args: Vec<String> = args.into_iter().filter(|a| a != "--bench").collect();
+    let mode = args.first().map(String::as_str).unwrap_or("nop");
+    let opt = |name: &str| -> Option<String> {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let num = |name: &str, default: f64| -> f64 {
+        opt(name).map_or(default, |v| v.parse().expect("a number"))
+    };
+    match mode {
+        "nop" => nop_mode(
+            num("--secs", 1.0),
+            num("--reps", 3.0) as usize,
+            num("--depth", 256.0) as usize,
+        ),
+        // Only the io_uring scheduler run, for profiling (`perf record`).
+        "nop-uring" => {
+            let s = scheduler_nops(
+                BackendChoice::IoUring,
+                num("--secs", 1.0),
+                num("--depth", 256.0) as usize,
+            );
+            println!(
+                "RESULT mode=nop-uring rate={:.0} cpu={:.3}",
+                s.rate, s.cpu_per_wall
+            );
+        }
+        "randread" => {
+            let file = opt("--file").expect("--file PATH");
+            randread_mode(&file, num("--depth", 1.0) as usize, num("--secs", 5.0))
+                .expect("randread");
+        }
+        other => {
+            eprintln!("unknown mode {other}; use `nop` or `randread`");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// User + system CPU seconds of the whole process (all threads).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into a zeroed local.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a live local.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+struct Sample {
+    rate: f64,
+    cpu_per_wall: f64,
+}
+
+fn measure(secs: f64, mut body: impl FnMut() -> u64) -> Sample {
+    let deadline = Duration::from_secs_f64(secs);
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    let mut done = 0u64;
+    while start.elapsed() < deadline {
+        done += body();
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    Sample {
+        rate: done as f64 / wall,
+        cpu_per_wall: cpu / wall,
+    }
+}
+
+/// Raw io_uring NOPs: batches of 32, `submit_and_wait(32)`, drain.
+fn raw_nops(secs: f64) -> Sample {
+    let mut ring = io_uring::IoUring::new(64).expect("io_uring");
+    let nop = io_uring::opcode::Nop::new().build().user_data(1);
+    measure(secs, || {
+        let mut done = 0;
+        for _ in 0..64 {
+            {
+                let mut sq = ring.submission();
+                for _ in 0..32 {
+                    // SAFETY: a NOP references no memory.
+                    unsafe { sq.push(&nop).expect("room for 32") };
+                }
+            }
+            ring.submit_and_wait(32).expect("submit");
+            done += ring.completion().count() as u64;
+        }
+        done
+    })
+}
+
+/// `Scheduler::nop` with `depth` outstanding from this one thread.
+fn scheduler_nops(choice: BackendChoice, secs: f64, depth: usize) -> Sample {
+    let scheduler = Scheduler::builder()
+        .backend(choice)
+        .ring_depth(256)
+        .build()
+        .expect("scheduler");
+    let class = scheduler.add_class("nop", 100).expect("class");
+    let mut window: VecDeque<IoFuture<io::Result<()>>> = VecDeque::with_capacity(depth);
+    for _ in 0..depth {
+        window.push_back(scheduler.nop(&class));
+    }
+    let sample = measure(secs, || {
+        for _ in 0..1024 {
+            let oldest = window.pop_front().expect("window is full");
+            oldest.wait().expect("nop");
+            window.push_back(scheduler.nop(&class));
+        }
+        1024
+    });
+    for future in window.drain(..) {
+        future.wait().expect("nop");
+    }
+    scheduler.shutdown();
+    sample
+}
+
+fn stats3(values: &mut [f64]) -> (f64, f64, f64) {
+    values.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    (
+        values[0],
+        values[values.len() / 2],
+        values[values.len() - 1],
+    )
+}
+
+fn nop_mode(secs: f64, reps: usize, depth: usize) {
+    println!(
+        "nop: {reps} interleaved repetitions of raw / uring / threads, {secs} s each, \
+         scheduler depth {depth}, {} CPUs online",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut raw = Vec::new();
+    let mut uring = Vec::new();
+    let mut threads = Vec::new();
+    // Warm-up (not recorded).
+    let _ = raw_nops(0.2);
+    let _ = scheduler_nops(BackendChoice::IoUring, 0.2, depth);
+    for rep in 0..reps {
+        let r = raw_nops(secs);
+        let u = scheduler_nops(BackendChoice::IoUring, secs, depth);
+        let t = scheduler_nops(BackendChoice::Threads, secs, depth);
+        println!(
+            "rep {rep}: raw {:>12.0}/s (cpu {:.2})  uring {:>10.0}/s (cpu {:.2}, {:>10.0}/cpu-s, {:.4} of raw)  \
+             threads {:>10.0}/s (cpu {:.2}, {:.4} of raw)",
+            r.rate,
+            r.cpu_per_wall,
+            u.rate,
+            u.cpu_per_wall,
+            u.rate / u.cpu_per_wall,
+            u.rate / r.rate,
+            t.rate,
+            t.cpu_per_wall,
+            t.rate / r.rate
+        );
+        println!(
+            "RESULT mode=nop rep={rep} raw={:.0} uring={:.0} threads={:.0} uring_cpu={:.3} threads_cpu={:.3}",
+            r.rate, u.rate, t.rate, u.cpu_per_wall, t.cpu_per_wall
+        );
+        raw.push(r);
+        uring.push(u);
+        threads.push(t);
+    }
+    let line = |name: &str, mut v: Vec<f64>| {
+        let (lo, mid, hi) = stats3(&mut v);
+        println!("{name:<34} min {lo:>12.4} median {mid:>12.4} max {hi:>12.4}");
+    };
+    println!("summary over {reps} repetitions:");
+    line("raw NOPs/s", raw.iter().map(|s| s.rate).collect());
+    line(
+        "scheduler io_uring nops/s",
+        uring.iter().map(|s| s.rate).collect(),
+    );
+    line(
+        "scheduler threads nops/s",
+        threads.iter().map(|s| s.rate).collect(),
+    );
+    line(
+        "io_uring / raw (same rep)",
+        uring
+            .iter()
+            .zip(&raw)
+            .map(|(u, r)| u.rate / r.rate)
+            .collect(),
+    );
+    line(
+        "threads / raw (same rep)",
+        threads
+            .iter()
+            .zip(&raw)
+            .map(|(t, r)| t.rate / r.rate)
+            .collect(),
+    );
+    line(
+        "io_uring CPU s per wall s",
+        uring.iter().map(|s| s.cpu_per_wall).collect(),
+    );
+    line(
+        "io_uring nops per CPU-second",
+        uring.iter().map(|s| s.rate / s.cpu_per_wall).collect(),
+    );
+    line(
+        "threads CPU s per wall s",
+        threads.iter().map(|s| s.cpu_per_wall).collect(),
+    );
+}
+
+/// Which slots have completed: filled by wakers on the engine thread.
+/// `waiting` is set while the driver sleeps, so that a completion costs a futex
+/// wake only when the driver is asleep (as the handoff does for the engine).
+struct Ready {
+    slots: Mutex<(Vec<usize>, bool)>,
+    condvar: Condvar,
+}
+
+struct SlotWaker {
+    slot: usize,
+    ready: Arc<Ready>,
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let waiting = {
+            let mut slots = self.ready.slots.lock().expect("ready lock");
+            slots.0.push(self.slot);
+            std::mem::replace(&mut slots.1, false)
+        };
+        if waiting {
+            self.ready.condvar.notify_one();
+        }
+    }
+}
+
+/// xorshift64*.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
+    const BLOCK: u64 = 4096;
+    // A profile that cannot throttle this device: 1 M read IOPS, 4 GB/s, a 10 ms
+    // latency target, 1 MiB pieces.
+    let profile = Profile {
+        read_iops: 1e6,
+        write_iops: 1e6,
+        read_bandwidth: 4e9,
+        write_bandwidth: 4e9,
+        max_request_bytes: 1 << 20,
+        latency_target_us: 10_000,
+    };
+    let scheduler = Scheduler::builder()
+        .backend(BackendChoice::IoUring)
+        .ring_depth(256)
+        .default_profile(profile)
+        .build()?;
+    let class = scheduler.add_class("reads", 100)?;
+    let file = tailguard::OpenOptions::new()
+        .read(true)
+        .open(&scheduler, path)?;
+    let blocks = std::fs::metadata(path)?.len() / BLOCK;
+    assert!(blocks > 0, "the file is empty");
+    let alignment = (file.alignment().memory_bytes as usize).max(4096);
+    let ready = Arc::new(Ready {
+        slots: Mutex::new((Vec::with_capacity(depth), false)),
+        condvar: Condvar::new(),
+    });
+    let wakers: Vec<Waker> = (0..depth)
+        .map(|slot| {
+            Waker::from(Arc::new(SlotWaker {
+                slot,
+                ready: ready.clone(),
+            }))
+        })
+        .collect();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ depth as u64);
+    let mut histogram =
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
+    let mut inflight: Vec<Option<(IoFuture<tailguard::BufResult>, Instant)>> =
+        (0..depth).map(|_| None).collect();
+    let mut spare: Vec<Option<AlignedBuffer>> = (0..depth)
+        .map(|_| Some(AlignedBuffer::new(BLOCK as usize, alignment).expect("buffer")))
+        .collect();
+    let mut completed = 0u64;
+    let mut errors = 0u64;
+    let deadline = Duration::from_secs_f64(secs);
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    let mut todo: Vec<usize> = (0..depth).collect();
+    let mut batch = Vec::with_capacity(depth);
+    let mut stopping = false;
+    let mut outstanding = 0usize;
+    loop {
+        // Submit a new read in each free slot (or, if the future is ready at
+        // once, account for it and go round again).
+        while let Some(slot) = todo.pop() {
+            if stopping {
+                continue;
+            }
+            let buffer = spare[slot].take().expect("a free slot has its buffer");
+            let offset = (rng.next() % blocks) * BLOCK;
+            let submitted = Instant::now();
+            let mut future = file.read_at(&class, buffer, offset);
+            let mut context = Context::from_waker(&wakers[slot]);
+            match std::pin::Pin::new(&mut future).poll(&mut context) {
+                Poll::Ready((result, buffer)) => {
+                    histogram.saturating_record(submitted.elapsed().as_nanos() as u64);
+                    completed += 1;
+                    errors += u64::from(result.is_err());
+                    spare[slot] = Some(buffer);
+                    todo.push(slot);
+                }
+                Poll::Pending => {
+                    inflight[slot] = Some((future, submitted));
+                    outstanding += 1;
+                }
+            }
+            if start.elapsed() >= deadline {
+                stopping = true;
+            }
+        }
+        if outstanding == 0 {
+            break;
+        }
+        {
+            let mut slots = ready.slots.lock().expect("ready lock");
+            while slots.0.is_empty() {
+                slots.1 = true;
+                slots = ready.condvar.wait(slots).expect("ready lock");
+            }
+            slots.1 = false;
+            std::mem::swap(&mut slots.0, &mut batch);
+        }
+        for slot in batch.drain(..) {
+            let Some((mut future, submitted)) = inflight[slot].take() else {
+                continue; // a stale wake
+            };
+            let mut context = Context::from_waker(&wakers[slot]);
+            match std::pin::Pin::new(&mut future).poll(&mut context) {
+                Poll::Ready((result, buffer)) => {
+                    histogram.saturating_record(submitted.elapsed().as_nanos() as u64);
+                    outstanding -= 1;
+                    completed += 1;
+                    if let Err(error) = &result {
+                        if errors == 0 {
+                            eprintln!("read error: {error}");
+                        }
+                        errors += 1;
+                    }
+                    spare[slot] = Some(buffer);
+                    todo.push(slot);
+                }
+                Poll::Pending => inflight[slot] = Some((future, submitted)),
+            }
+        }
+        if !stopping && start.elapsed() >= deadline {
+            stopping = true;
+        }
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = (cpu_seconds() - cpu0) / wall;
+    let stats = scheduler.stats()?;
+    let class_stats = stats
+        .classes
+        .iter()
+        .find(|c| c.name == "reads")
+        .expect("the class");
+    let us = |ns: u64| ns as f64 / 1000.0;
+    println!(
+        "RESULT mode=randread depth={depth} iops={:.0} p50_us={:.1} p99_us={:.1} engine_p50_us={:.1} \
+         engine_p99_us={:.1} device_p50_us={:.1} queue_wait_p50_us={:.1} ops={completed} errors={errors} \
+         wall_s={wall:.2} cpu={cpu:.3} backend={:?}",
+        completed as f64 / wall,
+        us(histogram.value_at_quantile(0.5)),
+        us(histogram.value_at_quantile(0.99)),
+        us(class_stats.latency_ns.value_at_quantile(0.5)),
+        us(class_stats.latency_ns.value_at_quantile(0.99)),
+        us(class_stats.device_time_ns.value_at_quantile(0.5)),
+        us(class_stats.queue_wait_ns.value_at_quantile(0.5)),
+        scheduler.backend(),
+    );
+    scheduler.shutdown();
+    Ok(())
+}
