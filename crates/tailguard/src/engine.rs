@@ -35,7 +35,6 @@ use crate::completion::Responder;
 use crate::device::DeviceId;
 use crate::handoff::Handoff;
 use crate::stats::{self, ClassStats, DeviceStats, StatsSnapshot};
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -125,7 +124,8 @@ pub(crate) enum Message {
 struct DeviceState {
     name: String,
     dispatcher: Dispatcher,
-    classes: HashMap<ClassNumber, ClassId>,
+    /// This device's class for each global class number (dense), once used.
+    classes: Vec<Option<ClassId>>,
     ops: u64,
     bytes: u64,
 }
@@ -196,7 +196,9 @@ pub(crate) struct Engine {
     handoff: Arc<Handoff<Message>>,
     epoch: Instant,
     devices: Vec<DeviceState>,
-    device_index: HashMap<DeviceId, usize>,
+    /// Device ids in `devices` order: a process has few devices, so a scan of
+    /// this short vector beats hashing on every request.
+    device_ids: Vec<DeviceId>,
     classes: Vec<ClassStats>,
     requests: Slab<RequestRecord>,
     pieces: Slab<PieceRecord>,
@@ -215,7 +217,7 @@ impl Engine {
             handoff,
             epoch: Instant::now(),
             devices: Vec::new(),
-            device_index: HashMap::new(),
+            device_ids: Vec::new(),
             classes: Vec::new(),
             requests: Slab::new(),
             pieces: Slab::new(),
@@ -263,15 +265,17 @@ impl Engine {
     fn take_messages(&mut self) {
         let mut inbox = std::mem::take(&mut self.inbox);
         self.handoff.take_all(&mut inbox);
+        // One clock read per batch: the batch was taken at one instant.
+        let now = if inbox.is_empty() { 0 } else { self.now() };
         for message in inbox.drain(..) {
-            self.handle(message);
+            self.handle(now, message);
         }
         self.inbox = inbox;
     }
 
-    fn handle(&mut self, message: Message) {
+    fn handle(&mut self, now: Nanos, message: Message) {
         match message {
-            Message::Io(io) => self.enqueue(io),
+            Message::Io(io) => self.enqueue(now, io),
             Message::AddDevice {
                 device,
                 name,
@@ -288,7 +292,11 @@ impl Engine {
             Message::SetShares { class, shares } => self.set_shares(class, shares),
             Message::RemoveClass { class } => {
                 for device in &mut self.devices {
-                    if let Some(id) = device.classes.remove(&class) {
+                    if let Some(id) = device
+                        .classes
+                        .get_mut(class as usize)
+                        .and_then(Option::take)
+                    {
                         let _ = device.dispatcher.remove_class(id);
                     }
                 }
@@ -306,7 +314,7 @@ impl Engine {
     }
 
     fn add_device(&mut self, device: DeviceId, name: String, profile: DeviceProfile) {
-        if self.device_index.contains_key(&device) {
+        if self.device_ids.contains(&device) {
             return;
         }
         let dispatcher = match Dispatcher::new(DispatcherConfig::new(profile.clone())) {
@@ -323,11 +331,11 @@ impl Engine {
             ?profile,
             "tailguard: new device dispatcher"
         );
-        self.device_index.insert(device, self.devices.len());
+        self.device_ids.push(device);
         self.devices.push(DeviceState {
             name,
             dispatcher,
-            classes: HashMap::new(),
+            classes: Vec::new(),
             ops: 0,
             bytes: 0,
         });
@@ -338,27 +346,32 @@ impl Engine {
             stats.shares = shares;
         }
         for device in &mut self.devices {
-            if let Some(&id) = device.classes.get(&class) {
-                let _ = device.dispatcher.set_shares(id, shares);
+            if let Some(Some(id)) = device.classes.get(class as usize) {
+                let _ = device.dispatcher.set_shares(*id, shares);
             }
         }
     }
 
-    fn enqueue(&mut self, message: Box<IoMessage>) {
-        let device_slot = *self
-            .device_index
-            .get(&message.device)
+    fn enqueue(&mut self, now: Nanos, message: Box<IoMessage>) {
+        let device_slot = self
+            .device_ids
+            .iter()
+            .position(|id| *id == message.device)
             .expect("a device is announced before its first request");
         let shares = self.classes[message.class as usize].shares;
         let device = &mut self.devices[device_slot];
-        let class = match device.classes.get(&message.class) {
-            Some(&class) => class,
+        let number = message.class as usize;
+        if device.classes.len() <= number {
+            device.classes.resize(number + 1, None);
+        }
+        let class = match device.classes[number] {
+            Some(class) => class,
             None => {
                 let class = device
                     .dispatcher
                     .add_class(shares)
                     .expect("shares were validated by the API");
-                device.classes.insert(message.class, class);
+                device.classes[number] = Some(class);
                 class
             }
         };
@@ -378,7 +391,6 @@ impl Engine {
             error: None,
             short_end: None,
         });
-        let now = self.now();
         self.devices[device_slot]
             .dispatcher
             .enqueue(
