@@ -344,6 +344,7 @@ impl Policy for Cfq {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::testing::ids;
     use crate::policy::ClassInfo;
     use tailguard_core::request::NANOS_PER_SECOND;
     use tailguard_core::Direction;
@@ -380,10 +381,6 @@ mod tests {
             sync: false,
             ..read(id, 0)
         }
-    }
-
-    fn ids(out: &[Submission]) -> Vec<u64> {
-        out.iter().map(|s| s.request_id).collect()
     }
 
     /// A closed-loop harness: `readers` sync readers that each resubmit as soon

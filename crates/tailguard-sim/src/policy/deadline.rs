@@ -265,35 +265,13 @@ impl Policy for Deadline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::ClassInfo;
+    use crate::policy::testing::{context, ids};
     use tailguard_core::request::NANOS_PER_SECOND;
 
     const MS: Nanos = NANOS_PER_MILLISECOND;
 
-    fn context() -> PolicyContext {
-        PolicyContext {
-            devices: Vec::new(),
-            classes: vec![ClassInfo {
-                name: "all".into(),
-                shares: 100,
-            }],
-        }
-    }
-
     fn request(id: u64, device: usize, direction: Direction) -> SimRequest {
-        SimRequest {
-            id,
-            class: 0,
-            device,
-            direction,
-            offset_bytes: id * 4096,
-            length_bytes: 4096,
-            sync: direction == Direction::Read,
-        }
-    }
-
-    fn ids(out: &[Submission]) -> Vec<u64> {
-        out.iter().map(|s| s.request_id).collect()
+        crate::policy::testing::request(id, device, direction, 4096, direction == Direction::Read)
     }
 
     fn dispatched(policy: &mut Deadline, now: Nanos) -> Vec<u64> {

@@ -85,29 +85,11 @@ impl Policy for Fifo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{ClassInfo, DeviceInfo};
+    use crate::policy::testing::context;
     use tailguard_core::Direction;
 
-    fn context() -> PolicyContext {
-        PolicyContext {
-            devices: Vec::<DeviceInfo>::new(),
-            classes: vec![ClassInfo {
-                name: "all".into(),
-                shares: 100,
-            }],
-        }
-    }
-
     fn request(id: u64, device: usize, direction: Direction) -> SimRequest {
-        SimRequest {
-            id,
-            class: 0,
-            device,
-            direction,
-            offset_bytes: id * 4096,
-            length_bytes: 4096,
-            sync: direction == Direction::Read,
-        }
+        crate::policy::testing::request(id, device, direction, 4096, direction == Direction::Read)
     }
 
     #[test]

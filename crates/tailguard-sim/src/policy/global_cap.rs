@@ -202,31 +202,13 @@ impl Policy for GlobalCap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::ClassInfo;
+    use crate::policy::testing::context;
     use tailguard_core::Direction;
 
     const MIB: u64 = 1024 * 1024;
 
-    fn context() -> PolicyContext {
-        PolicyContext {
-            devices: Vec::new(),
-            classes: vec![ClassInfo {
-                name: "all".into(),
-                shares: 100,
-            }],
-        }
-    }
-
     fn request(id: u64, device: usize, direction: Direction, length_bytes: u64) -> SimRequest {
-        SimRequest {
-            id,
-            class: 0,
-            device,
-            direction,
-            offset_bytes: id * length_bytes,
-            length_bytes,
-            sync: false,
-        }
+        crate::policy::testing::request(id, device, direction, length_bytes, false)
     }
 
     fn parameters(hi_bytes: u64, lo_bytes: u64) -> GlobalCapParameters {

@@ -28,6 +28,8 @@ pub mod deadline;
 pub mod fifo;
 pub mod global_cap;
 pub mod tailguard;
+#[cfg(test)]
+mod testing;
 
 /// A request as a workload submits it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
