@@ -22,6 +22,18 @@ fn scratch(name: &str) -> PathBuf {
     path
 }
 
+/// Opens (creating) a scratch file read-write with O_DIRECT through `scheduler`.
+fn open_scratch(scheduler: &Scheduler, name: &str) -> (tailguard::File, PathBuf) {
+    let path = scratch(name);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(scheduler, &path)
+        .unwrap();
+    (file, path)
+}
+
 /// A scheduler on `choice`, or `None` (with the reason printed) when this
 /// machine refuses io_uring.
 fn scheduler(choice: BackendChoice) -> Option<Scheduler> {
@@ -62,15 +74,8 @@ fn data_written_from_many_threads_and_classes_reads_back_intact() {
             _ => BackendKind::IoUring,
         };
         assert_eq!(scheduler.backend(), expected_kind);
-        let path = scratch(&format!("integrity-{choice:?}"));
-        let file = Arc::new(
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .open(&scheduler, &path)
-                .unwrap(),
-        );
+        let (file, path) = open_scratch(&scheduler, &format!("integrity-{choice:?}"));
+        let file = Arc::new(file);
         let classes: Vec<_> = (0..3)
             .map(|index| {
                 scheduler
@@ -143,15 +148,8 @@ fn futures_work_on_a_multi_threaded_tokio_runtime() {
         .build()
         .unwrap();
     for (choice, scheduler) in backends() {
-        let path = scratch(&format!("tokio-{choice:?}"));
-        let file = Arc::new(
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .open(&scheduler, &path)
-                .unwrap(),
-        );
+        let (file, path) = open_scratch(&scheduler, &format!("tokio-{choice:?}"));
+        let file = Arc::new(file);
         let class = scheduler.add_class("tokio", 100).unwrap();
         runtime.block_on(async {
             let tasks: Vec<_> = (0..32u64)
@@ -181,13 +179,7 @@ fn futures_work_on_a_multi_threaded_tokio_runtime() {
 #[test]
 fn misaligned_requests_fail_at_once_naming_the_alignment() {
     let scheduler = scheduler(BackendChoice::Threads).unwrap();
-    let path = scratch("misaligned");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .open(&scheduler, &path)
-        .unwrap();
+    let (file, path) = open_scratch(&scheduler, "misaligned");
     let class = scheduler.add_class("c", 1).unwrap();
     let offset_alignment = file.alignment().offset_bytes as u64;
     let (result, buffer) = file
@@ -282,13 +274,7 @@ fn a_filesystem_without_o_direct_gets_a_clear_error() {
 #[test]
 fn dropped_futures_still_complete_and_shutdown_drains() {
     for (choice, scheduler) in backends() {
-        let path = scratch(&format!("dropped-{choice:?}"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .open(&scheduler, &path)
-            .unwrap();
+        let (file, path) = open_scratch(&scheduler, &format!("dropped-{choice:?}"));
         let class = scheduler.add_class("c", 1).unwrap();
         for index in 0..200u64 {
             // Dropped at once: the engine keeps the buffer until the kernel is done.
@@ -435,13 +421,7 @@ fn a_full_filesystem_reports_enospc() {
 #[test]
 fn a_file_dropped_with_requests_in_flight_keeps_its_descriptor_until_they_complete() {
     for (choice, scheduler) in backends() {
-        let path = scratch(&format!("dropped-file-{choice:?}"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .open(&scheduler, &path)
-            .unwrap();
+        let (file, path) = open_scratch(&scheduler, &format!("dropped-file-{choice:?}"));
         let class = scheduler.add_class("c", 1).unwrap();
         let futures: Vec<_> = (0..64u64)
             .map(|index| file.write_at(&class, pattern(index, 5), index * BLOCK as u64))
