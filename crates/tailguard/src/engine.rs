@@ -462,9 +462,12 @@ impl Engine {
         }
     }
 
-    /// Pushes one op, making room by submitting (and reaping) when the backend
-    /// is full.
+    /// Pushes one op, making room when the backend is full: first by submitting
+    /// what is queued (enough for io_uring, whose limit is the submission queue),
+    /// then, if still full, by waiting for a completion (the thread pool's limit
+    /// is ops in flight).
     fn push(&mut self, mut op: Op) {
+        let mut wait = false;
         loop {
             // SAFETY: the op's buffer is the request's AlignedBuffer, which the
             // request record owns until this op's completion is reaped and its
@@ -473,11 +476,12 @@ impl Engine {
                 Ok(()) => return,
                 Err(returned) => {
                     op = returned;
-                    let wait = self.backend.in_flight() > 0;
-                    if let Err(error) = self.backend.submit(wait) {
+                    let waiting = wait && self.backend.in_flight() > 0;
+                    if let Err(error) = self.backend.submit(waiting) {
                         tracing::error!(%error, "tailguard engine: submit failed while full");
                     }
                     self.reap();
+                    wait = true;
                 }
             }
         }
