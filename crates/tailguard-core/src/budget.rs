@@ -42,11 +42,12 @@
 //! ## Resizing
 //!
 //! A [`LatencyController`] sees every completion (its device time and queue wait)
-//! and may return a new limit; [`FixedBudget`] never does. The adaptive controller
-//! comes later and plugs in here without touching the dispatcher. Shrinking below
+//! and may return a new limit; [`FixedBudget`] never does, and
+//! [`crate::controller::AdaptiveBudget`] follows the device (see its module). Shrinking below
 //! the current in-flight cost is allowed: dispatch simply pauses until completions
 //! bring in-flight cost under the new limit.
 
+use crate::controller::ControllerStats;
 use crate::request::{Direction, Nanos};
 
 /// Requests of the most expensive 4 KiB kind that the budget always admits at
@@ -149,6 +150,12 @@ pub struct CompletionSample {
     pub queue_wait_ns: Nanos,
     /// Cost in flight just before this completion was released.
     pub in_flight_ns: Nanos,
+    /// Cost that was in flight when this piece was dispatched: the work queued
+    /// at the device ahead of it.
+    pub ahead_ns: Nanos,
+    /// Pieces waiting in the fair queue at this completion: nonzero means the
+    /// budget, not the workload, was what held work back.
+    pub queued_pieces: usize,
 }
 
 /// Resizes a device's budget from what completions show. Pure: it sees time only
@@ -157,6 +164,21 @@ pub trait LatencyController: Send {
     /// Called for every completed piece with the current limit; returns a new
     /// limit, or `None` to keep it.
     fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos>;
+
+    /// What the controller decided so far (all zero for one that never decides).
+    fn stats(&self) -> ControllerStats {
+        ControllerStats::default()
+    }
+}
+
+impl<T: LatencyController + ?Sized> LatencyController for Box<T> {
+    fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos> {
+        (**self).on_completion(sample, limit_ns)
+    }
+
+    fn stats(&self) -> ControllerStats {
+        (**self).stats()
+    }
 }
 
 /// A controller that never changes the budget.

@@ -29,6 +29,7 @@
 //! even after its slot is reused.
 
 use crate::budget::{self, Budget, CompletionSample, FixedBudget, LatencyController};
+use crate::controller::ControllerStats;
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
 use crate::profile::{CostModel, DeviceProfile, ProfileError};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};
@@ -199,6 +200,8 @@ pub struct DispatcherStats {
     pub queued_pieces: usize,
     /// Times a latency controller changed the budget.
     pub budget_changes: u64,
+    /// The latency controller's decisions (grows, shrinks, holds, last situation).
+    pub controller: ControllerStats,
 }
 
 #[derive(Debug)]
@@ -237,6 +240,7 @@ struct InFlightPiece {
     cost_ns: Nanos,
     dispatched_at: Nanos,
     queue_wait_ns: Nanos,
+    ahead_ns: Nanos,
 }
 
 fn direction_index(direction: Direction) -> usize {
@@ -302,7 +306,7 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     in_flight: Slab<InFlightPiece>,
 }
 
-impl fmt::Debug for Dispatcher {
+impl<C: LatencyController> fmt::Debug for Dispatcher<C> {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
             .debug_struct("Dispatcher")
@@ -549,6 +553,7 @@ impl<C: LatencyController> Dispatcher<C> {
         cost_ns: Nanos,
         piece: QueuedPiece,
     ) -> DispatchedPiece {
+        let ahead_ns = self.budget.in_flight_ns();
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
         request.last_dispatched_at = now;
@@ -565,6 +570,7 @@ impl<C: LatencyController> Dispatcher<C> {
             cost_ns,
             dispatched_at: now,
             queue_wait_ns,
+            ahead_ns,
         });
         let generation = self.in_flight.slots[slot as usize].generation;
         DispatchedPiece {
@@ -598,6 +604,8 @@ impl<C: LatencyController> Dispatcher<C> {
             device_time_ns: now.saturating_sub(piece.dispatched_at),
             queue_wait_ns: piece.queue_wait_ns,
             in_flight_ns: self.budget.in_flight_ns(),
+            ahead_ns: piece.ahead_ns,
+            queued_pieces: self.queue.len(),
         };
         self.budget.release(piece.cost_ns);
         if let Some(limit_ns) = self
@@ -655,6 +663,7 @@ impl<C: LatencyController> Dispatcher<C> {
             in_flight_pieces: self.in_flight.live_count(),
             queued_pieces: self.queue.len(),
             budget_changes: self.budget_changes,
+            controller: self.controller.stats(),
         }
     }
 

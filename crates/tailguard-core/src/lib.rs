@@ -15,6 +15,9 @@
 //!   bounded credit for classes that wake from idle.
 //! - [`budget`]: the per-device **in-flight budget** in cost units, and the hook a
 //!   latency controller uses to resize it.
+//! - [`controller`]: the **adaptive latency controller** that resizes the budget
+//!   from completions: the smallest budget that sustains throughput while reads
+//!   meet the latency target, found without a profile.
 //! - [`dispatcher`]: one per device; splits oversize requests, queues them in the
 //!   fair queue, dispatches while the budget allows, and rejoins pieces on
 //!   completion. It is the only type an engine needs.
@@ -25,12 +28,14 @@
 //! *who* goes next; the budget decides *whether* anyone may go now.
 
 pub mod budget;
+pub mod controller;
 pub mod dispatcher;
 pub mod fair_queue;
 pub mod profile;
 pub mod request;
 
 pub use budget::{Budget, CompletionSample, FixedBudget, LatencyController};
+pub use controller::{AdaptiveBudget, AdaptiveConfig, ControllerStats, Situation};
 pub use dispatcher::{
     ClassError, ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
     DispatcherStats, EnqueueError,

@@ -125,6 +125,22 @@ impl DeviceProfile {
         Ok(())
     }
 
+    /// What tailguard assumes of a device nobody measured: a conservative SSD
+    /// (100k/50k 4 KiB IOPS, 1 GB/s reads, 500 MB/s writes, as the library's
+    /// `DEFAULT_SSD_PROFILE`), with the two values known without measuring: the
+    /// largest request (`max_sectors_kb`) and the latency target (the user's).
+    /// With the adaptive controller only the start depends on these numbers.
+    pub fn uncalibrated(max_request_bytes: u64, latency_target_us: u64) -> Self {
+        Self {
+            read_iops: 100_000.0,
+            write_iops: 50_000.0,
+            read_bandwidth: 1.0e9,
+            write_bandwidth: 500.0e6,
+            max_request_bytes,
+            latency_target_us,
+        }
+    }
+
     /// The latency target in nanoseconds.
     pub fn latency_target_ns(&self) -> Nanos {
         self.latency_target_us * NANOS_PER_MICROSECOND

@@ -17,6 +17,9 @@
 //!
 //! Requests still unfinished when the simulated time runs out are counted as
 //! `outstanding`; nothing is dropped silently.
+//!
+//! [`run_observed`] also hands every finished request to a callback, for
+//! measurements the summary report cannot give (throughput and latency over time).
 
 use crate::device::{DeviceCompletion, DeviceModel};
 use crate::policy::{self, Policy, SimRequest, Submission};
@@ -91,7 +94,28 @@ enum TimerKind {
     Arrival,
 }
 
+/// A request as it finished, for [`run_observed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinishedRequest {
+    /// Index of the scenario class.
+    pub class: usize,
+    /// Index of the scenario device.
+    pub device: usize,
+    /// Its length.
+    pub bytes: u64,
+    /// When it was due (its latency counts from here).
+    pub intended_at: Nanos,
+    /// When its last piece left the scheduler.
+    pub dispatched_at: Nanos,
+    /// When it completed.
+    pub completed_at: Nanos,
+}
+
+/// What [`run_observed`] calls for each finished request.
+pub type Observer<'a> = &'a mut dyn FnMut(&FinishedRequest);
+
 struct Simulation<'a> {
+    observer: Option<Observer<'a>>,
     scenario: &'a Scenario,
     policy: Box<dyn Policy>,
     devices: Vec<Box<dyn DeviceModel>>,
@@ -109,6 +133,26 @@ struct Simulation<'a> {
 
 /// Runs `scenario` under `policy_name` with `seed` and returns its report.
 pub fn run(scenario: &Scenario, policy_name: &str, seed: u64) -> Result<RunReport, ConfigError> {
+    run_inner(scenario, policy_name, seed, None)
+}
+
+/// Like [`run`], and calls `observer` for every request as it finishes, in
+/// completion order.
+pub fn run_observed(
+    scenario: &Scenario,
+    policy_name: &str,
+    seed: u64,
+    observer: Observer<'_>,
+) -> Result<RunReport, ConfigError> {
+    run_inner(scenario, policy_name, seed, Some(observer))
+}
+
+fn run_inner<'a>(
+    scenario: &'a Scenario,
+    policy_name: &str,
+    seed: u64,
+    observer: Option<Observer<'a>>,
+) -> Result<RunReport, ConfigError> {
     let parameters = scenario
         .policy_parameters
         .get(policy_name)
@@ -117,6 +161,7 @@ pub fn run(scenario: &Scenario, policy_name: &str, seed: u64) -> Result<RunRepor
     let policy = policy::build(policy_name, &scenario.policy_context(), &parameters)
         .map_err(|error| error.within(&format!("policy.{policy_name}")))?;
     let mut simulation = Simulation::new(scenario, policy, seed);
+    simulation.observer = observer;
     simulation.run_to_end();
     simulation.account_undispatched();
     Ok(simulation.report(seed))
@@ -127,6 +172,7 @@ impl<'a> Simulation<'a> {
         let (rows, row_of_job) = build_rows(scenario);
         let workload = Workload::new(scenario, seed);
         let mut simulation = Self {
+            observer: None,
             scenario,
             policy,
             devices: scenario.build_devices(seed),
@@ -226,6 +272,17 @@ impl<'a> Simulation<'a> {
             tracked.dispatched_at,
             tracked.length_bytes,
         );
+        if let Some(observer) = self.observer.as_mut() {
+            let job = self.workload.job_of(tracked.instance as usize);
+            observer(&FinishedRequest {
+                class: job.class,
+                device: job.device,
+                bytes: tracked.length_bytes,
+                intended_at: tracked.intended_at,
+                dispatched_at: tracked.dispatched_at,
+                completed_at,
+            });
+        }
         self.workload
             .on_completion(completed_at, tracked.instance as usize, &mut self.templates);
     }

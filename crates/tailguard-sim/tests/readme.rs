@@ -54,6 +54,23 @@ fn every_device_parameter_is_documented_and_every_documented_one_exists() {
 }
 
 #[test]
+fn the_slowdown_parameter_of_every_model_is_documented() {
+    let readme = readme();
+    assert_eq!(
+        documented_model_keys(&readme, "every model"),
+        BTreeSet::from(["slowdown".to_string()])
+    );
+    let window = tailguard_sim::device::SlowdownWindow {
+        start_s: 1.0,
+        stop_s: 2.0,
+        factor: 0.5,
+    };
+    for key in keys_of(&window) {
+        assert!(readme.contains(&format!("{key} = ")), "README lacks {key}");
+    }
+}
+
+#[test]
 fn every_policy_parameter_is_documented() {
     let readme = readme();
     let section = readme.split("### Policy parameters").nth(1).unwrap();
@@ -61,7 +78,10 @@ fn every_policy_parameter_is_documented() {
     let cases = [
         (
             "`tailguard`",
-            keys_of(&tailguard::TailguardParameters { budget_us: Some(1) }),
+            keys_of(&tailguard::TailguardParameters {
+                budget_us: Some(1),
+                ..Default::default()
+            }),
         ),
         (
             "`global-cap`",

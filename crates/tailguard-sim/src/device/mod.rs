@@ -14,10 +14,24 @@
 //! Each model documents its parameters at the top of its file. All parameters are
 //! overridable from a scenario's `[[device]]` table; unknown keys are errors.
 //! Models draw randomness only from the seeded generator they are built with.
+//!
+//! ## Slowdowns, for every model
+//!
+//! A `[[device]]` table may also give `slowdown = [{ start_s = 5.0, stop_s = 10.0,
+//! factor = 0.3 }]`: between `start_s` and `stop_s` the device runs at `factor`
+//! of its speed (0.3: everything inside it takes 1/0.3 times as long, so its
+//! throughput drops to 30% and its latencies grow 3.3×), as a device does when it
+//! throttles, rebuilds or is shared. [`Slowed`] implements it once for every model
+//! by dilating time: the model runs on its own clock, which advances `factor` ns
+//! per real ns inside a window and 1 ns per ns outside, so queued work finishes
+//! late by exactly the stretched part. Windows must not overlap; factors are in
+//! (0, 1000]. The profile is the device's normal one (what calibration measured
+//! before the slowdown).
 
 use crate::ConfigError;
 use serde::de::DeserializeOwned;
-use tailguard_core::{DeviceProfile, Direction, Nanos};
+use serde::Deserialize;
+use tailguard_core::{DeviceProfile, Direction, Nanos, NANOS_PER_SECOND_F64};
 
 pub mod common;
 pub mod hdd;
@@ -82,6 +96,26 @@ pub fn build(
     parameters: &toml::Table,
     seed: u64,
 ) -> Result<Box<dyn DeviceModel>, ConfigError> {
+    let mut parameters = parameters.clone();
+    let slowdown = match parameters.remove("slowdown") {
+        Some(value) => Vec::<SlowdownWindow>::deserialize(value).map_err(|error| {
+            ConfigError::new("slowdown", error.to_string().trim_end().to_string())
+        })?,
+        None => Vec::new(),
+    };
+    let inner = build_model(model, &parameters, seed)?;
+    if slowdown.is_empty() {
+        Ok(inner)
+    } else {
+        Ok(Box::new(Slowed::new(inner, &slowdown)?))
+    }
+}
+
+fn build_model(
+    model: &str,
+    parameters: &toml::Table,
+    seed: u64,
+) -> Result<Box<dyn DeviceModel>, ConfigError> {
     match model {
         "nvme" => Ok(Box::new(nvme::Nvme::new(parse(parameters)?, seed))),
         "sata-ssd" => Ok(Box::new(sata_ssd::SataSsd::new(parse(parameters)?, seed))),
@@ -102,4 +136,191 @@ pub fn build(
 pub fn parse<T: DeserializeOwned>(parameters: &toml::Table) -> Result<T, ConfigError> {
     T::deserialize(toml::Value::Table(parameters.clone()))
         .map_err(|error| ConfigError::new("parameters", error.to_string().trim_end().to_string()))
+}
+
+/// One slowdown window of a `[[device]]` table's `slowdown` list.
+#[derive(Clone, Copy, Debug, PartialEq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlowdownWindow {
+    /// When the device slows down, in simulated seconds.
+    pub start_s: f64,
+    /// When it is back to full speed.
+    pub stop_s: f64,
+    /// Its speed meanwhile, as a fraction of normal (0.3: 30%).
+    pub factor: f64,
+}
+
+/// The largest slowdown factor accepted (a speed-up of 1000×).
+pub const SLOWDOWN_FACTOR_MAX: f64 = 1000.0;
+
+/// A breakpoint of the real-time → device-time map: from `real_ns` on, the
+/// device clock reads `device_ns` and advances `factor` per real ns.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    real_ns: Nanos,
+    device_ns: Nanos,
+    factor: f64,
+}
+
+/// A model run at a scheduled fraction of its speed; see the module docs.
+pub struct Slowed {
+    inner: Box<dyn DeviceModel>,
+    segments: Vec<Segment>,
+}
+
+impl Slowed {
+    /// Wraps `inner` with `windows` (validated here).
+    pub fn new(
+        inner: Box<dyn DeviceModel>,
+        windows: &[SlowdownWindow],
+    ) -> Result<Self, ConfigError> {
+        let mut sorted = windows.to_vec();
+        sorted.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+        let mut segments = vec![Segment {
+            real_ns: 0,
+            device_ns: 0,
+            factor: 1.0,
+        }];
+        let mut previous_stop = 0.0;
+        for (index, window) in sorted.iter().enumerate() {
+            let key = format!("slowdown[{index}]");
+            if !(window.start_s.is_finite() && window.start_s >= previous_stop) {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "start_s {} must be a finite time at or after the previous window's stop ({previous_stop}); windows must not overlap",
+                        window.start_s
+                    ),
+                ));
+            }
+            if !(window.stop_s.is_finite() && window.stop_s > window.start_s) {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "stop_s {} must be after start_s {}",
+                        window.stop_s, window.start_s
+                    ),
+                ));
+            }
+            if !(window.factor > 0.0 && window.factor <= SLOWDOWN_FACTOR_MAX) {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "factor {} must be in (0, {SLOWDOWN_FACTOR_MAX}]; 0.3 means 30% of normal speed",
+                        window.factor
+                    ),
+                ));
+            }
+            previous_stop = window.stop_s;
+            for (at_s, factor) in [(window.start_s, window.factor), (window.stop_s, 1.0)] {
+                let real_ns = (at_s * NANOS_PER_SECOND_F64).round() as Nanos;
+                let last = *segments.last().expect("one segment at least");
+                let device_ns = last.device_ns
+                    + ((real_ns - last.real_ns) as f64 * last.factor).floor() as Nanos;
+                segments.push(Segment {
+                    real_ns,
+                    device_ns,
+                    factor,
+                });
+            }
+        }
+        Ok(Self { inner, segments })
+    }
+
+    /// The device clock at real time `real_ns` (monotonic, rounded down).
+    fn to_device(&self, real_ns: Nanos) -> Nanos {
+        let index = self.segments.partition_point(|s| s.real_ns <= real_ns) - 1;
+        let segment = self.segments[index];
+        segment.device_ns + ((real_ns - segment.real_ns) as f64 * segment.factor).floor() as Nanos
+    }
+
+    /// The first real time at which the device clock reaches `device_ns`.
+    fn to_real(&self, device_ns: Nanos) -> Nanos {
+        let index = self.segments.partition_point(|s| s.device_ns <= device_ns) - 1;
+        let segment = self.segments[index];
+        let mut real_ns = segment.real_ns
+            + ((device_ns - segment.device_ns) as f64 / segment.factor).ceil() as Nanos;
+        // Float rounding may land one ns either side; settle on the exact first one.
+        while real_ns > segment.real_ns && self.to_device(real_ns - 1) >= device_ns {
+            real_ns -= 1;
+        }
+        while self.to_device(real_ns) < device_ns {
+            real_ns += 1;
+        }
+        real_ns
+    }
+}
+
+impl DeviceModel for Slowed {
+    fn model_name(&self) -> &'static str {
+        self.inner.model_name()
+    }
+
+    fn submit(&mut self, now: Nanos, request: DeviceRequest) {
+        let device_now = self.to_device(now);
+        self.inner.submit(device_now, request);
+    }
+
+    fn next_event_at(&self) -> Option<Nanos> {
+        self.inner.next_event_at().map(|at| self.to_real(at))
+    }
+
+    fn advance(&mut self, now: Nanos, completions: &mut Vec<DeviceCompletion>) {
+        let first = completions.len();
+        self.inner.advance(self.to_device(now), completions);
+        for completion in &mut completions[first..] {
+            completion.completed_at = self.to_real(completion.completed_at).min(now);
+        }
+    }
+
+    fn profile(&self) -> DeviceProfile {
+        self.inner.profile()
+    }
+
+    fn outstanding(&self) -> usize {
+        self.inner.outstanding()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slowed(windows: &[SlowdownWindow]) -> Slowed {
+        let inner = build("usb-flash", &toml::Table::new(), 1).unwrap();
+        Slowed::new(inner, windows).unwrap()
+    }
+
+    #[test]
+    fn time_runs_at_the_factor_inside_a_window_and_maps_back_exactly() {
+        let device = slowed(&[SlowdownWindow {
+            start_s: 1.0,
+            stop_s: 2.0,
+            factor: 0.25,
+        }]);
+        assert_eq!(device.to_device(500_000_000), 500_000_000);
+        assert_eq!(device.to_device(2_000_000_000), 1_250_000_000);
+        assert_eq!(device.to_device(3_000_000_000), 2_250_000_000);
+        for real in [0, 999_999_999, 1_000_000_001, 1_234_567_891, 2_000_000_003] {
+            let device_ns = device.to_device(real);
+            let back = device.to_real(device_ns);
+            assert!(
+                back <= real && device.to_device(back) == device_ns,
+                "{real}"
+            );
+        }
+    }
+
+    #[test]
+    fn overlapping_or_empty_windows_are_refused() {
+        let inner = || build("usb-flash", &toml::Table::new(), 1).unwrap();
+        let window = |start_s, stop_s, factor| SlowdownWindow {
+            start_s,
+            stop_s,
+            factor,
+        };
+        assert!(Slowed::new(inner(), &[window(1.0, 3.0, 0.5), window(2.0, 4.0, 0.5)]).is_err());
+        assert!(Slowed::new(inner(), &[window(1.0, 1.0, 0.5)]).is_err());
+        assert!(Slowed::new(inner(), &[window(1.0, 2.0, 0.0)]).is_err());
+    }
 }

@@ -15,16 +15,42 @@
 //!
 //! | key | default | meaning |
 //! |---|---|---|
-//! | `budget_us` | derived | overrides every device's in-flight budget, in µs of device time |
+//! | `budget_us` | derived | overrides every device's (starting) in-flight budget, in µs of device time |
+//! | `controller` | `fixed` | `adaptive`: [`tailguard_core::AdaptiveBudget`] resizes each budget from completions; `fixed`: the budget never changes |
+//! | `profile` | `model` | `model`: each dispatcher starts from the device's profile; `none`: from [`DeviceProfile::uncalibrated`] (keeping the device's `max_request_bytes` and latency target), as a device nobody calibrated |
 
 use super::{Policy, PolicyContext, SimRequest, Submission};
 use crate::device::DeviceRequest;
 use crate::ConfigError;
 use serde::Deserialize;
 use tailguard_core::{
-    ClassId, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest, Nanos, RequestId,
-    NANOS_PER_MICROSECOND,
+    AdaptiveBudget, ClassId, DeviceProfile, DispatchedPiece, Dispatcher, DispatcherConfig,
+    FixedBudget, IoRequest, LatencyController, Nanos, RequestId, NANOS_PER_MICROSECOND,
 };
+
+/// Which latency controller each dispatcher uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ControllerChoice {
+    /// [`AdaptiveBudget`]: the budget follows the device.
+    Adaptive,
+    /// [`FixedBudget`]: the budget stays what the profile derives. The default
+    /// until the adaptive controller meets every per-model check (see
+    /// `tests/controller.rs`).
+    #[default]
+    Fixed,
+}
+
+/// Which profile each dispatcher starts from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProfileChoice {
+    /// The device's profile (the model's, with the scenario's overrides).
+    #[default]
+    Model,
+    /// No calibration: [`DeviceProfile::uncalibrated`].
+    None,
+}
 
 /// Parameters of the `tailguard` policy.
 #[derive(Clone, Debug, Default, Deserialize, serde::Serialize)]
@@ -32,10 +58,16 @@ use tailguard_core::{
 pub struct TailguardParameters {
     /// Overrides every device's budget, in microseconds of device time.
     pub budget_us: Option<u64>,
+    /// The latency controller.
+    pub controller: ControllerChoice,
+    /// The profile dispatchers start from.
+    pub profile: ProfileChoice,
 }
 
+type DeviceDispatcher = Dispatcher<Box<dyn LatencyController>>;
+
 struct DeviceState {
-    dispatcher: Dispatcher,
+    dispatcher: DeviceDispatcher,
     classes: Vec<ClassId>,
 }
 
@@ -55,13 +87,25 @@ impl TailguardPolicy {
             .devices
             .iter()
             .map(|device| {
-                let mut config = DispatcherConfig::new(device.profile.clone());
+                let profile = match parameters.profile {
+                    ProfileChoice::Model => device.profile.clone(),
+                    ProfileChoice::None => DeviceProfile::uncalibrated(
+                        device.profile.max_request_bytes,
+                        device.profile.latency_target_us,
+                    ),
+                };
+                let controller: Box<dyn LatencyController> = match parameters.controller {
+                    ControllerChoice::Adaptive => Box::new(AdaptiveBudget::for_profile(&profile)),
+                    ControllerChoice::Fixed => Box::new(FixedBudget),
+                };
+                let mut config = DispatcherConfig::new(profile);
                 config.budget_ns = parameters
                     .budget_us
                     .map(|budget_us| budget_us * NANOS_PER_MICROSECOND);
-                let mut dispatcher = Dispatcher::new(config).map_err(|error| {
-                    ConfigError::new(format!("profile.{}", error.key), error.message)
-                })?;
+                let mut dispatcher =
+                    Dispatcher::with_controller(config, controller).map_err(|error| {
+                        ConfigError::new(format!("profile.{}", error.key), error.message)
+                    })?;
                 let classes = context
                     .classes
                     .iter()
@@ -84,7 +128,7 @@ impl TailguardPolicy {
     }
 
     /// The dispatcher of a device (for tests and reports).
-    pub fn dispatcher(&self, device: usize) -> &Dispatcher {
+    pub fn dispatcher(&self, device: usize) -> &DeviceDispatcher {
         &self.devices[device].dispatcher
     }
 }
