@@ -184,7 +184,22 @@ fn drive(
         .filter(|&(_, start)| start < duration_ns)
         .map(|(instance, start)| Reverse((start, instance, true)))
         .collect();
+    // Buffers for what the jobs put in flight at once, allocated and touched
+    // before the clock starts: faulting in a burst's memory mid-run would make the
+    // driver late for every other job.
     let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
+    for job in &scenario.jobs {
+        let per_instance = match job.arrival {
+            Arrival::ClosedLoop { queue_depth } => u64::from(queue_depth),
+            Arrival::Burst { burst_bytes } => burst_bytes.div_ceil(job.block_size_bytes),
+            Arrival::OpenLoop { .. } => 4,
+        };
+        let length = job.block_size_bytes as usize;
+        for _ in 0..per_instance * u64::from(job.numjobs) {
+            let buffer = new_buffer(length)?;
+            buffers.entry(length).or_default().push(buffer);
+        }
+    }
     let mut pending: HashMap<u64, Pending> = HashMap::new();
     let mut next_token = 0u64;
     let mut generated = Vec::new();
