@@ -6,8 +6,13 @@
 //!
 //! - `tailguard sim SCENARIO.toml... [--policy P[,P...]] [--seed N] [--json]`
 //!   runs scenarios in the deterministic simulator and compares policies.
+//! - `tailguard bench JOBS.toml [--target PATH] [--mode M[,M...]] [--repeat N] [--json]`
+//!   runs a job file on a real disk and compares tailguard with plain kernel I/O.
 
 use clap::{Parser, Subcommand};
+
+mod bench;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tailguard_sim::policy::POLICY_NAMES;
@@ -26,6 +31,8 @@ struct Cli {
 enum Command {
     /// Run scenarios in the deterministic device simulator and compare policies.
     Sim(SimArguments),
+    /// Run a job file on a real disk and compare tailguard with plain kernel I/O.
+    Bench(bench::BenchArguments),
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,13 +56,14 @@ struct SimArguments {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim(arguments) => run_sim(&arguments),
+        Command::Sim(arguments) => run_sim(&arguments).map_err(bench::BenchError::usage),
+        Command::Bench(arguments) => bench::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::from(2)
+        Err(error) => {
+            eprintln!("error: {}", error.message);
+            ExitCode::from(error.status)
         }
     }
 }

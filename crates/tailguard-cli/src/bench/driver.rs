@@ -1,0 +1,648 @@
+//! The run loop: the simulator's workload generator, in real time, against one
+//! of three ways of doing the I/O.
+//!
+//! One driver thread owns the [`Workload`] (the same generator `tailguard sim`
+//! uses: closed loop, open loop, bursts), a timer heap of instance starts and
+//! open-loop arrivals, and an [`Executor`] for the mode:
+//!
+//! - `tailguard`: a [`Scheduler`] with one class per job class and its shares,
+//!   files opened O_DIRECT through it. Each request's [`IoFuture`] is polled with a
+//!   waker that queues its token for the driver, so one thread waits on all.
+//! - `kernel-direct`: the files opened O_DIRECT and driven through a raw
+//!   [`tailguard::backend`] (io_uring, or its thread pool where io_uring is
+//!   refused): every request goes to the kernel when it is generated, no queue,
+//!   no budget, no classes.
+//! - `kernel-buffered`: the files opened without O_DIRECT, `pread`/`pwrite` from
+//!   the backend's thread pool: writes land in the page cache and the kernel's
+//!   writeback decides when they reach the device.
+//!
+//! Latency counts from a request's intended start: its arrival for open-loop
+//! jobs (so a stall cannot slow the load down and hide itself: no coordinated
+//! omission), its instance's start for bursts and first closed-loop requests, and
+//! the previous completion for closed-loop refills. `queue_wait` in the report is
+//! the time from that intended start until the driver handed the request to the
+//! mode (how late the generator was); time queued inside the scheduler or the
+//! kernel is part of `device_time` in this increment.
+//!
+//! Submission stops at each job's `stop_s`; the run ends when everything
+//! submitted has completed (a burst may end after `duration_s`: see
+//! `last_completion_s`). Ctrl-C ends it early: in-flight requests are waited
+//! for (their buffers belong to the kernel until then), queued ones dropped.
+
+use crate::bench::target::{interrupted, Plan};
+use crate::bench::{BenchError, Mode};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::future::Future;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tailguard::backend::threads::ThreadPool;
+use tailguard::backend::{self, Backend, BackendChoice, BackendConfig, EngineWaker, Op, OpKind};
+use tailguard::{AlignedBuffer, BufResult, IoClass, IoFuture, OpenOptions, Scheduler};
+use tailguard_core::Nanos;
+use tailguard_sim::report::{ClassAccumulator, RunReport};
+use tailguard_sim::scenario::{Arrival, Scenario};
+use tailguard_sim::workload::{RequestTemplate, Workload};
+
+/// Submission queue entries for the rings and most ops in flight in the pools.
+const RING_DEPTH: u32 = 1024;
+/// The longest the driver sleeps without checking for Ctrl-C.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// The memory alignment of every buffer (enough for any O_DIRECT target).
+const BUFFER_ALIGNMENT: usize = 4096;
+
+/// A request handed to an executor.
+struct Request {
+    token: u64,
+    class: usize,
+    file: usize,
+    write: bool,
+    offset: u64,
+    buffer: AlignedBuffer,
+}
+
+/// A finished request.
+struct Done {
+    token: u64,
+    result: io::Result<usize>,
+    buffer: AlignedBuffer,
+    at: Instant,
+}
+
+/// Performs the I/O for one mode.
+trait Executor {
+    /// Starts a request.
+    fn submit(&mut self, request: Request) -> Result<(), BenchError>;
+    /// Waits until something completes or `deadline` passes; appends what did.
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError>;
+    /// Requests started and not yet returned by `wait`.
+    fn in_flight(&self) -> usize;
+    /// Forgets requests not yet handed to the kernel (on Ctrl-C).
+    fn abandon_queued(&mut self) {}
+}
+
+/// How many requests the jobs keep in flight, roughly: sizes thread pools.
+fn concurrency(scenario: &Scenario) -> usize {
+    let total: u64 = scenario
+        .jobs
+        .iter()
+        .map(|job| {
+            let per_instance = match job.arrival {
+                Arrival::ClosedLoop { queue_depth } => u64::from(queue_depth),
+                Arrival::OpenLoop { rate_iops } => (rate_iops / 1000.0).ceil() as u64 + 1,
+                Arrival::Burst { .. } => 16,
+            };
+            per_instance * u64::from(job.numjobs)
+        })
+        .sum();
+    total.clamp(1, 256) as usize
+}
+
+/// Runs the scenario once in `mode` against `plan`'s files.
+pub fn run(
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+    seed: u64,
+) -> Result<RunReport, BenchError> {
+    let threads = concurrency(scenario);
+    let mut executor: Box<dyn Executor> = match mode {
+        Mode::Tailguard => Box::new(SchedulerExecutor::new(scenario, plan, threads)?),
+        Mode::KernelDirect => Box::new(BackendExecutor::new(plan, true, threads)?),
+        Mode::KernelBuffered => Box::new(BackendExecutor::new(plan, false, threads)?),
+    };
+    let result = drive(scenario, plan, mode, seed, executor.as_mut());
+    if result.is_err() {
+        executor.abandon_queued();
+    }
+    // Whatever happened, wait for the kernel to give every buffer back.
+    let mut done = Vec::new();
+    while executor.in_flight() > 0 {
+        done.clear();
+        if executor
+            .wait(Instant::now() + POLL_INTERVAL, &mut done)
+            .is_err()
+        {
+            break;
+        }
+    }
+    result
+}
+
+struct Pending {
+    template: RequestTemplate,
+    class: usize,
+    submitted_ns: Nanos,
+}
+
+fn drive(
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+    seed: u64,
+    executor: &mut dyn Executor,
+) -> Result<RunReport, BenchError> {
+    let mut workload = Workload::new(scenario, seed);
+    let duration_ns = scenario.duration_ns;
+    let mut accumulators: Vec<ClassAccumulator> = scenario
+        .classes
+        .iter()
+        .enumerate()
+        .filter_map(|(class, spec)| {
+            let jobs = scenario.jobs.iter().filter(|job| job.class == class);
+            let start = jobs.clone().map(|job| job.start_ns).min()?;
+            let stop = jobs.map(|job| job.stop_ns).max()?;
+            Some((class, spec, stop - start))
+        })
+        .map(|(_, spec, window)| {
+            ClassAccumulator::new(spec.name.clone(), plan.device_name.clone(), window)
+        })
+        .collect();
+    // Class index -> accumulator index (classes without jobs have none).
+    let mut row_of = vec![usize::MAX; scenario.classes.len()];
+    for (row, accumulator_class) in scenario
+        .classes
+        .iter()
+        .enumerate()
+        .filter(|(class, _)| scenario.jobs.iter().any(|job| job.class == *class))
+        .map(|(class, _)| class)
+        .enumerate()
+    {
+        row_of[accumulator_class] = row;
+    }
+    // (when, instance, is_start)
+    let mut timers: BinaryHeap<Reverse<(Nanos, usize, bool)>> = workload
+        .start_times()
+        .into_iter()
+        .enumerate()
+        .filter(|&(_, start)| start < duration_ns)
+        .map(|(instance, start)| Reverse((start, instance, true)))
+        .collect();
+    // Buffers for what the jobs put in flight at once, allocated and touched
+    // before the clock starts: faulting in a burst's memory mid-run would make the
+    // driver late for every other job.
+    let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
+    for job in &scenario.jobs {
+        let per_instance = match job.arrival {
+            Arrival::ClosedLoop { queue_depth } => u64::from(queue_depth),
+            Arrival::Burst { burst_bytes } => burst_bytes.div_ceil(job.block_size_bytes),
+            Arrival::OpenLoop { .. } => 4,
+        };
+        let length = job.block_size_bytes as usize;
+        for _ in 0..per_instance * u64::from(job.numjobs) {
+            let buffer = new_buffer(length)?;
+            buffers.entry(length).or_default().push(buffer);
+        }
+    }
+    let mut pending: HashMap<u64, Pending> = HashMap::new();
+    let mut next_token = 0u64;
+    let mut generated = Vec::new();
+    let mut done = Vec::new();
+    let start = Instant::now();
+    let ns_at = |instant: Instant| instant.saturating_duration_since(start).as_nanos() as Nanos;
+    loop {
+        if interrupted() {
+            return Err(BenchError::interrupted());
+        }
+        let now = ns_at(Instant::now());
+        while let Some(&Reverse((when, instance, is_start))) = timers.peek() {
+            if when > now {
+                break;
+            }
+            timers.pop();
+            let next = if is_start {
+                workload.on_start(when, instance, &mut generated)
+            } else {
+                workload.on_timer(when, instance, &mut generated)
+            };
+            if let Some(next) = next {
+                timers.push(Reverse((next, instance, false)));
+            }
+        }
+        for template in generated.drain(..) {
+            let job = workload.job_of(template.instance);
+            let length = template.length_bytes as usize;
+            let buffer = match buffers.get_mut(&length).and_then(Vec::pop) {
+                Some(buffer) => buffer,
+                None => new_buffer(length)?,
+            };
+            let token = next_token;
+            next_token += 1;
+            let submitted_at = Instant::now();
+            accumulators[row_of[job.class]].on_submit(ns_at(submitted_at));
+            executor.submit(Request {
+                token,
+                class: job.class,
+                file: plan.job_file[template.job],
+                write: job.pattern.direction() == tailguard_core::Direction::Write,
+                offset: template.offset_bytes - plan.job_base[template.job],
+                buffer,
+            })?;
+            pending.insert(
+                token,
+                Pending {
+                    template,
+                    class: job.class,
+                    submitted_ns: ns_at(submitted_at),
+                },
+            );
+        }
+        if timers.is_empty() && pending.is_empty() {
+            break;
+        }
+        let mut deadline = Instant::now() + POLL_INTERVAL;
+        if let Some(&Reverse((when, _, _))) = timers.peek() {
+            deadline = deadline.min(start + Duration::from_nanos(when));
+        }
+        done.clear();
+        executor.wait(deadline, &mut done)?;
+        for finished in done.drain(..) {
+            let Some(request) = pending.remove(&finished.token) else {
+                continue;
+            };
+            let template = request.template;
+            let bytes = finished.result.map_err(|error| {
+                BenchError::usage(format!(
+                    "{}: a {} of {} bytes at offset {} of {} failed: {error}",
+                    mode.name(),
+                    if template.direction == tailguard_core::Direction::Write {
+                        "write"
+                    } else {
+                        "read"
+                    },
+                    template.length_bytes,
+                    template.offset_bytes - plan.job_base[template.job],
+                    plan.files[plan.job_file[template.job]].display()
+                ))
+            })?;
+            let completed_ns = ns_at(finished.at).max(request.submitted_ns);
+            accumulators[row_of[request.class]].on_complete(
+                completed_ns,
+                template.intended_at.min(request.submitted_ns),
+                request.submitted_ns,
+                bytes as u64,
+            );
+            buffers
+                .entry(finished.buffer.len())
+                .or_default()
+                .push(finished.buffer);
+            workload.on_completion(completed_ns, template.instance, &mut generated);
+        }
+    }
+    Ok(RunReport {
+        policy: mode.name().to_string(),
+        seed,
+        duration_s: duration_ns as f64 / 1e9,
+        classes: accumulators.iter().map(ClassAccumulator::finish).collect(),
+    })
+}
+
+fn new_buffer(length: usize) -> Result<AlignedBuffer, BenchError> {
+    let mut buffer = AlignedBuffer::new(length, BUFFER_ALIGNMENT)
+        .map_err(|error| BenchError::usage(format!("cannot allocate a buffer: {error}")))?;
+    // A memset, fast even unoptimized: the driver must not stall here.
+    buffer.fill(0x5a);
+    Ok(buffer)
+}
+
+/// The `tailguard` mode: requests through a [`Scheduler`].
+struct SchedulerExecutor {
+    // Futures first: they are dropped before the scheduler shuts down.
+    futures: HashMap<u64, IoFuture<BufResult>>,
+    ready: Receiver<u64>,
+    ready_sender: Sender<u64>,
+    files: Vec<tailguard::File>,
+    classes: Vec<IoClass>,
+    _scheduler: Scheduler,
+}
+
+/// Wakes the driver for one token.
+struct TokenWaker {
+    token: u64,
+    sender: Sender<u64>,
+}
+
+impl Wake for TokenWaker {
+    fn wake(self: Arc<Self>) {
+        let _ = self.sender.send(self.token);
+    }
+}
+
+impl SchedulerExecutor {
+    fn new(scenario: &Scenario, plan: &Plan, threads: usize) -> Result<Self, BenchError> {
+        let failed = |error: io::Error| BenchError::usage(format!("tailguard: {error}"));
+        let scheduler = Scheduler::builder()
+            .threads(threads)
+            .build()
+            .map_err(failed)?;
+        let classes = scenario
+            .classes
+            .iter()
+            .map(|class| scheduler.add_class(&class.name, class.shares))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(failed)?;
+        let files = plan
+            .files
+            .iter()
+            .map(|path| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&scheduler, path)
+            })
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(failed)?;
+        let (ready_sender, ready) = channel();
+        Ok(Self {
+            futures: HashMap::new(),
+            ready,
+            ready_sender,
+            files,
+            classes,
+            _scheduler: scheduler,
+        })
+    }
+
+    /// Polls one future; returns its result when done.
+    fn poll(&mut self, token: u64, out: &mut Vec<Done>) {
+        let Some(future) = self.futures.get_mut(&token) else {
+            return;
+        };
+        let waker = Waker::from(Arc::new(TokenWaker {
+            token,
+            sender: self.ready_sender.clone(),
+        }));
+        if let Poll::Ready((result, buffer)) =
+            std::pin::Pin::new(future).poll(&mut Context::from_waker(&waker))
+        {
+            self.futures.remove(&token);
+            out.push(Done {
+                token,
+                result,
+                buffer,
+                at: Instant::now(),
+            });
+        }
+    }
+}
+
+impl Executor for SchedulerExecutor {
+    fn submit(&mut self, request: Request) -> Result<(), BenchError> {
+        let file = &self.files[request.file];
+        let class = &self.classes[request.class];
+        let future = if request.write {
+            file.write_at(class, request.buffer, request.offset)
+        } else {
+            file.read_at(class, request.buffer, request.offset)
+        };
+        self.futures.insert(request.token, future);
+        // The first poll registers the waker (or finds it already done).
+        let _ = self.ready_sender.send(request.token);
+        Ok(())
+    }
+
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError> {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        match self.ready.recv_timeout(timeout) {
+            Ok(token) => self.poll(token, out),
+            Err(RecvTimeoutError::Timeout) => return Ok(()),
+            Err(RecvTimeoutError::Disconnected) => unreachable!("the executor holds a sender"),
+        }
+        while let Ok(token) = self.ready.try_recv() {
+            self.poll(token, out);
+        }
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.futures.len()
+    }
+
+    fn abandon_queued(&mut self) {
+        // Dropping a future in flight is safe: the engine keeps its buffer.
+        self.futures.clear();
+    }
+}
+
+/// The alarm's deadline and its quit flag, with the condvar its thread waits on.
+type AlarmShared = (Mutex<(Option<Instant>, bool)>, Condvar);
+
+/// Wakes a backend's wait at a deadline, from its own thread.
+struct Alarm {
+    shared: Arc<AlarmShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Alarm {
+    fn new(waker: Arc<dyn EngineWaker>) -> io::Result<Self> {
+        let shared: Arc<AlarmShared> = Arc::new((Mutex::new((None, false)), Condvar::new()));
+        let theirs = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("tailguard-bench-alarm".into())
+            .spawn(move || {
+                let (state, condvar) = &*theirs;
+                let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if guard.1 {
+                        return;
+                    }
+                    match guard.0 {
+                        None => guard = condvar.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                        Some(deadline) => {
+                            let now = Instant::now();
+                            if now >= deadline {
+                                guard.0 = None;
+                                waker.wake();
+                            } else {
+                                guard = condvar
+                                    .wait_timeout(guard, deadline - now)
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .0;
+                            }
+                        }
+                    }
+                }
+            })?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    fn set(&self, deadline: Instant) {
+        let (state, condvar) = &*self.shared;
+        state.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(deadline);
+        condvar.notify_one();
+    }
+}
+
+impl Drop for Alarm {
+    fn drop(&mut self) {
+        let (state, condvar) = &*self.shared;
+        state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        condvar.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The kernel modes: a raw backend, no scheduler.
+struct BackendExecutor {
+    backend: Box<dyn Backend>,
+    alarm: Alarm,
+    /// Ops the backend handed back (queue full), pushed on the next wait.
+    backlog: VecDeque<Op>,
+    /// Buffers of ops pushed or in the backlog: the kernel's until reaped.
+    buffers: HashMap<u64, AlignedBuffer>,
+    files: Vec<std::fs::File>,
+    results: Vec<backend::OpResult>,
+}
+
+impl BackendExecutor {
+    fn new(plan: &Plan, direct: bool, threads: usize) -> Result<Self, BenchError> {
+        let name = if direct {
+            "kernel-direct"
+        } else {
+            "kernel-buffered"
+        };
+        let failed = |error: io::Error| BenchError::usage(format!("{name}: {error}"));
+        let backend: Box<dyn Backend> = if direct {
+            backend::open_backend(BackendConfig {
+                choice: BackendChoice::Auto,
+                ring_depth: RING_DEPTH,
+                threads,
+            })
+            .map_err(failed)?
+        } else {
+            Box::new(ThreadPool::new(threads, RING_DEPTH).map_err(failed)?)
+        };
+        let files = plan
+            .files
+            .iter()
+            .map(|path| {
+                let mut options = std::fs::OpenOptions::new();
+                options.read(true).write(true);
+                if direct {
+                    options.custom_flags(libc::O_DIRECT);
+                }
+                options.open(path).map_err(|error| {
+                    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+                })
+            })
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(failed)?;
+        let alarm = Alarm::new(backend.waker()).map_err(failed)?;
+        Ok(Self {
+            backend,
+            alarm,
+            backlog: VecDeque::new(),
+            buffers: HashMap::new(),
+            files,
+            results: Vec::new(),
+        })
+    }
+
+    /// Pushes the backlog until the backend refuses, then submits it.
+    fn flush(&mut self) -> io::Result<()> {
+        while let Some(op) = self.backlog.pop_front() {
+            // SAFETY: the op's buffer is in `self.buffers` until its completion
+            // is reaped, and nothing touches it meanwhile (see `Drop`).
+            if let Err(op) = unsafe { self.backend.push(op) } {
+                self.backend.submit(false)?;
+                // SAFETY: as above.
+                if let Err(op) = unsafe { self.backend.push(op) } {
+                    self.backlog.push_front(op);
+                    break;
+                }
+            }
+        }
+        self.backend.submit(false)
+    }
+}
+
+impl Executor for BackendExecutor {
+    fn submit(&mut self, mut request: Request) -> Result<(), BenchError> {
+        let op = Op {
+            user_data: request.token,
+            fd: self.files[request.file].as_raw_fd(),
+            kind: if request.write {
+                OpKind::Write
+            } else {
+                OpKind::Read
+            },
+            buffer: request.buffer.as_mut_ptr(),
+            length: request.buffer.len() as u32,
+            offset: request.offset,
+        };
+        // Moving the buffer moves its handle, not the memory the op points to.
+        self.buffers.insert(request.token, request.buffer);
+        self.backlog.push_back(op);
+        Ok(())
+    }
+
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError> {
+        let failed = |error: io::Error| BenchError::usage(format!("backend: {error}"));
+        self.flush().map_err(failed)?;
+        self.results.clear();
+        self.backend.reap(&mut self.results);
+        if self.results.is_empty() && Instant::now() < deadline {
+            self.alarm.set(deadline);
+            self.backend.submit(true).map_err(failed)?;
+            self.backend.reap(&mut self.results);
+        }
+        let at = Instant::now();
+        for result in self.results.drain(..) {
+            let Some(buffer) = self.buffers.remove(&result.user_data) else {
+                continue;
+            };
+            out.push(Done {
+                token: result.user_data,
+                result: if result.result < 0 {
+                    Err(io::Error::from_raw_os_error(-result.result))
+                } else {
+                    Ok(result.result as usize)
+                },
+                buffer,
+                at,
+            });
+        }
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.buffers.len()
+    }
+
+    fn abandon_queued(&mut self) {
+        for op in self.backlog.drain(..) {
+            self.buffers.remove(&op.user_data);
+        }
+    }
+}
+
+impl Drop for BackendExecutor {
+    fn drop(&mut self) {
+        // The kernel may still write into buffers of ops in flight: wait for
+        // them before the buffers are freed.
+        self.abandon_queued();
+        let mut results = Vec::new();
+        while self.backend.in_flight() > 0 {
+            if self.backend.submit(true).is_err() {
+                // Cannot wait: leak the buffers rather than free memory the
+                // kernel may still write.
+                for (_, buffer) in self.buffers.drain() {
+                    std::mem::forget(buffer);
+                }
+                return;
+            }
+            self.backend.reap(&mut results);
+        }
+    }
+}

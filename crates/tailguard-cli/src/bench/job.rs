@@ -1,0 +1,173 @@
+//! Bench job files: a sim scenario without devices, plus the `target`.
+//!
+//! A bench job file has the shape of a `tailguard sim` scenario (see the README's
+//! "Scenario files"): `duration_s`, `seed`, `[[class]]` and `[[job]]` tables with
+//! the same keys and meanings. Instead of `[[device]]` tables it has one top-level
+//! `target = "PATH"` (or `--target` on the command line) that every job runs on,
+//! so a job's `device` key is ignored. Every job must give `size`: the bytes of
+//! its region, which is also the size of the data file laid out for it when the
+//! target is a directory.
+//!
+//! Parsing maps the file onto a [`Scenario`] with one pseudo device named
+//! `target`, so validation (ranges, names, units) and the workload generator are
+//! exactly the simulator's.
+
+use std::path::{Path, PathBuf};
+use tailguard_sim::scenario::{Scenario, ScenarioError};
+use tailguard_sim::ConfigError;
+
+/// Top-level keys a bench job file may have.
+const TOP_KEYS: [&str; 5] = ["duration_s", "seed", "target", "class", "job"];
+
+/// Keys a `[[job]]` table may have (those of a sim job).
+const JOB_KEYS: [&str; 14] = [
+    "name",
+    "class",
+    "device",
+    "pattern",
+    "block_size",
+    "queue_depth",
+    "rate_iops",
+    "burst_bytes",
+    "numjobs",
+    "start_s",
+    "stop_s",
+    "sync",
+    "offset",
+    "size",
+];
+
+/// The name of the one device every job runs on.
+pub const TARGET_DEVICE: &str = "target";
+
+/// A parsed and validated bench job file.
+#[derive(Clone, Debug)]
+pub struct BenchJob {
+    /// The workload, as a scenario with the one device `target`.
+    pub scenario: Scenario,
+    /// The `target` key, if the file has one.
+    pub target: Option<PathBuf>,
+}
+
+impl BenchJob {
+    /// Reads and validates a job file.
+    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+        let file = Some(path.display().to_string());
+        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
+            file: file.clone(),
+            error: ConfigError::new("(file)", format!("cannot read it: {error}; check the path")),
+        })?;
+        Self::from_toml(&text).map_err(|error| ScenarioError { file, error })
+    }
+
+    /// Parses and validates a job file from TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let mut table: toml::Table = text.parse().map_err(|error: toml::de::Error| {
+            let location = error
+                .span()
+                .map(|span| format!("line {}", text[..span.start].matches('\n').count() + 1))
+                .unwrap_or_else(|| "(top level)".into());
+            ConfigError::new(location, error.message().to_string())
+        })?;
+        for key in table.keys() {
+            match key.as_str() {
+                key if TOP_KEYS.contains(&key) => {}
+                "device" => {
+                    return Err(ConfigError::new(
+                        "device",
+                        "bench jobs run on one real target, not on device models; remove the \
+                         [[device]] tables and set target = \"PATH\" (or pass --target)",
+                    ))
+                }
+                "policies" | "policy" => {
+                    return Err(ConfigError::new(
+                        key,
+                        "bench compares modes, not simulated policies; remove it and pass \
+                         --mode tailguard,kernel-direct,kernel-buffered",
+                    ))
+                }
+                other => {
+                    return Err(ConfigError::new(
+                        other,
+                        format!("unknown key; use one of: {}", TOP_KEYS.join(", ")),
+                    ))
+                }
+            }
+        }
+        let target = match table.remove("target") {
+            None => None,
+            Some(toml::Value::String(path)) if !path.is_empty() => Some(PathBuf::from(path)),
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "target",
+                    format!(
+                        "must be a non-empty path string, got {}; e.g. target = \"/mnt/ssd/bench\"",
+                        other.type_str()
+                    ),
+                ))
+            }
+        };
+        let Some(toml::Value::Array(jobs)) = table.get_mut("job") else {
+            return Err(ConfigError::new(
+                "job",
+                "the job file has no [[job]]; add at least one",
+            ));
+        };
+        for (index, job) in jobs.iter_mut().enumerate() {
+            let toml::Value::Table(job) = job else {
+                return Err(ConfigError::new(
+                    format!("job[{index}]"),
+                    "must be a table; write [[job]]",
+                ));
+            };
+            if let Some(key) = job.keys().find(|key| !JOB_KEYS.contains(&key.as_str())) {
+                return Err(ConfigError::new(
+                    format!("job[{index}].{key}"),
+                    format!("unknown key; use one of: {}", JOB_KEYS.join(", ")),
+                ));
+            }
+            if !job.contains_key("size") {
+                return Err(ConfigError::new(
+                    format!("job[{index}].size"),
+                    "is missing; give the bytes the job addresses, e.g. size = \"256m\" \
+                     (in a directory target, the size of the data file laid out for it)",
+                ));
+            }
+            job.insert("device".into(), TARGET_DEVICE.into());
+        }
+        let mut device = toml::Table::new();
+        device.insert("name".into(), TARGET_DEVICE.into());
+        device.insert("model".into(), "nvme".into());
+        table.insert(
+            "device".into(),
+            toml::Value::Array(vec![toml::Value::Table(device)]),
+        );
+        let mapped = toml::to_string(&table)
+            .map_err(|error| ConfigError::new("(job file)", error.to_string()))?;
+        let scenario = Scenario::from_toml(&mapped).map_err(|mut error| {
+            // Line numbers refer to the mapped text, not the file: drop them.
+            if error.key.starts_with("line ") {
+                error.key = "(job file)".into();
+            }
+            error
+        })?;
+        Ok(Self { scenario, target })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_file_maps_onto_a_scenario() {
+        let job = BenchJob::from_toml(
+            "duration_s = 1\ntarget = \"/tmp/x\"\n[[class]]\nname = \"r\"\nshares = 10\n\
+             [[job]]\nclass = \"r\"\npattern = \"randread\"\nblock_size = \"4k\"\nsize = \"1m\"\n",
+        )
+        .unwrap();
+        assert_eq!(job.target, Some(PathBuf::from("/tmp/x")));
+        assert_eq!(job.scenario.devices.len(), 1);
+        assert_eq!(job.scenario.jobs[0].region_bytes, 1 << 20);
+    }
+}

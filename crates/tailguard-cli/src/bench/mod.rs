@@ -1,0 +1,189 @@
+//! `tailguard bench`: the job file's workload on a real target, compared across
+//! modes (through tailguard, and plain kernel I/O direct or buffered).
+//!
+//! - [`job`]: the job file (a sim scenario with a `target` instead of devices).
+//! - [`target`]: checking the target, laying out and removing data files, Ctrl-C.
+//! - [`driver`]: the real-time run loop and the three modes.
+//!
+//! Runs are interleaved (A B A B with `--repeat 2`) so a drift of the device (its
+//! write cache filling, thermal throttling) does not land on one mode only. Each
+//! run starts from a settled target: the data files are synced and dropped from
+//! the page cache first.
+
+use std::path::PathBuf;
+use tailguard_sim::report::{render_table, RunReport};
+
+pub mod driver;
+pub mod job;
+pub mod target;
+
+/// The ways of doing the I/O that bench compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Through the scheduler, O_DIRECT, one class per job class.
+    Tailguard,
+    /// O_DIRECT straight to the kernel (io_uring), no scheduler.
+    KernelDirect,
+    /// Through the page cache with `pread`/`pwrite` from threads.
+    KernelBuffered,
+}
+
+impl Mode {
+    /// Every mode, in the default order.
+    pub const ALL: [Mode; 3] = [Mode::Tailguard, Mode::KernelDirect, Mode::KernelBuffered];
+
+    /// The mode's name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tailguard => "tailguard",
+            Self::KernelDirect => "kernel-direct",
+            Self::KernelBuffered => "kernel-buffered",
+        }
+    }
+
+    /// Parses a mode name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|mode| mode.name() == name)
+    }
+
+    /// Whether it opens files with O_DIRECT.
+    pub fn direct(self) -> bool {
+        !matches!(self, Self::KernelBuffered)
+    }
+}
+
+/// Why bench failed, and the exit status that says so.
+#[derive(Debug)]
+pub struct BenchError {
+    /// What went wrong and the fix.
+    pub message: String,
+    /// 2 for bad input or a failed run, 130 after Ctrl-C.
+    pub status: u8,
+}
+
+impl BenchError {
+    /// Bad input, or a run that failed: exit status 2.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            status: 2,
+        }
+    }
+
+    /// Interrupted by SIGINT or SIGTERM: exit status 130.
+    pub fn interrupted() -> Self {
+        Self {
+            message: "interrupted; the data files laid out were removed".into(),
+            status: 130,
+        }
+    }
+}
+
+/// `tailguard bench` arguments.
+#[derive(Debug, clap::Args)]
+pub struct BenchArguments {
+    /// The job file (TOML, like a sim scenario with `target = "PATH"` instead of
+    /// devices; see the README's "tailguard bench").
+    pub jobs: PathBuf,
+    /// The directory (data files are laid out in it and removed at the end) or
+    /// existing regular file to run on; overrides the job file's `target`.
+    #[arg(long)]
+    pub target: Option<PathBuf>,
+    /// Modes to compare, comma-separated: tailguard, kernel-direct,
+    /// kernel-buffered. Default: all three.
+    #[arg(long, value_delimiter = ',')]
+    pub mode: Vec<String>,
+    /// Runs per mode, interleaved (A B A B).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    /// Print JSON instead of a table: an array with one run object per mode per
+    /// repetition, in run order, with the mode in "policy".
+    #[arg(long)]
+    pub json: bool,
+    /// Allow a block device as the target (not supported yet: refused either way).
+    #[arg(long)]
+    pub allow_device: bool,
+}
+
+/// Runs `tailguard bench`.
+pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
+    target::watch_interrupts();
+    let modes = if arguments.mode.is_empty() {
+        Mode::ALL.to_vec()
+    } else {
+        arguments
+            .mode
+            .iter()
+            .map(|name| {
+                Mode::parse(name).ok_or_else(|| {
+                    BenchError::usage(format!(
+                        "unknown mode `{name}` in --mode; use one of: tailguard, kernel-direct, \
+                         kernel-buffered"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    if arguments.repeat == 0 {
+        return Err(BenchError::usage("--repeat 0 runs nothing; give 1 or more"));
+    }
+    let job = job::BenchJob::from_file(&arguments.jobs)
+        .map_err(|error| BenchError::usage(error.to_string()))?;
+    let target_path = arguments.target.clone().or(job.target).ok_or_else(|| {
+        BenchError::usage(format!(
+            "{}: no target; add target = \"PATH\" to the job file or pass --target PATH \
+             (a directory, or an existing regular file)",
+            arguments.jobs.display()
+        ))
+    })?;
+    let scenario = &job.scenario;
+    let mut layout = target::Layout::default();
+    let plan = target::prepare(
+        scenario,
+        &target_path,
+        arguments.allow_device,
+        modes.iter().any(|mode| mode.direct()),
+        &mut layout,
+    )?;
+    let mut reports: Vec<RunReport> = Vec::new();
+    let runs = arguments.repeat as usize * modes.len();
+    for repetition in 0..arguments.repeat {
+        for &mode in &modes {
+            eprintln!(
+                "tailguard bench: run {}/{runs}: {} ({} s)",
+                reports.len() + 1,
+                mode.name(),
+                scenario.duration_ns as f64 / 1e9
+            );
+            target::settle(&plan)?;
+            let mut report = driver::run(scenario, &plan, mode, scenario.seed)?;
+            if !arguments.json && arguments.repeat > 1 {
+                report.policy = format!("{} #{}", mode.name(), repetition + 1);
+            }
+            reports.push(report);
+        }
+    }
+    drop(layout);
+    if arguments.json {
+        let text = serde_json::to_string_pretty(&reports)
+            .map_err(|error| BenchError::usage(error.to_string()))?;
+        println!("{text}");
+    } else {
+        let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
+        println!(
+            "{} — target {} (device {}), {} s per run, seed {} (reproduce: tailguard bench {} \
+             --target {} --mode {} --repeat {})",
+            arguments.jobs.display(),
+            target_path.display(),
+            plan.device_name,
+            scenario.duration_ns as f64 / 1e9,
+            scenario.seed,
+            arguments.jobs.display(),
+            target_path.display(),
+            mode_names.join(","),
+            arguments.repeat
+        );
+        println!("{}", render_table(&reports));
+    }
+    Ok(())
+}

@@ -1,0 +1,295 @@
+//! `tailguard bench` end to end: job file errors, a tiny real run with JSON,
+//! and cleanup of the data files after a run and after Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+fn tailguard(arguments: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tailguard"))
+        .args(arguments)
+        .output()
+        .expect("the binary runs")
+}
+
+/// A fresh, empty directory under the target's temporary directory (which is
+/// on a disk, not tmpfs, so O_DIRECT works).
+fn scratch_dir(name: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "bench-{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).unwrap();
+    directory
+}
+
+fn write_job(directory: &Path, text: &str) -> PathBuf {
+    // The job file lives beside, not inside, the target directory.
+    let path = directory.with_extension("toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Removes a scratch directory and its job file once a test has checked it.
+fn remove(directory: &Path) {
+    let _ = std::fs::remove_dir_all(directory);
+    let _ = std::fs::remove_file(directory.with_extension("toml"));
+}
+
+fn entries(directory: &Path) -> Vec<String> {
+    std::fs::read_dir(directory)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+const TINY: &str = r#"
+duration_s = 0.3
+seed = 5
+[[class]]
+name = "reads"
+shares = 100
+[[class]]
+name = "background"
+shares = 50
+[[job]]
+name = "readers"
+class = "reads"
+pattern = "randread"
+block_size = "4k"
+rate_iops = 1000.0
+numjobs = 2
+size = "1m"
+[[job]]
+name = "writer"
+class = "background"
+pattern = "seqwrite"
+block_size = "64k"
+queue_depth = 2
+size = "2m"
+"#;
+
+fn failure(job: &str, extra: &[&str]) -> String {
+    let directory = scratch_dir("bad");
+    let path = write_job(&directory, job);
+    let mut arguments = vec!["bench", path.to_str().unwrap()];
+    arguments.extend_from_slice(extra);
+    if !extra.contains(&"--target") {
+        arguments.extend_from_slice(&["--target", directory.to_str().unwrap()]);
+    }
+    let output = tailguard(&arguments);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    remove(&directory);
+    String::from_utf8(output.stderr).unwrap()
+}
+
+#[test]
+fn job_file_errors_name_the_key_and_the_fix() {
+    let error = failure(&TINY.replace("numjobs = 2", "numjobs = 2\ncolour = 1"), &[]);
+    assert!(
+        error.contains("job[0].colour") && error.contains("block_size"),
+        "{error}"
+    );
+
+    let error = failure(&TINY.replace("size = \"2m\"", ""), &[]);
+    assert!(
+        error.contains("job[1].size") && error.contains("size = "),
+        "{error}"
+    );
+
+    let error = failure(
+        &format!("{TINY}[[device]]\nname = \"d\"\nmodel = \"nvme\"\n"),
+        &[],
+    );
+    assert!(error.contains("target = "), "{error}");
+
+    let error = failure(&TINY.replace("shares = 50", "shares = 0"), &[]);
+    assert!(error.contains("class[1].shares"), "{error}");
+
+    let error = failure(
+        &TINY.replace("class = \"background\"", "class = \"bulk\""),
+        &[],
+    );
+    assert!(
+        error.contains("job[1].class") && error.contains("background"),
+        "{error}"
+    );
+
+    let error = failure(TINY, &["--mode", "fifo"]);
+    assert!(error.contains("kernel-direct"), "{error}");
+}
+
+#[test]
+fn a_missing_or_unusable_target_is_refused_clearly() {
+    let error = failure(TINY, &["--target", "/nonexistent/tailguard-bench"]);
+    assert!(error.contains("/nonexistent/tailguard-bench"), "{error}");
+
+    // No target at all: the file has none and --target is absent.
+    let directory = scratch_dir("notarget");
+    let path = write_job(&directory, TINY);
+    let output = tailguard(&["bench", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--target"));
+    remove(&directory);
+
+    // A tmpfs refuses O_DIRECT on kernels before 6.6 (newer ones take it).
+    let shm = Path::new("/dev/shm");
+    let probe = shm.join(format!("tailguard-bench-probe-{}", std::process::id()));
+    let refused = {
+        use std::os::unix::fs::OpenOptionsExt;
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&probe);
+        let _ = std::fs::remove_file(&probe);
+        matches!(opened, Err(error) if error.raw_os_error() == Some(libc::EINVAL))
+    };
+    if refused {
+        let target = shm.join(format!("tailguard-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&target).unwrap();
+        let error = failure(TINY, &["--target", target.to_str().unwrap()]);
+        let left = entries(&target);
+        let _ = std::fs::remove_dir_all(&target);
+        assert!(left.is_empty(), "{left:?}");
+        assert!(error.contains("O_DIRECT"), "{error}");
+    } else {
+        eprintln!("skipped the O_DIRECT refusal check: /dev/shm takes O_DIRECT here");
+    }
+
+    // Block devices need --allow-device.
+    let device = std::fs::read_dir("/dev").unwrap().find_map(|entry| {
+        use std::os::unix::fs::FileTypeExt;
+        let entry = entry.ok()?;
+        entry
+            .file_type()
+            .ok()?
+            .is_block_device()
+            .then(|| entry.path())
+    });
+    match device {
+        Some(device) => {
+            let error = failure(TINY, &["--target", device.to_str().unwrap()]);
+            assert!(error.contains("--allow-device"), "{error}");
+        }
+        None => eprintln!("skipped the block-device check: no block device in /dev"),
+    }
+}
+
+#[test]
+fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
+    let directory = scratch_dir("run");
+    let path = write_job(&directory, TINY);
+    let started = Instant::now();
+    let output = tailguard(&[
+        "bench",
+        path.to_str().unwrap(),
+        "--target",
+        directory.to_str().unwrap(),
+        "--mode",
+        "tailguard,kernel-direct",
+        "--json",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = runs.as_array().expect("an array of runs");
+    let policies: Vec<&str> = runs
+        .iter()
+        .map(|run| run["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(policies, ["tailguard", "kernel-direct"]);
+    for run in runs {
+        assert_eq!(run["seed"], 5);
+        assert_eq!(run["duration_s"], 0.3);
+        let classes = run["classes"].as_array().unwrap();
+        let names: Vec<&str> = classes
+            .iter()
+            .map(|class| class["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["reads", "background"]);
+        for class in classes {
+            for key in [
+                "device",
+                "ops",
+                "bytes",
+                "iops",
+                "mb_per_s",
+                "queue_wait_us_max",
+                "queue_wait_us_mean",
+                "device_time_us_mean",
+                "submitted",
+                "outstanding",
+                "first_submit_s",
+                "last_completion_s",
+            ] {
+                assert!(!class[key].is_null(), "{key} missing in {class}");
+            }
+            for key in ["p50", "p99", "p999", "max"] {
+                assert!(class["latency_us"][key].as_f64().unwrap() > 0.0, "{class}");
+            }
+            assert!(class["ops"].as_u64().unwrap() > 0, "{class}");
+            assert_eq!(class["outstanding"], 0);
+        }
+    }
+    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    remove(&directory);
+}
+
+#[test]
+fn ctrl_c_mid_run_removes_the_data_files_and_fails() {
+    let directory = scratch_dir("interrupt");
+    let path = write_job(
+        &directory,
+        &TINY.replace("duration_s = 0.3", "duration_s = 30"),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+        .args([
+            "bench",
+            path.to_str().unwrap(),
+            "--target",
+            directory.to_str().unwrap(),
+            "--mode",
+            "kernel-direct",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while entries(&directory).len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(entries(&directory).len(), 2, "the data files were laid out");
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: a plain kill(2) of the child we started.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("bench did not stop within 10 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "{status:?}");
+    assert_eq!(status.code(), Some(130));
+    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    remove(&directory);
+}
