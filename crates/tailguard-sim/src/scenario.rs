@@ -317,27 +317,12 @@ impl std::error::Error for ScenarioError {}
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
-        let file = Some(path.display().to_string());
-        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
-            file: file.clone(),
-            error: ConfigError::new("(file)", format!("cannot read it: {error}; check the path")),
-        })?;
-        Self::from_toml(&text).map_err(|error| ScenarioError { file, error })
+        read_config_file(path, Self::from_toml)
     }
 
     /// Parses and validates a scenario from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawScenario = toml::from_str(text).map_err(|error| {
-            let message = error.message().to_string();
-            let location = error
-                .span()
-                .map(|span| {
-                    let line = text[..span.start].matches('\n').count() + 1;
-                    format!("line {line}")
-                })
-                .unwrap_or_else(|| "(top level)".into());
-            ConfigError::new(location, message)
-        })?;
+        let raw: RawScenario = toml::from_str(text).map_err(|error| toml_error(text, &error))?;
         validate_duration(raw.duration_s)?;
         let duration_ns = seconds_to_ns(raw.duration_s);
         let devices = raw
@@ -432,6 +417,29 @@ impl Scenario {
             })
             .collect()
     }
+}
+
+/// Reads a configuration file and parses it with `parse`, naming the file in
+/// every error (shared by scenario and bench job files).
+pub fn read_config_file<T>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<T, ConfigError>,
+) -> Result<T, ScenarioError> {
+    let file = Some(path.display().to_string());
+    let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
+        file: file.clone(),
+        error: ConfigError::new("(file)", format!("cannot read it: {error}; check the path")),
+    })?;
+    parse(&text).map_err(|error| ScenarioError { file, error })
+}
+
+/// A TOML syntax or schema error, located by line.
+pub fn toml_error(text: &str, error: &toml::de::Error) -> ConfigError {
+    let location = error
+        .span()
+        .map(|span| format!("line {}", text[..span.start].matches('\n').count() + 1))
+        .unwrap_or_else(|| "(top level)".into());
+    ConfigError::new(location, error.message().to_string())
 }
 
 /// A seed for one component, derived from the scenario seed (splitmix64), so

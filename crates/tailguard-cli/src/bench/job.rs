@@ -52,23 +52,14 @@ pub struct BenchJob {
 impl BenchJob {
     /// Reads and validates a job file.
     pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
-        let file = Some(path.display().to_string());
-        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
-            file: file.clone(),
-            error: ConfigError::new("(file)", format!("cannot read it: {error}; check the path")),
-        })?;
-        Self::from_toml(&text).map_err(|error| ScenarioError { file, error })
+        tailguard_sim::scenario::read_config_file(path, Self::from_toml)
     }
 
     /// Parses and validates a job file from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let mut table: toml::Table = text.parse().map_err(|error: toml::de::Error| {
-            let location = error
-                .span()
-                .map(|span| format!("line {}", text[..span.start].matches('\n').count() + 1))
-                .unwrap_or_else(|| "(top level)".into());
-            ConfigError::new(location, error.message().to_string())
-        })?;
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|error: toml::de::Error| tailguard_sim::scenario::toml_error(text, &error))?;
         for key in table.keys() {
             match key.as_str() {
                 key if TOP_KEYS.contains(&key) => {}
