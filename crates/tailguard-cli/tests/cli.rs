@@ -1,14 +1,9 @@
 //! The `tailguard` binary end to end: JSON contract, bad input, exit codes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn tailguard(arguments: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tailguard"))
-        .args(arguments)
-        .output()
-        .expect("the binary runs")
-}
+mod common;
+use common::{tailguard, tailguard_ok};
 
 fn scratch_file(name: &str, text: &str) -> PathBuf {
     let directory = std::env::temp_dir().join(format!("tailguard-cli-test-{}", std::process::id()));
@@ -47,18 +42,13 @@ queue_depth = 4
 #[test]
 fn json_output_follows_the_documented_schema() {
     let path = scratch_file("small.toml", SMALL);
-    let output = tailguard(&[
+    let output = tailguard_ok(&[
         "sim",
         path.to_str().unwrap(),
         "--policy",
         "tailguard,fifo",
         "--json",
     ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let runs = value.as_array().expect("an array for several policies");
     assert_eq!(runs.len(), 2);
