@@ -678,16 +678,7 @@ mod tests {
     use super::*;
     use crate::request::NANOS_PER_MICROSECOND;
 
-    fn profile() -> DeviceProfile {
-        DeviceProfile {
-            read_iops: 80_000.0,
-            write_iops: 60_000.0,
-            read_bandwidth: 500e6,
-            write_bandwidth: 450e6,
-            max_request_bytes: 128 * 1024,
-            latency_target_us: 300,
-        }
-    }
+    use crate::profile::sata_ssd as profile;
 
     fn request(id: u64, class: ClassId, direction: Direction, length_bytes: u64) -> IoRequest {
         IoRequest {

@@ -209,20 +209,22 @@ impl CostModel {
     }
 }
 
+/// The seed's SATA SSD as a profile: the core's unit tests share it.
+#[cfg(test)]
+pub(crate) fn sata_ssd() -> DeviceProfile {
+    DeviceProfile {
+        read_iops: 80_000.0,
+        write_iops: 60_000.0,
+        read_bandwidth: 500e6,
+        write_bandwidth: 450e6,
+        max_request_bytes: 128 * 1024,
+        latency_target_us: 300,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sata_ssd() -> DeviceProfile {
-        DeviceProfile {
-            read_iops: 80_000.0,
-            write_iops: 60_000.0,
-            read_bandwidth: 500e6,
-            write_bandwidth: 450e6,
-            max_request_bytes: 128 * 1024,
-            latency_target_us: 300,
-        }
-    }
 
     /// Requests per second one class reaches when the device is charged `cost` for
     /// each request and is given exactly one second of device time per second.
