@@ -13,6 +13,7 @@
 //! date = "2025-01-31T12:00:00Z"
 //! target = "/var/lib/app"
 //! duration_s = 60.0
+//! notes = ["random writes throttled: 12000 IOPS first, 3000 steady"]
 //!
 //! [device.nvme0n1]                 # the kernel name of the whole disk
 //! # match_path = "/var/lib/app"    # or: whichever device holds this path at load time
@@ -129,6 +130,9 @@ pub struct Metadata {
     /// How long the measurement ran, seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
+    /// Anything a reader should know (rates not measured, throttling seen).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Four rates: IOPS at 4 KiB and streaming bandwidth, per direction.

@@ -50,6 +50,7 @@ fn sample() -> ProfileFile {
         date: "2025-01-31T12:00:00Z".into(),
         target: "/var/lib/app".into(),
         duration_s: Some(60.0),
+        notes: vec!["a note".into()],
     });
     file.devices.insert("sda".into(), entry);
     let mut other = DeviceEntry::from_rates(Rates {
