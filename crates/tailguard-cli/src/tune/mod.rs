@@ -84,7 +84,19 @@ pub struct TuneArguments {
     /// Replace an existing --output or --report file.
     #[arg(long)]
     pub allow_overwrite: bool,
+    /// Measure only these curves (comma-separated): random_read, random_write,
+    /// sequential_read, sequential_write. The others get tailguard's default.
+    #[arg(long, value_delimiter = ',', value_parser = CURVE_NAMES)]
+    pub curves: Vec<String>,
 }
+
+/// The curves, in the order they run.
+pub const CURVE_NAMES: [&str; 4] = [
+    "sequential_read",
+    "random_read",
+    "sequential_write",
+    "random_write",
+];
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -277,7 +289,7 @@ pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
             layout_budget: budget.mul_f64(LAYOUT_SHARE),
         },
     )?;
-    let curves = measure_curves(&test, budget, start)?;
+    let curves = measure_curves(&test, &arguments.curves, budget, start)?;
     let elapsed_s = start.elapsed().as_secs_f64();
     for curve in &curves {
         println!("{}", report::terminal_chart(curve));
@@ -316,6 +328,7 @@ fn progress_bar(budget: Duration) -> ProgressBar {
 
 fn measure_curves(
     test: &TestFile,
+    only: &[String],
     budget: Duration,
     start: Instant,
 ) -> Result<Vec<Curve>, BenchError> {
@@ -329,10 +342,20 @@ fn measure_curves(
             "warning: io_uring is unavailable here; measuring through the thread pool instead"
         );
     }
-    let mut specs = vec![CurveSpec::sequential(false), CurveSpec::random(false)];
-    if test.writable {
-        specs.push(CurveSpec::sequential(true));
-        specs.push(CurveSpec::random(true));
+    let specs: Vec<CurveSpec> = [
+        CurveSpec::sequential(false),
+        CurveSpec::random(false),
+        CurveSpec::sequential(true),
+        CurveSpec::random(true),
+    ]
+    .into_iter()
+    .filter(|spec| test.writable || !spec.write)
+    .filter(|spec| only.is_empty() || only.iter().any(|name| name == spec.name))
+    .collect();
+    if specs.is_empty() {
+        return Err(BenchError::usage(
+            "--curves selects only write curves, and the target is read-only; pass --allow-write",
+        ));
     }
     let bar = progress_bar(budget);
     let remaining = budget.saturating_sub(start.elapsed());
