@@ -8,10 +8,13 @@
 //!   runs scenarios in the deterministic simulator and compares policies.
 //! - `tailguard bench JOBS.toml [--target PATH] [--mode M[,M...]] [--repeat N] [--json]`
 //!   runs a job file on a real disk and compares tailguard with plain kernel I/O.
+//! - `tailguard tune PATH [--duration 60s] [--output FILE] [--format toml|seastar] [--report FILE.html]`
+//!   measures a device's IOPS, bandwidth and knees, and writes its profile.
 
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod tune;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,6 +36,8 @@ enum Command {
     Sim(SimArguments),
     /// Run a job file on a real disk and compare tailguard with plain kernel I/O.
     Bench(bench::BenchArguments),
+    /// Measure a device (IOPS, bandwidth, latency knees) and write its profile.
+    Tune(tune::TuneArguments),
 }
 
 #[derive(Debug, clap::Args)]
@@ -58,6 +63,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(arguments) => run_sim(&arguments).map_err(bench::BenchError::usage),
         Command::Bench(arguments) => bench::run(&arguments),
+        Command::Tune(arguments) => tune::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,319 @@
+//! A small closed-loop load generator on a raw backend (io_uring, O_DIRECT).
+//!
+//! [`Prober::run`] keeps exactly `queue_depth` requests of one pattern in flight
+//! for a fixed time: at each completion it records the latency (from the push to
+//! the reap that saw it) in a histogram and pushes the next request in the same
+//! slot, until the deadline. Completions after the deadline are drained, not
+//! counted, so the rate is the requests completed in the window divided by the
+//! window. With `interval`, it also records the rate of each interval (the
+//! timeline that shows a disk throttling).
+//!
+//! Each slot owns one aligned buffer (written once with pseudo-random bytes so
+//! writes are incompressible); while a request is in flight the kernel owns the
+//! buffer, so the prober never returns, and is never dropped, with requests in
+//! flight: [`Prober::run`] drains before it returns, also on errors, and `Drop`
+//! drains whatever is left (or leaks the buffers when it cannot wait).
+//!
+//! Random offsets are uniform and aligned to the request size in
+//! `[0, size_bytes - request_bytes]`; sequential ones advance through the file
+//! and wrap, one shared cursor for all slots (as fio does with `iodepth`).
+
+use hdrhistogram::Histogram;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+use tailguard::backend::{self, Backend, BackendChoice, BackendConfig, BackendKind, Op, OpKind};
+use tailguard::AlignedBuffer;
+
+/// Ring entries: the deepest step (256) plus room.
+const RING_DEPTH: u32 = 512;
+
+/// What one step does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pattern {
+    /// Writes instead of reads.
+    pub write: bool,
+    /// Sequential offsets instead of random ones.
+    pub sequential: bool,
+    /// Bytes per request.
+    pub request_bytes: u64,
+    /// Requests kept in flight.
+    pub queue_depth: u32,
+}
+
+/// What one step measured.
+#[derive(Debug)]
+pub struct StepResult {
+    /// Requests completed within the window.
+    pub completed: u64,
+    /// The window, seconds.
+    pub elapsed_s: f64,
+    /// Latency of the completed requests, nanoseconds.
+    pub latency_ns: Histogram<u64>,
+    /// Requests per second in each interval, when asked for.
+    pub timeline_iops: Vec<f64>,
+}
+
+impl StepResult {
+    /// Requests per second.
+    pub fn iops(&self) -> f64 {
+        if self.elapsed_s > 0.0 {
+            self.completed as f64 / self.elapsed_s
+        } else {
+            0.0
+        }
+    }
+
+    /// A latency percentile in µs.
+    pub fn latency_us(&self, percentile: f64) -> f64 {
+        self.latency_ns.value_at_quantile(percentile / 100.0) as f64 / 1000.0
+    }
+}
+
+/// The file under test and the ring driving it.
+pub struct Prober {
+    backend: Box<dyn Backend>,
+    file: File,
+    size_bytes: u64,
+    alignment_bytes: usize,
+    /// Buffers of requests in flight, by slot (the kernel's until reaped).
+    slots: Vec<Option<AlignedBuffer>>,
+    random_state: u64,
+    cursor: u64,
+}
+
+impl Prober {
+    /// A prober on `file` (opened with O_DIRECT), using its first `size_bytes`.
+    pub fn new(file: File, size_bytes: u64, alignment_bytes: usize) -> io::Result<Self> {
+        let backend = backend::open_backend(BackendConfig {
+            choice: BackendChoice::Auto,
+            ring_depth: RING_DEPTH,
+            threads: 16,
+        })?;
+        Ok(Self {
+            backend,
+            file,
+            size_bytes,
+            alignment_bytes: alignment_bytes.max(4096),
+            slots: Vec::new(),
+            random_state: 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id()),
+            cursor: 0,
+        })
+    }
+
+    /// io_uring, or the thread pool where io_uring is refused.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    /// Runs `pattern` for `duration`; `tick` is called about every 50 ms and
+    /// stops the step early when it returns false.
+    pub fn run(
+        &mut self,
+        pattern: Pattern,
+        duration: Duration,
+        interval: Option<Duration>,
+        tick: &mut dyn FnMut() -> bool,
+    ) -> io::Result<StepResult> {
+        self.prepare_slots(pattern)?;
+        let outcome = self.drive(pattern, duration, interval, tick);
+        let drained = self.drain();
+        let result = outcome?;
+        drained?;
+        Ok(result)
+    }
+
+    fn prepare_slots(&mut self, pattern: Pattern) -> io::Result<()> {
+        if pattern.request_bytes > self.size_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the test file holds {} bytes, less than one {}-byte request; give a larger --size",
+                    self.size_bytes, pattern.request_bytes
+                ),
+            ));
+        }
+        self.slots.clear();
+        for _ in 0..pattern.queue_depth {
+            let mut buffer =
+                AlignedBuffer::new(pattern.request_bytes as usize, self.alignment_bytes).map_err(
+                    |error| io::Error::other(format!("cannot allocate an I/O buffer: {error}")),
+                )?;
+            for chunk in buffer.chunks_mut(8) {
+                let bytes = self.next_random().to_le_bytes();
+                chunk.copy_from_slice(&bytes[..chunk.len()]);
+            }
+            self.slots.push(Some(buffer));
+        }
+        Ok(())
+    }
+
+    fn drive(
+        &mut self,
+        pattern: Pattern,
+        duration: Duration,
+        interval: Option<Duration>,
+        tick: &mut dyn FnMut() -> bool,
+    ) -> io::Result<StepResult> {
+        let mut latency_ns =
+            Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3).expect("valid bounds");
+        let mut submitted_at = vec![Instant::now(); self.slots.len()];
+        let start = Instant::now();
+        let deadline = start + duration;
+        for (slot, submitted) in submitted_at.iter_mut().enumerate() {
+            *submitted = Instant::now();
+            self.push(slot, pattern)?;
+        }
+        self.backend.submit(false)?;
+        let mut completed = 0u64;
+        let mut timeline = Vec::new();
+        let mut interval_completed = 0u64;
+        let mut interval_start = start;
+        let mut last_tick = start;
+        let mut results = Vec::new();
+        let mut stop = false;
+        while !stop {
+            self.backend.submit(true)?;
+            results.clear();
+            self.backend.reap(&mut results);
+            let now = Instant::now();
+            if now >= deadline {
+                stop = true;
+            }
+            for result in &results {
+                let slot = result.user_data as usize;
+                check_result(result.result, pattern)?;
+                if now <= deadline {
+                    let nanos = now.duration_since(submitted_at[slot]).as_nanos() as u64;
+                    latency_ns.saturating_record(nanos.max(1));
+                    completed += 1;
+                    interval_completed += 1;
+                }
+                if !stop {
+                    submitted_at[slot] = now;
+                    self.push(slot, pattern)?;
+                }
+            }
+            if let Some(interval) = interval {
+                while now.duration_since(interval_start) >= interval && interval_start < deadline {
+                    timeline.push(interval_completed as f64 / interval.as_secs_f64());
+                    interval_completed = 0;
+                    interval_start += interval;
+                }
+            }
+            if now.duration_since(last_tick) >= Duration::from_millis(50) {
+                last_tick = now;
+                if !tick() {
+                    stop = true;
+                }
+            }
+        }
+        let elapsed_s = Instant::now()
+            .min(deadline)
+            .duration_since(start)
+            .as_secs_f64();
+        Ok(StepResult {
+            completed,
+            elapsed_s,
+            latency_ns,
+            timeline_iops: timeline,
+        })
+    }
+
+    /// Hands slot `slot`'s buffer to the kernel for the next request.
+    fn push(&mut self, slot: usize, pattern: Pattern) -> io::Result<()> {
+        let offset = self.next_offset(pattern);
+        let buffer = self.slots[slot]
+            .as_mut()
+            .expect("every slot keeps its buffer");
+        let op = Op {
+            user_data: slot as u64,
+            fd: self.file.as_raw_fd(),
+            kind: if pattern.write {
+                OpKind::Write
+            } else {
+                OpKind::Read
+            },
+            buffer: buffer.as_mut_ptr(),
+            length: pattern.request_bytes as u32,
+            offset,
+        };
+        // SAFETY: the buffer stays in `self.slots` until the op's completion is
+        // reaped (`drain` waits for every op before the slots are cleared or
+        // dropped), and nothing reads or writes it meanwhile.
+        if let Err(op) = unsafe { self.backend.push(op) } {
+            self.backend.submit(false)?;
+            // SAFETY: as above.
+            if unsafe { self.backend.push(op) }.is_err() {
+                return Err(io::Error::other("the io_uring submission queue stays full"));
+            }
+        }
+        Ok(())
+    }
+
+    fn next_offset(&mut self, pattern: Pattern) -> u64 {
+        let request = pattern.request_bytes;
+        let positions = (self.size_bytes / request).max(1);
+        if pattern.sequential {
+            if self.cursor + request > self.size_bytes {
+                self.cursor = 0;
+            }
+            let offset = self.cursor;
+            self.cursor += request;
+            offset
+        } else {
+            (self.next_random() % positions) * request
+        }
+    }
+
+    /// splitmix64: fast, and good enough to spread offsets.
+    fn next_random(&mut self) -> u64 {
+        self.random_state = self.random_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut mixed = self.random_state;
+        mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        mixed ^ (mixed >> 31)
+    }
+
+    /// Waits for every request in flight.
+    fn drain(&mut self) -> io::Result<()> {
+        let mut results = Vec::new();
+        while self.backend.in_flight() > 0 {
+            self.backend.submit(true)?;
+            self.backend.reap(&mut results);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        if self.drain().is_err() {
+            // Cannot wait for the kernel: leak the buffers rather than free
+            // memory it may still write.
+            for slot in self.slots.drain(..) {
+                std::mem::forget(slot);
+            }
+        }
+    }
+}
+
+fn check_result(result: i32, pattern: Pattern) -> io::Result<()> {
+    if result < 0 {
+        let error = io::Error::from_raw_os_error(-result);
+        let what = if pattern.write { "write" } else { "read" };
+        return Err(io::Error::new(
+            error.kind(),
+            format!("a {}-byte {what} failed: {error}", pattern.request_bytes),
+        ));
+    }
+    if result as u64 != pattern.request_bytes {
+        return Err(io::Error::other(format!(
+            "a {}-byte request transferred {result} bytes; the test file is shorter than \
+             expected (was it truncated while tune ran?)",
+            pattern.request_bytes
+        )));
+    }
+    Ok(())
+}

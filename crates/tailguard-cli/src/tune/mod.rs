@@ -1,0 +1,661 @@
+//! `tailguard tune PATH`: measure a device and write its profile.
+//!
+//! Four curves, each a sweep at rising concurrency then a sustained run at its
+//! knee (reads first, so they see the laid-out data before writes churn it):
+//!
+//! - 4 KiB random reads and 4 KiB random writes at queue depth 1, 2, 4, ... 256;
+//! - sequential reads and writes at 128 KiB, 256 KiB, 512 KiB and 1 MiB at depth
+//!   1, then 1 MiB at depth 2, 4, ... 32 (bytes in flight double each step).
+//!
+//! A sweep stops one step past its knee ([`knee::knee_index`]: less than 5% more
+//! throughput while latency rises), or at its last step. The rest of the curve's
+//! time is a sustained run at the knee, whose rate timeline gives the *first*
+//! rate (the first fifth) and the *steady* rate (the second half); the profile
+//! uses the steady one, since cloud disks burst, then fall to their provisioned
+//! rate. Token-bucket throttles of a few seconds show; burst credits that last
+//! minutes need a longer `--duration`.
+//!
+//! Time: `--duration` (default 60 s) is the whole run, layout included. The
+//! layout of a directory's test file takes at most a fifth of it; the rest is
+//! split evenly between the curves, and within a curve 60% goes to the sweep
+//! steps (at most nine) and the rest to the sustained run.
+//!
+//! The I/O goes through a raw backend ([`measure`]): io_uring with O_DIRECT,
+//! no scheduler. What tune may write is decided in [`target`]. The profile is a
+//! [`tailguard::profile_file::ProfileFile`] (TOML, or Seastar's YAML with
+//! `--format seastar`); the curves are printed as a terminal chart and, with
+//! `--report`, an HTML page ([`report`]).
+
+use crate::bench::target::{interrupted, watch_interrupts};
+use crate::bench::BenchError;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+use tailguard::profile_file::{
+    DeviceEntry, Knee, Knees, Metadata, ProfileFile, ProfileFormat, Rates,
+};
+
+pub mod knee;
+pub mod measure;
+pub mod report;
+pub mod target;
+
+use knee::{CurvePoint, FirstAndSteady};
+use measure::{Pattern, Prober};
+use target::{TargetKind, TargetOptions, TestFile};
+
+/// Share of a curve's time that goes to the sweep.
+const SWEEP_SHARE: f64 = 0.6;
+/// Share of the whole budget the layout may take.
+const LAYOUT_SHARE: f64 = 0.2;
+/// Intervals of the sustained run's timeline.
+const TIMELINE_INTERVALS: u32 = 20;
+
+/// Arguments of `tailguard tune`.
+#[derive(Debug, clap::Args)]
+pub struct TuneArguments {
+    /// A directory (tune lays out its own file and removes it), a regular file
+    /// (read tests only unless --allow-write), or a block device (with
+    /// --allow-device; refused while mounted).
+    pub path: PathBuf,
+    /// The whole run, layout included: `60s`, `5s`, `2m`, `500ms`.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Where the profile goes.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// `toml` (tailguard's profile file) or `seastar` (io_properties.yaml).
+    #[arg(long, default_value = "toml", value_parser = ["toml", "seastar"])]
+    pub format: String,
+    /// Also write an HTML page with the curves as SVG.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Size of the file laid out in a directory (`1g`, `256m`); default 1 GiB
+    /// or a quarter of the free space.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Allow a block device as PATH (reads only unless --allow-write).
+    #[arg(long)]
+    pub allow_device: bool,
+    /// Run write tests on an existing file or device: overwrites its contents.
+    #[arg(long)]
+    pub allow_write: bool,
+    /// Replace an existing --output or --report file.
+    #[arg(long)]
+    pub allow_overwrite: bool,
+    /// Measure only these curves (comma-separated): random_read, random_write,
+    /// sequential_read, sequential_write. The others get tailguard's default.
+    #[arg(long, value_delimiter = ',', value_parser = CURVE_NAMES)]
+    pub curves: Vec<String>,
+}
+
+/// The curves, in the order they run.
+pub const CURVE_NAMES: [&str; 4] = [
+    "sequential_read",
+    "random_read",
+    "sequential_write",
+    "random_write",
+];
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit_s) = if let Some(number) = text.strip_suffix("ms") {
+        (number, 1e-3)
+    } else if let Some(number) = text.strip_suffix('s') {
+        (number, 1.0)
+    } else if let Some(number) = text.strip_suffix('m') {
+        (number, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration; write 60s, 5s, 2m or 500ms"))?;
+    let seconds = value * unit_s;
+    if !(1.0..=86_400.0).contains(&seconds) {
+        return Err(format!(
+            "--duration must be between 1 s and 24 h, got {seconds} s"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    tailguard_sim::scenario::parse_bytes(text)
+}
+
+/// What one curve is.
+#[derive(Clone, Debug)]
+pub struct CurveSpec {
+    /// The knee's name in the profile file.
+    pub name: &'static str,
+    /// For people.
+    pub title: String,
+    /// Writes instead of reads.
+    pub write: bool,
+    /// Sequential instead of random.
+    pub sequential: bool,
+    /// Request size and depth of each sweep step.
+    pub steps: Vec<(u64, u32)>,
+}
+
+impl CurveSpec {
+    fn random(write: bool) -> Self {
+        let direction = if write { "write" } else { "read" };
+        Self {
+            name: if write { "random_write" } else { "random_read" },
+            title: format!("4 KiB random {direction}s"),
+            write,
+            sequential: false,
+            steps: (0..9).map(|power| (4096, 1 << power)).collect(),
+        }
+    }
+
+    fn sequential(write: bool) -> Self {
+        let direction = if write { "write" } else { "read" };
+        let mut steps: Vec<(u64, u32)> = [128u64, 256, 512, 1024]
+            .iter()
+            .map(|kib| (kib * 1024, 1))
+            .collect();
+        steps.extend((1..=5).map(|power| (1 << 20, 1 << power)));
+        Self {
+            name: if write {
+                "sequential_write"
+            } else {
+                "sequential_read"
+            },
+            title: format!("sequential {direction}s, 128 KiB to 1 MiB"),
+            write,
+            sequential: true,
+            steps,
+        }
+    }
+}
+
+/// One measured curve.
+#[derive(Clone, Debug)]
+pub struct Curve {
+    /// What was measured.
+    pub spec: CurveSpec,
+    /// The sweep.
+    pub points: Vec<CurvePoint>,
+    /// Index of the knee in `points`.
+    pub knee: Option<usize>,
+    /// Requests per second of each interval of the sustained run.
+    pub timeline: Vec<f64>,
+    /// Length of the sustained run, seconds.
+    pub sustain_s: f64,
+    /// First and steady requests per second of the sustained run.
+    pub rates: Option<FirstAndSteady>,
+}
+
+impl Curve {
+    /// The knee's point.
+    pub fn knee_point(&self) -> Option<&CurvePoint> {
+        self.knee.map(|index| &self.points[index])
+    }
+
+    /// Factor from requests per second to the curve's unit (IOPS, or MB/s).
+    pub fn sustain_scale(&self) -> f64 {
+        match (self.spec.sequential, self.knee_point()) {
+            (true, Some(point)) => point.request_bytes as f64 / 1e6,
+            _ => 1.0,
+        }
+    }
+
+    /// Steady requests per second (the sweep's knee rate when there was no
+    /// sustained run).
+    fn steady_iops(&self) -> Option<f64> {
+        self.rates
+            .map(|rates| rates.steady)
+            .or(self.knee_point().map(|point| point.iops))
+            .filter(|iops| *iops > 0.0)
+    }
+
+    fn first_iops(&self) -> Option<f64> {
+        self.rates
+            .map(|rates| rates.first)
+            .or(self.knee_point().map(|point| point.iops))
+    }
+
+    /// Steady rate in the profile's unit: IOPS, or bytes per second.
+    fn steady_profile_rate(&self) -> Option<f64> {
+        let point = self.knee_point()?;
+        let iops = self.steady_iops()?;
+        Some(if self.spec.sequential {
+            iops * point.request_bytes as f64
+        } else {
+            iops
+        })
+    }
+
+    fn first_profile_rate(&self) -> Option<f64> {
+        let point = self.knee_point()?;
+        let iops = self.first_iops()?;
+        Some(if self.spec.sequential {
+            iops * point.request_bytes as f64
+        } else {
+            iops
+        })
+    }
+
+    fn knee_record(&self) -> Option<Knee> {
+        let point = self.knee_point()?;
+        let tenths = |value: f64| (value * 10.0).round() / 10.0;
+        Some(Knee {
+            request_bytes: point.request_bytes,
+            queue_depth: point.queue_depth,
+            in_flight_bytes: point.in_flight_bytes(),
+            iops: point.iops.round(),
+            bandwidth: point.bandwidth().round(),
+            latency_us_p50: tenths(point.latency_us_p50),
+            latency_us_p99: tenths(point.latency_us_p99),
+        })
+    }
+}
+
+/// Runs `tailguard tune`.
+pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
+    watch_interrupts();
+    let format = if arguments.format == "seastar" {
+        ProfileFormat::SeastarYaml
+    } else {
+        ProfileFormat::Toml
+    };
+    let output = arguments.output.clone().unwrap_or_else(|| {
+        PathBuf::from(match format {
+            ProfileFormat::Toml => "tailguard-profile.toml",
+            ProfileFormat::SeastarYaml => "io_properties.yaml",
+        })
+    });
+    for path in std::iter::once(&output).chain(arguments.report.as_ref()) {
+        if path.exists() && !arguments.allow_overwrite {
+            return Err(BenchError::usage(format!(
+                "{} exists; pass --allow-overwrite to replace it, or give another --output/--report",
+                path.display()
+            )));
+        }
+    }
+    let start = Instant::now();
+    let budget = arguments.duration;
+    let test = target::prepare(
+        &arguments.path,
+        &TargetOptions {
+            size_bytes: arguments.size,
+            allow_device: arguments.allow_device,
+            allow_write: arguments.allow_write,
+            layout_budget: budget.mul_f64(LAYOUT_SHARE),
+        },
+    )?;
+    let curves = measure_curves(&test, &arguments.curves, budget, start)?;
+    let elapsed_s = start.elapsed().as_secs_f64();
+    for curve in &curves {
+        println!("{}", report::terminal_chart(curve));
+    }
+    let profile = build_profile(arguments, &test, &curves, elapsed_s)?;
+    let summary = summary_lines(&test, &profile);
+    for line in &summary {
+        println!("{line}");
+    }
+    profile.save(&output, format).map_err(|error| {
+        BenchError::usage(format!("cannot write {}: {error}", output.display()))
+    })?;
+    println!("profile written to {}", output.display());
+    if let Some(path) = &arguments.report {
+        let title = format!("tailguard tune: {}", arguments.path.display());
+        std::fs::write(path, report::html_page(&title, &summary, &curves)).map_err(|error| {
+            BenchError::usage(format!("cannot write {}: {error}", path.display()))
+        })?;
+        println!("report written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn progress_bar(budget: Duration) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(budget.as_millis() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{bar:40}] {elapsed}/{msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+fn measure_curves(
+    test: &TestFile,
+    only: &[String],
+    budget: Duration,
+    start: Instant,
+) -> Result<Vec<Curve>, BenchError> {
+    let failed = |error: std::io::Error| {
+        BenchError::usage(format!("measuring {}: {error}", test.path.display()))
+    };
+    let file = test.file.try_clone().map_err(failed)?;
+    let mut prober = Prober::new(file, test.size_bytes, test.alignment_bytes).map_err(failed)?;
+    if prober.backend_kind() != tailguard::BackendKind::IoUring {
+        eprintln!(
+            "warning: io_uring is unavailable here; measuring through the thread pool instead"
+        );
+    }
+    let specs: Vec<CurveSpec> = [
+        CurveSpec::sequential(false),
+        CurveSpec::random(false),
+        CurveSpec::sequential(true),
+        CurveSpec::random(true),
+    ]
+    .into_iter()
+    .filter(|spec| test.writable || !spec.write)
+    .filter(|spec| only.is_empty() || only.iter().any(|name| name == spec.name))
+    .collect();
+    if specs.is_empty() {
+        return Err(BenchError::usage(
+            "--curves selects only write curves, and the target is read-only; pass --allow-write",
+        ));
+    }
+    let bar = progress_bar(budget);
+    let remaining = budget.saturating_sub(start.elapsed());
+    let curve_budget = remaining / specs.len() as u32;
+    let mut curves = Vec::new();
+    for spec in specs {
+        bar.set_message(format!("{} s  {}", budget.as_secs(), spec.title));
+        let mut tick = || {
+            bar.set_position(start.elapsed().as_millis() as u64);
+            !interrupted()
+        };
+        curves.push(measure_curve(&mut prober, spec, curve_budget, &mut tick).map_err(failed)?);
+        if interrupted() {
+            bar.finish_and_clear();
+            return Err(BenchError::interrupted());
+        }
+    }
+    bar.finish_and_clear();
+    Ok(curves)
+}
+
+/// The sweep, then the sustained run at the knee.
+fn measure_curve(
+    prober: &mut Prober,
+    spec: CurveSpec,
+    budget: Duration,
+    tick: &mut dyn FnMut() -> bool,
+) -> std::io::Result<Curve> {
+    let curve_start = Instant::now();
+    let step_time = budget.mul_f64(SWEEP_SHARE) / spec.steps.len() as u32;
+    let mut points = Vec::new();
+    for &(request_bytes, queue_depth) in &spec.steps {
+        let pattern = Pattern {
+            write: spec.write,
+            sequential: spec.sequential,
+            request_bytes,
+            queue_depth,
+        };
+        let result = prober.run(pattern, step_time, None, tick)?;
+        points.push(CurvePoint {
+            queue_depth,
+            request_bytes,
+            iops: result.iops(),
+            latency_us_p50: result.latency_us(50.0),
+            latency_us_p99: result.latency_us(99.0),
+        });
+        if knee::knee_index(&points).is_some() || interrupted() {
+            break;
+        }
+    }
+    let knee = knee::knee_or_last(&points);
+    let mut curve = Curve {
+        spec,
+        points,
+        knee,
+        timeline: Vec::new(),
+        sustain_s: 0.0,
+        rates: None,
+    };
+    let Some(point) = curve.knee_point().copied() else {
+        return Ok(curve);
+    };
+    let sustain = budget.saturating_sub(curve_start.elapsed()).max(step_time);
+    let interval = (sustain / TIMELINE_INTERVALS).max(Duration::from_millis(10));
+    let pattern = Pattern {
+        write: curve.spec.write,
+        sequential: curve.spec.sequential,
+        request_bytes: point.request_bytes,
+        queue_depth: point.queue_depth,
+    };
+    let result = prober.run(pattern, sustain, Some(interval), tick)?;
+    curve.sustain_s = result.elapsed_s;
+    curve.rates = knee::first_and_steady(&result.timeline_iops);
+    curve.timeline = result.timeline_iops;
+    Ok(curve)
+}
+
+fn find<'a>(curves: &'a [Curve], name: &str) -> Option<&'a Curve> {
+    curves.iter().find(|curve| curve.spec.name == name)
+}
+
+fn build_profile(
+    arguments: &TuneArguments,
+    test: &TestFile,
+    curves: &[Curve],
+    elapsed_s: f64,
+) -> Result<ProfileFile, BenchError> {
+    let uncalibrated = tailguard::scheduler::default_profile(&test.device);
+    let mut notes = Vec::new();
+    let rate = |name: &str, fallback: f64, notes: &mut Vec<String>| match find(curves, name)
+        .and_then(Curve::steady_profile_rate)
+    {
+        Some(rate) => rate,
+        None => {
+            notes.push(format!(
+                "{name} not measured (read-only target; pass --allow-write to measure it): \
+                     tailguard's uncalibrated default is written instead"
+            ));
+            fallback
+        }
+    };
+    let first_rate = |name: &str, fallback: f64| {
+        find(curves, name)
+            .and_then(Curve::first_profile_rate)
+            .unwrap_or(fallback)
+    };
+    let rates = Rates {
+        read_iops: rate("random_read", uncalibrated.read_iops, &mut notes),
+        write_iops: rate("random_write", uncalibrated.write_iops, &mut notes),
+        read_bandwidth: rate("sequential_read", uncalibrated.read_bandwidth, &mut notes),
+        write_bandwidth: rate("sequential_write", uncalibrated.write_bandwidth, &mut notes),
+    };
+    for curve in curves {
+        if let Some(rates) = curve.rates.filter(FirstAndSteady::throttled) {
+            notes.push(format!(
+                "{} throttled: {:.0} requests/s first, {:.0} steady; the steady rate is used",
+                curve.spec.title, rates.first, rates.steady
+            ));
+        }
+    }
+    let mut entry = DeviceEntry::from_rates(rounded(rates));
+    entry.first = Some(rounded(Rates {
+        read_iops: first_rate("random_read", rates.read_iops),
+        write_iops: first_rate("random_write", rates.write_iops),
+        read_bandwidth: first_rate("sequential_read", rates.read_bandwidth),
+        write_bandwidth: first_rate("sequential_write", rates.write_bandwidth),
+    }));
+    entry.max_request_bytes = Some(uncalibrated.max_request_bytes);
+    entry.latency_target_us = find(curves, "random_read")
+        .and_then(Curve::knee_point)
+        .map(|point| (point.latency_us_p99.ceil() as u64).max(10));
+    entry.knee = Knees {
+        random_read: find(curves, "random_read").and_then(Curve::knee_record),
+        random_write: find(curves, "random_write").and_then(Curve::knee_record),
+        sequential_read: find(curves, "sequential_read").and_then(Curve::knee_record),
+        sequential_write: find(curves, "sequential_write").and_then(Curve::knee_record),
+    };
+    let mut profile = ProfileFile::new();
+    profile.metadata = Some(Metadata {
+        tool: "tailguard tune".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        date: rfc3339_utc(SystemTime::now()),
+        target: target_description(&arguments.path),
+        duration_s: Some((elapsed_s * 10.0).round() / 10.0),
+        notes,
+    });
+    profile.devices.insert(test.device.name.clone(), entry);
+    profile.resolve().map_err(|error| {
+        BenchError::usage(format!(
+            "the measured profile is not usable ({error}); the device may have failed requests"
+        ))
+    })?;
+    Ok(profile)
+}
+
+/// Whole requests and bytes per second: more digits would be noise.
+fn rounded(rates: Rates) -> Rates {
+    Rates {
+        read_iops: rates.read_iops.round(),
+        write_iops: rates.write_iops.round(),
+        read_bandwidth: rates.read_bandwidth.round(),
+        write_bandwidth: rates.write_bandwidth.round(),
+    }
+}
+
+/// The measured path, absolute; a directory's own file is not named since it
+/// is gone, and Seastar's format uses this as the mountpoint.
+fn target_description(path: &Path) -> String {
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+fn summary_lines(test: &TestFile, profile: &ProfileFile) -> Vec<String> {
+    let mut lines = Vec::new();
+    let Some((name, entry)) = profile.devices.iter().next() else {
+        return lines;
+    };
+    let what = match test.kind {
+        TargetKind::Directory => "test file",
+        TargetKind::RegularFile => "of file",
+        TargetKind::BlockDevice => "of device",
+    };
+    lines.push(format!(
+        "device {name} ({} MiB {what} {}): steady read {} IOPS, {} MB/s; write {} IOPS, {} MB/s",
+        test.size_bytes >> 20,
+        test.path.display(),
+        report::short_number(entry.read_iops),
+        report::short_number(entry.read_bandwidth / 1e6),
+        report::short_number(entry.write_iops),
+        report::short_number(entry.write_bandwidth / 1e6),
+    ));
+    if let Some(first) = entry.first {
+        lines.push(format!(
+            "first seconds: read {} IOPS, {} MB/s; write {} IOPS, {} MB/s",
+            report::short_number(first.read_iops),
+            report::short_number(first.read_bandwidth / 1e6),
+            report::short_number(first.write_iops),
+            report::short_number(first.write_bandwidth / 1e6),
+        ));
+    }
+    for (what, knee) in [
+        ("random read", entry.knee.random_read),
+        ("random write", entry.knee.random_write),
+        ("sequential read", entry.knee.sequential_read),
+        ("sequential write", entry.knee.sequential_write),
+    ] {
+        if let Some(knee) = knee {
+            lines.push(format!(
+                "knee, {what}: depth {} × {} ({} in flight), p50 {:.0} µs, p99 {:.0} µs",
+                knee.queue_depth,
+                report::short_bytes(knee.request_bytes),
+                report::short_bytes(knee.in_flight_bytes),
+                knee.latency_us_p50,
+                knee.latency_us_p99
+            ));
+        }
+    }
+    if let Some(metadata) = &profile.metadata {
+        for note in &metadata.notes {
+            lines.push(format!("note: {note}"));
+        }
+    }
+    lines
+}
+
+/// `2025-01-31T12:00:00Z`.
+fn rfc3339_utc(time: SystemTime) -> String {
+    let seconds = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|duration| duration.as_secs())
+        .unwrap_or(0);
+    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_date(days as i64);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian
+/// calendar, counting in 400-year eras that start on March 1st.
+fn civil_date(days_since_epoch: i64) -> (i64, u32, u32) {
+    let shifted = days_since_epoch + 719_468; // days from 0000-03-01
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_gregorian() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(59), (1970, 3, 1));
+        assert_eq!(civil_date(11_016), (2000, 2, 29));
+        assert_eq!(civil_date(19_723), (2024, 1, 1));
+        let time = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400 + 3661);
+        assert_eq!(rfc3339_utc(time), "2000-02-29T01:01:01Z");
+    }
+
+    #[test]
+    fn durations_parse_with_units_and_bounds() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert!(parse_duration("0.5s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn sweeps_double_the_concurrency_each_step() {
+        for spec in [CurveSpec::random(false), CurveSpec::sequential(true)] {
+            let in_flight: Vec<u64> = spec
+                .steps
+                .iter()
+                .map(|(bytes, depth)| bytes * u64::from(*depth))
+                .collect();
+            assert!(
+                in_flight.windows(2).all(|pair| pair[1] == 2 * pair[0]),
+                "{in_flight:?}"
+            );
+        }
+        assert_eq!(CurveSpec::random(true).steps.last(), Some(&(4096, 256)));
+    }
+}

@@ -1,0 +1,372 @@
+//! What tune measures on, and what it may write.
+//!
+//! Safety rule: **tune writes only into a file it created itself, unless told
+//! otherwise.**
+//!
+//! - A directory: tune lays out its own file, `.tailguard-tune-PID.data`
+//!   (`--size`, default 1 GiB or a quarter of the free space, whichever is
+//!   smaller), filled with incompressible data so reads hit allocated blocks,
+//!   and removes it at the end, on errors, and after Ctrl-C ([`TestFile`]'s
+//!   `Drop`). The layout takes at most a fifth of the time budget; a slow disk
+//!   gets a smaller file rather than a longer run. Read and write tests run.
+//! - An existing regular file: used in place and never removed. Only read
+//!   tests run, unless `--allow-write`, which overwrites its contents.
+//! - A block device: refused unless `--allow-device`, and refused while it or a
+//!   partition on it is mounted. Only read tests run, unless `--allow-write`,
+//!   which destroys the data on it.
+//!
+//! Everything is opened with O_DIRECT; a filesystem that refuses it gets an
+//! error saying so, since tune measures the device, not the page cache.
+
+use crate::bench::target::interrupted;
+use crate::bench::BenchError;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tailguard::device::{self, DeviceInfo};
+use tailguard::AlignedBuffer;
+
+/// Default size of the file laid out in a directory: 1 GiB.
+pub const DEFAULT_SIZE_BYTES: u64 = 1 << 30;
+/// The smallest test file worth measuring: 16 MiB.
+pub const MINIMUM_SIZE_BYTES: u64 = 16 << 20;
+/// Layout writes in pieces of this size.
+const LAYOUT_CHUNK_BYTES: usize = 1 << 20;
+
+/// What kind of target was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A directory: tune's own file in it.
+    Directory,
+    /// A user's regular file.
+    RegularFile,
+    /// A block device node.
+    BlockDevice,
+}
+
+/// The open test file; removes the file tune laid out when dropped.
+pub struct TestFile {
+    /// Opened with O_DIRECT, for reading (and writing when allowed).
+    pub file: File,
+    /// The path measured (the laid-out file for a directory).
+    pub path: PathBuf,
+    /// Bytes of the file the tests use.
+    pub size_bytes: u64,
+    /// Whether write tests may run.
+    pub writable: bool,
+    /// The device behind it.
+    pub device: DeviceInfo,
+    /// O_DIRECT memory alignment.
+    pub alignment_bytes: usize,
+    /// What was given.
+    pub kind: TargetKind,
+    /// The file to remove on drop (a directory target's own file).
+    remove_on_drop: Option<PathBuf>,
+}
+
+impl Drop for TestFile {
+    fn drop(&mut self) {
+        if let Some(path) = &self.remove_on_drop {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// How to prepare the target.
+#[derive(Clone, Debug)]
+pub struct TargetOptions {
+    /// `--size`: the file to lay out in a directory.
+    pub size_bytes: Option<u64>,
+    /// `--allow-device`.
+    pub allow_device: bool,
+    /// `--allow-write`.
+    pub allow_write: bool,
+    /// How long the layout may take at most.
+    pub layout_budget: Duration,
+}
+
+fn usage(message: String) -> BenchError {
+    BenchError::usage(message)
+}
+
+/// Checks the target and opens (or lays out) the test file.
+pub fn prepare(target: &Path, options: &TargetOptions) -> Result<TestFile, BenchError> {
+    let shown = target.display();
+    let metadata = std::fs::metadata(target).map_err(|error| {
+        usage(format!(
+            "target {shown}: {error}; give an existing directory (tune lays out its own file \
+             in it), a regular file, or a block device with --allow-device"
+        ))
+    })?;
+    let file_type = metadata.file_type();
+    if file_type.is_dir() {
+        lay_out(target, options)
+    } else if file_type.is_file() {
+        open_existing(target, TargetKind::RegularFile, options.allow_write)
+    } else if file_type.is_block_device() {
+        if !options.allow_device {
+            return Err(usage(format!(
+                "target {shown} is a block device; measuring a raw device needs --allow-device \
+                 (reads only; --allow-write as well destroys its data)"
+            )));
+        }
+        refuse_if_mounted(target, metadata.rdev())?;
+        open_existing(target, TargetKind::BlockDevice, options.allow_write)
+    } else {
+        Err(usage(format!(
+            "target {shown} is neither a directory, a regular file nor a block device"
+        )))
+    }
+}
+
+fn open_direct(path: &Path, write: bool, create: bool) -> io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(write).custom_flags(libc::O_DIRECT);
+    if create {
+        options.create_new(true);
+    }
+    options.open(path)
+}
+
+/// The error for a failed open, naming the likely fix.
+fn open_error(path: &Path, error: &io::Error, creating: bool) -> BenchError {
+    let shown = path.display();
+    let fix = match error.raw_os_error() {
+        Some(libc::EINVAL) => {
+            "the filesystem does not support O_DIRECT (tmpfs on old kernels, some FUSE and \
+             overlay filesystems); tune measures the device, so give a directory on a disk \
+             filesystem (ext4, xfs, btrfs)"
+        }
+        Some(libc::EACCES | libc::EPERM) if creating => {
+            "permission denied; give a directory you can write to, or run as a user who can"
+        }
+        Some(libc::EACCES | libc::EPERM) => {
+            "permission denied; run as a user who can open it (root for block devices)"
+        }
+        Some(libc::EROFS) => "the filesystem is read-only; give a writable directory",
+        Some(libc::EEXIST) => "a file of that name exists already; remove it (a stale tune run?)",
+        _ => "check the path",
+    };
+    usage(format!("cannot open {shown} with O_DIRECT: {error}; {fix}"))
+}
+
+fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<TestFile, BenchError> {
+    let file = open_direct(path, allow_write, false).map_err(|e| open_error(path, &e, false))?;
+    let device = device::device_of(&file).map_err(|error| usage(error.to_string()))?;
+    let alignment = device::direct_io_alignment(&file, &device);
+    // SAFETY: lseek on an open descriptor; for a block device it reports its size.
+    let end = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_END) };
+    if end < 0 {
+        return Err(usage(format!(
+            "cannot find the size of {}: {}",
+            path.display(),
+            io::Error::last_os_error()
+        )));
+    }
+    let size_bytes = (end as u64) / (1 << 20) * (1 << 20);
+    if size_bytes < MINIMUM_SIZE_BYTES {
+        return Err(usage(format!(
+            "{} holds {end} bytes; tune needs at least {} MiB to spread its requests; give a \
+             directory instead (tune lays out its own file)",
+            path.display(),
+            MINIMUM_SIZE_BYTES >> 20
+        )));
+    }
+    Ok(TestFile {
+        file,
+        path: path.to_path_buf(),
+        size_bytes,
+        writable: allow_write,
+        device,
+        alignment_bytes: alignment.memory_bytes as usize,
+        kind,
+        remove_on_drop: None,
+    })
+}
+
+/// Refuses a block device that is mounted, or whose partition is.
+fn refuse_if_mounted(target: &Path, rdev: u64) -> Result<(), BenchError> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let whole_disk = device::device_of_path(target).ok();
+    for line in mounts.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(source), Some(mountpoint)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if !source.starts_with("/dev/") {
+            continue;
+        }
+        let Ok(source_metadata) = std::fs::metadata(source) else {
+            continue;
+        };
+        let same = source_metadata.file_type().is_block_device() && source_metadata.rdev() == rdev;
+        let target_is_whole_disk = whole_disk.as_ref().is_some_and(|info| info.id.0 == rdev);
+        let partition_of_target = target_is_whole_disk
+            && device::device_of_path(Path::new(source))
+                .is_ok_and(|info| Some(info.id) == whole_disk.as_ref().map(|disk| disk.id));
+        if same || partition_of_target {
+            return Err(usage(format!(
+                "{} is mounted ({source} on {mountpoint}); tune refuses mounted devices; \
+                 give a directory on it instead",
+                target.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Free bytes for unprivileged users in the filesystem of `directory`.
+fn free_bytes(directory: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(directory.as_os_str().as_bytes()).ok()?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is NUL-terminated and `stats` points to writable memory of
+    // the right size.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs succeeded and filled the struct (which was valid zeroed).
+    let stats = unsafe { stats.assume_init() };
+    // The field types differ between platforms (u32 on some 32-bit ones).
+    #[allow(clippy::unnecessary_cast)]
+    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+/// How large a file to lay out: `--size`, or 1 GiB capped at a quarter of the
+/// free space, rounded down to whole MiB.
+pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, String> {
+    let mib = 1u64 << 20;
+    let size = match (requested, free) {
+        (Some(requested), Some(free)) if requested > free => {
+            return Err(format!(
+                "not enough space: --size asks for {} MiB, the filesystem has {} MiB free; \
+                 free some space or give a smaller --size",
+                requested / mib,
+                free / mib
+            ))
+        }
+        (Some(requested), _) => requested,
+        (None, Some(free)) => DEFAULT_SIZE_BYTES.min(free / 4),
+        (None, None) => DEFAULT_SIZE_BYTES,
+    };
+    let size = size / mib * mib;
+    if size < MINIMUM_SIZE_BYTES {
+        return Err(format!(
+            "not enough space: tune needs a test file of at least {} MiB (got {} MiB to work \
+             with); free some space or give a larger --size",
+            MINIMUM_SIZE_BYTES / mib,
+            size / mib
+        ));
+    }
+    Ok(size)
+}
+
+fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, BenchError> {
+    let size_bytes = layout_size(options.size_bytes, free_bytes(directory))
+        .map_err(|message| usage(format!("{}: {message}", directory.display())))?;
+    let path = directory.join(format!(".tailguard-tune-{}.data", std::process::id()));
+    let file = open_direct(&path, true, true).map_err(|e| open_error(&path, &e, true))?;
+    let mut test = TestFile {
+        device: device::device_of(&file).map_err(|error| usage(error.to_string()))?,
+        file,
+        path: path.clone(),
+        size_bytes,
+        writable: true,
+        alignment_bytes: 4096,
+        kind: TargetKind::Directory,
+        remove_on_drop: Some(path),
+    };
+    test.alignment_bytes =
+        device::direct_io_alignment(&test.file, &test.device).memory_bytes as usize;
+    // Reserve the space first: a full disk fails now, with a clear message.
+    // SAFETY: plain fallocate on our own descriptor.
+    let reserved = unsafe { libc::posix_fallocate(test.file.as_raw_fd(), 0, size_bytes as i64) };
+    if reserved == libc::ENOSPC {
+        return Err(usage(format!(
+            "not enough space in {} for a {} MiB test file; free some space or give a smaller \
+             --size",
+            directory.display(),
+            size_bytes >> 20
+        )));
+    }
+    let written = write_data(&test, options.layout_budget)?;
+    let written = written / (1 << 20) * (1 << 20);
+    if written < MINIMUM_SIZE_BYTES {
+        return Err(usage(format!(
+            "laying out the test file wrote only {} MiB in {:.1} s; the device is very slow: \
+             give a longer --duration",
+            written >> 20,
+            options.layout_budget.as_secs_f64()
+        )));
+    }
+    if written < size_bytes {
+        test.file
+            .set_len(written)
+            .map_err(|error| usage(format!("cannot shrink the test file: {error}")))?;
+        test.size_bytes = written;
+    }
+    Ok(test)
+}
+
+/// Fills the file with incompressible data, 1 MiB at a time, until it is full
+/// or the budget is spent. Returns the bytes written.
+fn write_data(test: &TestFile, budget: Duration) -> Result<u64, BenchError> {
+    let deadline = Instant::now() + budget;
+    let mut chunk = AlignedBuffer::new(LAYOUT_CHUNK_BYTES, test.alignment_bytes.max(4096))
+        .map_err(|error| usage(format!("cannot allocate a layout buffer: {error}")))?;
+    let mut state = 0x2545_f491_4f6c_dd1d_u64 ^ u64::from(std::process::id());
+    let mut written = 0u64;
+    while written < test.size_bytes && Instant::now() < deadline {
+        if interrupted() {
+            return Err(BenchError::interrupted());
+        }
+        for word in chunk.chunks_exact_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            word.copy_from_slice(&state.to_le_bytes());
+        }
+        test.file.write_all_at(&chunk, written).map_err(|error| {
+            let fix = if error.raw_os_error() == Some(libc::ENOSPC) {
+                "not enough space; free some or give a smaller --size"
+            } else {
+                "check the disk"
+            };
+            usage(format!(
+                "laying out {} failed at {} MiB: {error}; {fix}",
+                test.path.display(),
+                written >> 20
+            ))
+        })?;
+        written += LAYOUT_CHUNK_BYTES as u64;
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_size_is_a_quarter_of_free_space_up_to_one_gib() {
+        let gib = 1u64 << 30;
+        assert_eq!(layout_size(None, Some(100 * gib)), Ok(gib));
+        assert_eq!(layout_size(None, Some(gib)), Ok(gib / 4));
+        assert_eq!(layout_size(None, None), Ok(gib));
+        assert_eq!(layout_size(Some(64 << 20), Some(gib)), Ok(64 << 20));
+    }
+
+    #[test]
+    fn too_little_space_is_a_clear_error() {
+        let error = layout_size(None, Some(32 << 20)).unwrap_err();
+        assert!(error.contains("not enough space"), "{error}");
+        let error = layout_size(Some(1 << 30), Some(100 << 20)).unwrap_err();
+        assert!(error.contains("--size"), "{error}");
+        let error = layout_size(Some(1 << 20), None).unwrap_err();
+        assert!(error.contains("at least 16 MiB"), "{error}");
+    }
+}

@@ -1,0 +1,202 @@
+//! `tailguard tune` end to end on a temporary directory: a short run writes a
+//! profile the library loads, and unsafe requests are refused. Asserts structure
+//! and positive rates, never timing values.
+
+mod common;
+
+use common::{tailguard, tailguard_ok};
+use std::path::{Path, PathBuf};
+use tailguard::profile_file::{ProfileFile, PROFILE_FILE_VERSION};
+
+/// A temporary directory on the disk under the working directory's filesystem
+/// (not /tmp, which may be tmpfs), removed on drop.
+struct TempDirectory(PathBuf);
+
+impl TempDirectory {
+    fn new(name: &str) -> Self {
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("tune-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create the temporary directory");
+        Self(path)
+    }
+}
+
+impl Drop for TempDirectory {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn text(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}
+
+#[test]
+fn a_short_run_writes_a_profile_the_library_loads() {
+    let directory = TempDirectory::new("short");
+    let target = directory.0.join("target");
+    std::fs::create_dir(&target).unwrap();
+    let output = directory.0.join("profile.toml");
+    let report = directory.0.join("report.html");
+    let run = tailguard_ok(&[
+        "tune",
+        text(&target),
+        "--duration",
+        "3s",
+        "--size",
+        "32m",
+        "--output",
+        text(&output),
+        "--report",
+        text(&report),
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.contains(&format!("profile written to {}", output.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("knee"), "{stdout}");
+    // The laid-out test file is gone.
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
+
+    let profile = ProfileFile::load(&output).expect("the profile loads");
+    assert_eq!(profile.version, PROFILE_FILE_VERSION);
+    let metadata = profile.metadata.as_ref().expect("metadata");
+    assert_eq!(metadata.tool, "tailguard tune");
+    assert!(!metadata.date.is_empty());
+    assert_eq!(profile.devices.len(), 1);
+    let entry = profile.devices.values().next().unwrap();
+    for rate in [
+        entry.read_iops,
+        entry.write_iops,
+        entry.read_bandwidth,
+        entry.write_bandwidth,
+    ] {
+        assert!(rate > 0.0, "{entry:?}");
+    }
+    assert!(entry.first.is_some());
+    for knee in [
+        entry.knee.random_read,
+        entry.knee.random_write,
+        entry.knee.sequential_read,
+        entry.knee.sequential_write,
+    ] {
+        let knee = knee.expect("every curve has a knee");
+        assert!(knee.queue_depth >= 1);
+        assert_eq!(
+            knee.in_flight_bytes,
+            u64::from(knee.queue_depth) * knee.request_bytes
+        );
+    }
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
+
+    // The library takes the file, and maps the directory's device to it.
+    let resolved = profile.resolve().expect("the profile resolves");
+    let device = tailguard::device::device_of_path(&target).unwrap().name;
+    assert!(
+        resolved.devices.contains_key(&device),
+        "{device}: {resolved:?}"
+    );
+    let scheduler = tailguard::Scheduler::builder()
+        .profile_file(&output)
+        .and_then(|builder| builder.build())
+        .expect("the scheduler accepts the profile");
+    scheduler.shutdown();
+
+    // Seastar's format from the same kind of run.
+    let yaml = directory.0.join("io_properties.yaml");
+    tailguard_ok(&[
+        "tune",
+        text(&target),
+        "--duration",
+        "2s",
+        "--size",
+        "16m",
+        "--format",
+        "seastar",
+        "--output",
+        text(&yaml),
+    ]);
+    let seastar = ProfileFile::load(&yaml).expect("the YAML loads");
+    let entry = seastar.devices.values().next().expect("one disk");
+    assert!(entry.read_iops > 0.0 && entry.write_bandwidth > 0.0);
+    assert_eq!(
+        entry.match_path.as_deref(),
+        Some(std::fs::canonicalize(&target).unwrap().as_path())
+    );
+}
+
+#[test]
+fn an_existing_file_is_only_read_and_outputs_are_not_overwritten() {
+    let directory = TempDirectory::new("existing");
+    let data = directory.0.join("user.data");
+    let contents: Vec<u8> = (0..(16u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&data, &contents).unwrap();
+    let output = directory.0.join("profile.toml");
+    let run = tailguard_ok(&[
+        "tune",
+        text(&data),
+        "--duration",
+        "1s",
+        "--output",
+        text(&output),
+    ]);
+    assert_eq!(
+        std::fs::read(&data).unwrap(),
+        contents,
+        "the user's file changed"
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(stdout.contains("--allow-write"), "{stdout}");
+    let profile = ProfileFile::load(&output).unwrap();
+    let notes = &profile.metadata.unwrap().notes;
+    assert!(
+        notes.iter().any(|note| note.contains("random_write")),
+        "{notes:?}"
+    );
+
+    let again = tailguard(&[
+        "tune",
+        text(&data),
+        "--duration",
+        "1s",
+        "--output",
+        text(&output),
+    ]);
+    assert_eq!(again.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(stderr.contains("--allow-overwrite"), "{stderr}");
+}
+
+#[test]
+fn block_devices_need_allow_device_and_bad_targets_say_why() {
+    let refused = tailguard(&["tune", "/dev/null", "--duration", "1s"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let missing = tailguard(&["tune", "/no/such/tailguard/dir", "--duration", "1s"]);
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("give an existing directory"), "{stderr}");
+    let short = tailguard(&["tune", ".", "--duration", "0.1s"]);
+    let stderr = String::from_utf8_lossy(&short.stderr);
+    assert!(stderr.contains("between 1 s"), "{stderr}");
+    let mounted = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+        .find(|source| {
+            use std::os::unix::fs::FileTypeExt;
+            source.starts_with("/dev/")
+                && std::fs::metadata(source).is_ok_and(|meta| meta.file_type().is_block_device())
+        });
+    let Some(device) = mounted else {
+        eprintln!("skipped the mounted-device check: no block device is mounted here");
+        return;
+    };
+    let without_flag = tailguard(&["tune", &device, "--duration", "1s"]);
+    let stderr = String::from_utf8_lossy(&without_flag.stderr);
+    assert!(stderr.contains("--allow-device"), "{stderr}");
+    let with_flag = tailguard(&["tune", &device, "--allow-device", "--duration", "1s"]);
+    let stderr = String::from_utf8_lossy(&with_flag.stderr);
+    assert!(stderr.contains("is mounted"), "{stderr}");
+}

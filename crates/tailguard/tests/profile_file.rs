@@ -1,0 +1,236 @@
+//! Profile files: TOML and Seastar YAML round trips, version and key errors, and
+//! the scheduler builder taking a file.
+
+use std::path::PathBuf;
+use tailguard::profile_file::{
+    DeviceEntry, Knee, Knees, Metadata, ProfileFile, ProfileFormat, Rates, PROFILE_FILE_VERSION,
+};
+use tailguard::Scheduler;
+
+fn sample() -> ProfileFile {
+    let mut entry = DeviceEntry::from_rates(Rates {
+        read_iops: 81_000.5,
+        write_iops: 60_000.0,
+        read_bandwidth: 520e6,
+        write_bandwidth: 450e6,
+    });
+    entry.max_request_bytes = Some(256 * 1024);
+    entry.latency_target_us = Some(400);
+    entry.first = Some(Rates {
+        read_iops: 90_000.0,
+        write_iops: 70_000.0,
+        read_bandwidth: 530e6,
+        write_bandwidth: 500e6,
+    });
+    entry.knee = Knees {
+        random_read: Some(Knee {
+            request_bytes: 4096,
+            queue_depth: 16,
+            in_flight_bytes: 65536,
+            iops: 80_000.0,
+            bandwidth: 80_000.0 * 4096.0,
+            latency_us_p50: 190.0,
+            latency_us_p99: 420.5,
+        }),
+        sequential_write: Some(Knee {
+            request_bytes: 1 << 20,
+            queue_depth: 4,
+            in_flight_bytes: 4 << 20,
+            iops: 430.0,
+            bandwidth: 450e6,
+            latency_us_p50: 9000.0,
+            latency_us_p99: 12000.0,
+        }),
+        ..Knees::default()
+    };
+    let mut file = ProfileFile::new();
+    file.metadata = Some(Metadata {
+        tool: "tailguard tune".into(),
+        tool_version: "0.1.0".into(),
+        date: "2025-01-31T12:00:00Z".into(),
+        target: "/var/lib/app".into(),
+        duration_s: Some(60.0),
+        notes: vec!["a note".into()],
+    });
+    file.devices.insert("sda".into(), entry);
+    let mut other = DeviceEntry::from_rates(Rates {
+        read_iops: 200.0,
+        write_iops: 180.0,
+        read_bandwidth: 150e6,
+        write_bandwidth: 140e6,
+    });
+    other.match_path = Some(PathBuf::from("/"));
+    file.devices.insert("root".into(), other);
+    file.default = Some(DeviceEntry::from_rates(Rates {
+        read_iops: 1000.0,
+        write_iops: 1000.0,
+        read_bandwidth: 1e8,
+        write_bandwidth: 1e8,
+    }));
+    file
+}
+
+#[test]
+fn toml_round_trip_keeps_everything() {
+    let file = sample();
+    let text = file.to_toml_string().unwrap();
+    assert!(text.contains("version = 1"), "{text}");
+    let back = ProfileFile::from_toml_str(&text).unwrap();
+    assert_eq!(back, file);
+}
+
+#[test]
+fn seastar_round_trip_keeps_the_rates_and_mountpoints() {
+    let mut file = sample();
+    file.default = None;
+    file.devices.get_mut("sda").unwrap().match_path = Some(PathBuf::from("/var/lib/app"));
+    let text = file.to_seastar_yaml_string().unwrap();
+    let back = ProfileFile::from_seastar_yaml_str(&text).unwrap();
+    assert_eq!(back.devices.len(), 2, "{text}");
+    for entry in file.devices.values() {
+        let mountpoint = entry.match_path.as_ref().unwrap().display().to_string();
+        let read = &back.devices[&mountpoint];
+        assert_eq!(read.match_path, entry.match_path);
+        let (original, parsed) = (entry.rates(), read.rates());
+        // Seastar's numbers are integers: rates round.
+        assert_eq!(parsed.read_iops, original.read_iops.round());
+        assert_eq!(parsed.write_iops, original.write_iops);
+        assert_eq!(parsed.read_bandwidth, original.read_bandwidth);
+        assert_eq!(parsed.write_bandwidth, original.write_bandwidth);
+        assert_eq!(read.max_request_bytes, entry.max_request_bytes);
+    }
+}
+
+#[test]
+fn seastar_files_from_other_writers_load() {
+    // Seastar's documented example, with suffixes and a saturation length.
+    let documented =
+        "disks:\n  - mountpoint: /var/lib/some_seastar_app\n    read_iops: 95000\n    \
+                      read_bandwidth: 545M\n    write_iops: 85000\n    write_bandwidth: 510M\n    \
+                      write_saturation_length: 64k\n";
+    let file = ProfileFile::from_seastar_yaml_str(documented).unwrap();
+    let entry = &file.devices["/var/lib/some_seastar_app"];
+    assert_eq!(entry.read_bandwidth, 545.0 * 1048576.0);
+    assert_eq!(entry.max_request_bytes, Some(65536));
+    // PyYAML's dump: list items at the key's indentation, sorted keys, a comment.
+    let pyyaml =
+        "# generated\ndisks:\n- mountpoint: /var/lib/scylla\n  read_bandwidth: 1000000\n  \
+                  read_iops: 2000\n  write_bandwidth: 900000\n  write_iops: 1500\n";
+    let file = ProfileFile::from_seastar_yaml_str(pyyaml).unwrap();
+    assert_eq!(file.devices["/var/lib/scylla"].write_iops, 1500.0);
+    // Flow style and `mountpoints`.
+    let flow = "disks: [{mountpoints: [/a, /b], read_iops: 1e4, read_bandwidth: '1G', \
+                write_iops: 10, write_bandwidth: 20}]";
+    let file = ProfileFile::from_seastar_yaml_str(flow).unwrap();
+    assert_eq!(file.devices.len(), 2);
+    assert_eq!(file.devices["/b"].read_iops, 1e4);
+}
+
+#[test]
+fn seastar_errors_name_the_disk_and_key() {
+    let missing =
+        "disks:\n  - mountpoint: /x\n    read_iops: 1\n    read_bandwidth: 1\n    write_iops: 1\n";
+    let error = ProfileFile::from_seastar_yaml_str(missing).unwrap_err();
+    assert!(
+        error.message.contains("disks[0]") && error.message.contains("write_bandwidth"),
+        "{error}"
+    );
+    let unknown = "disks:\n  - mountpoint: /x\n    read_iops: 1\n    read_bandwidth: 1\n    \
+                   write_iops: 1\n    write_bandwidth: 1\n    read_iop: 3\n";
+    let error = ProfileFile::from_seastar_yaml_str(unknown).unwrap_err();
+    assert!(error.message.contains("read_iop"), "{error}");
+    let garbage = "disks:\n  - mountpoint: /x\n    read_iops: fast\n    read_bandwidth: 1\n    \
+                   write_iops: 1\n    write_bandwidth: 1\n";
+    let error = ProfileFile::from_seastar_yaml_str(garbage).unwrap_err();
+    assert!(error.message.contains("fast"), "{error}");
+}
+
+#[test]
+fn an_unknown_version_names_the_supported_one() {
+    let text = sample().to_toml_string().unwrap().replace(
+        &format!("version = {PROFILE_FILE_VERSION}"),
+        "version = 7\nfuture_key = true",
+    );
+    let error = ProfileFile::from_toml_str(&text).unwrap_err();
+    assert!(
+        error.message.contains("version 7 is not supported")
+            && error
+                .message
+                .contains(&format!("version {PROFILE_FILE_VERSION}")),
+        "{error}"
+    );
+    let error = ProfileFile::from_toml_str("[device.sda]\nread_iops = 1.0\n").unwrap_err();
+    assert!(error.message.contains("no `version` key"), "{error}");
+}
+
+#[test]
+fn unknown_keys_are_errors_with_their_name() {
+    let text = sample().to_toml_string().unwrap().replace(
+        "write_iops = 60000.0",
+        "write_iops = 60000.0\nread_iop = 5.0",
+    );
+    assert!(
+        text.contains("read_iop = 5.0"),
+        "the fixture changed: {text}"
+    );
+    let error = ProfileFile::from_toml_str(&text).unwrap_err();
+    assert!(error.message.contains("read_iop"), "{error}");
+}
+
+#[test]
+fn bad_values_name_the_section_and_key() {
+    let text = "version = 1\n[device.sda]\nread_iops = 0.0\nwrite_iops = 1.0\n\
+                read_bandwidth = 1.0\nwrite_bandwidth = 1.0\n";
+    let error = ProfileFile::from_toml_str(text).unwrap_err();
+    assert!(
+        error.message.contains("[device.sda]") && error.message.contains("read_iops"),
+        "{error}"
+    );
+}
+
+#[test]
+fn match_path_resolves_to_the_device_holding_it() {
+    let file = sample();
+    let resolved = file.resolve().unwrap();
+    let root_device = tailguard::device::device_of_path(std::path::Path::new("/"))
+        .unwrap()
+        .name;
+    assert_eq!(resolved.devices[&root_device].read_iops, 200.0);
+    assert_eq!(resolved.devices["sda"].max_request_bytes, 256 * 1024);
+    assert_eq!(resolved.default.as_ref().unwrap().read_iops, 1000.0);
+    let mut missing = sample();
+    missing.devices.get_mut("root").unwrap().match_path =
+        Some(PathBuf::from("/no/such/tailguard/path"));
+    let error = missing.resolve().unwrap_err();
+    assert!(error.message.contains("/no/such/tailguard/path"), "{error}");
+}
+
+#[test]
+fn the_scheduler_builder_takes_a_profile_file() {
+    let directory =
+        std::env::temp_dir().join(format!("tailguard-profile-test-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let toml_path = directory.join("profile.toml");
+    let yaml_path = directory.join("io_properties.yaml");
+    let mut file = sample();
+    file.save(&toml_path, ProfileFormat::Toml).unwrap();
+    file.default = None;
+    file.devices.get_mut("sda").unwrap().match_path = Some(directory.clone());
+    file.save(&yaml_path, ProfileFormat::SeastarYaml).unwrap();
+    let built_from_toml = Scheduler::builder()
+        .profile_file(&toml_path)
+        .and_then(|builder| builder.build());
+    let built_from_yaml = Scheduler::builder()
+        .profile_file(&yaml_path)
+        .and_then(|builder| builder.build());
+    std::fs::write(&toml_path, "version = 2\n").unwrap();
+    let refused = Scheduler::builder().profile_file(&toml_path);
+    std::fs::remove_dir_all(&directory).unwrap();
+    built_from_toml.unwrap().shutdown();
+    built_from_yaml.unwrap().shutdown();
+    let error = refused.unwrap_err().to_string();
+    assert!(
+        error.contains("profile.toml") && error.contains("version 2"),
+        "{error}"
+    );
+}
