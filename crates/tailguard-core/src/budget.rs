@@ -34,10 +34,17 @@
 //!
 //! ## Admission
 //!
-//! A piece may be dispatched when `in_flight + cost ≤ limit`, or when nothing is in
-//! flight at all: a piece larger than the whole budget (a large request on a device
-//! with a tight target) must still make progress, alone. In-flight cost therefore
-//! never exceeds `max(limit, largest single cost)`.
+//! A piece may be dispatched when `in_flight + cost ≤ limit`, or when its class
+//! has nothing in flight at all (the *progress rule*, applied by the dispatcher).
+//! The second case lets a piece larger than the whole budget make progress, and
+//! it keeps one class's stalled work from blocking every other class: when a
+//! device stalls the writes it holds (an SSD collecting garbage, a full write
+//! cache), the budget stays full of work that does not move, and without the rule
+//! a read would wait in the fair queue for the whole stall although the device
+//! could serve it at once. The read still finds at most `limit` of work ahead of
+//! it at the device, which is what the budget promises. Each class has at most
+//! one piece in flight beyond the limit, so in-flight cost never exceeds
+//! `limit + (classes with work in flight) × largest piece cost`.
 //!
 //! ## Resizing
 //!
@@ -100,12 +107,9 @@ impl Budget {
         self.in_flight_ns == 0 || self.in_flight_ns + cost_ns <= self.limit_ns
     }
 
-    /// Records a dispatched piece.
+    /// Records a dispatched piece: one [`Budget::admits`], or one that goes
+    /// by the progress rule (see the module docs).
     pub fn take(&mut self, cost_ns: Nanos) {
-        debug_assert!(
-            self.admits(cost_ns),
-            "dispatch over budget: {self:?} + {cost_ns}"
-        );
         self.in_flight_ns += cost_ns;
     }
 
@@ -169,6 +173,18 @@ pub trait LatencyController: Send {
     fn stats(&self) -> ControllerStats {
         ControllerStats::default()
     }
+
+    /// How long a piece dispatched now, with `ahead_ns` of cost in flight before
+    /// it and costing `cost_ns`, should take at the device before it counts as
+    /// *overdue*; `None` (the default) never calls a piece overdue. While the
+    /// oldest piece in flight is overdue, the dispatcher lets only classes with
+    /// nothing in flight dispatch: a device that reorders its queue (a disk
+    /// serving the shortest seek first) then runs out of newer work and serves
+    /// the piece it was starving.
+    fn overdue_after_ns(&self, ahead_ns: Nanos, cost_ns: Nanos) -> Option<Nanos> {
+        let _ = (ahead_ns, cost_ns);
+        None
+    }
 }
 
 impl<T: LatencyController + ?Sized> LatencyController for Box<T> {
@@ -178,6 +194,10 @@ impl<T: LatencyController + ?Sized> LatencyController for Box<T> {
 
     fn stats(&self) -> ControllerStats {
         (**self).stats()
+    }
+
+    fn overdue_after_ns(&self, ahead_ns: Nanos, cost_ns: Nanos) -> Option<Nanos> {
+        (**self).overdue_after_ns(ahead_ns, cost_ns)
     }
 }
 

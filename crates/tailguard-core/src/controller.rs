@@ -3,54 +3,83 @@
 //! [`AdaptiveBudget`] resizes a device's in-flight budget from completions alone.
 //! It cuts time into *windows* (at least [`WINDOW_MIN_NS`] and
 //! [`WINDOW_COMPLETIONS`] completions, at most [`WINDOW_MAX_NS`]), and at the end
-//! of each it measures two things: the **rate** at which the device completes
-//! cost (cost-ns per ns: 1.0 when the profile is exact and the device busy), and
-//! the **queueing delay** the budget causes, by Little's law: mean in-flight
-//! cost ÷ rate. One function, [`AdaptiveBudget::classify`], names the situation;
-//! one match acts on it:
+//! of each it measures the **rate** at which the device completes cost (cost-ns
+//! per ns: 1.0 when the profile is exact and the device busy), the **queueing
+//! delay** the budget causes, by Little's law (mean in-flight cost ÷ rate), and
+//! how many reads were **late because of the work ahead of them**. One function,
+//! [`AdaptiveBudget::classify`], names the situation; one match acts on it:
 //!
-//! - **congested**: the delay exceeds the goal (2/3 of the latency target, since a
-//!   read also waits about one piece for room in the budget), or more than 1% of
-//!   reads took longer than the goal at the device with enough work dispatched
-//!   ahead of them to explain it. The budget shrinks at once to `goal × rate`
-//!   (the deepest queue that drains within the goal), by at most 4× per window.
-//! - **underused**: the budget held work back (pieces were queued) and there is
-//!   room under the goal: probe upwards by [`GROW_STEP`] (doubling while growth
-//!   keeps paying, like TCP's slow start, so a bad starting point costs a few
-//!   windows, not seconds).
-//! - **probe verdicts**: a growth is kept only if the next window's rate rose by
-//!   at least [`GROWTH_PAYS`] (5%), otherwise it is undone; a shrink probe is kept
-//!   only if the rate stayed within [`SHRINK_KEEPS`] of the rate before it. So the
-//!   budget settles at the *knee* of throughput against depth, from either side.
-//! - **settled**: after a wasted growth, the next probe goes down, looking for
-//!   a smaller budget with the same throughput; probes are [`HOLD_WINDOWS`] apart.
+//! - **congested**: more than 1% of the window's reads took longer than the
+//!   latency target (fair-queue wait plus device time) *and would have been on
+//!   time without the work dispatched ahead of them*; or, when no read completed in the last [`READS_REMEMBERED_NS`], the
+//!   Little's-law delay exceeds the goal (what a read arriving now would wait at
+//!   a first-come-first-served device). The budget shrinks at once to what
+//!   drains within the goal, by at most 4× per window.
+//! - **underused**: the budget held work back (pieces were queued) and, by the
+//!   reads seen (or by Little's law when there are none), there is room: probe
+//!   upwards by [`GROW_STEP`] (doubling while growth keeps paying, like TCP's slow
+//!   start, so a bad starting point costs a few windows, not seconds).
+//! - **probe verdicts**: a growth is judged only once it changed what was in
+//!   flight by [`IN_FLIGHT_GREW`] (pieces come in whole sizes, so a 25% larger
+//!   budget may hold the same pieces: that is *unfelt* and the probe grows on);
+//!   it is kept only if the rate rose by at least [`GROWTH_PAYS`] (5%), otherwise
+//!   undone. A shrink probe is kept only if the rate stayed within
+//!   [`SHRINK_KEEPS`] of the rate before it. So the budget settles at the *knee*
+//!   of throughput against depth, from either side.
+//! - **settled**: while Little's law judges (no recent reads), after a wasted
+//!   growth the next probe goes down, looking for a smaller budget with the same
+//!   throughput; probes are [`HOLD_WINDOWS`] apart.
 //! - **idle** or **fine**: hold.
+//!
+//! It does not mark pieces overdue ([`LatencyController::overdue_after_ns`]):
+//! that hook (stop feeding a device that starves an old piece, as a disk's
+//! shortest-seek-first queue starves a read behind a sequential stream) cost the
+//! slowdown scenario its recovery when tried with a slack of a sixth of the
+//! target, and is left for the disk work (see `tests/controller.rs` in the
+//! simulator).
 //!
 //! ## What inspired it, and how it differs
 //!
-//! blk-wbt and kyber watch read latency in ~100 ms windows and scale the queue
-//! depth down when a percentile exceeds the target, up when it is met. Both only
-//! know latency, so they cannot tell a deep queue that buys throughput (a disk's
-//! elevator, an SSD's parallel units) from one that only adds delay; Seastar's
-//! fixed sub-millisecond goal starves disks for the same reason. Here the budget
-//! is device time, so Little's law turns the measured rate into a predicted delay
-//! for any budget, and the knee test grows the queue only while it pays in
-//! throughput. Two further differences:
+//! blk-wbt (CoDel-like) watches the *minimum* read latency in ~100 ms windows
+//! and halves the write depth when even the fastest read misses the target, so
+//! an isolated slow read does not count; kyber keeps a separate token pool per
+//! domain (reads, writes) and shrinks a domain's depth when a latency
+//! percentile of another exceeds its target. Both only know latency, so they
+//! cannot tell a deep queue that buys throughput (a disk's elevator, an SSD's
+//! parallel units) from one that only adds delay; Seastar's fixed
+//! sub-millisecond goal starves disks for the same reason (its issue #584). Here
+//! the budget is device time, so Little's law turns the measured rate into a
+//! predicted delay for any budget, and the knee test grows the queue only while
+//! it pays in throughput. Further differences:
 //!
+//! - **Reads are judged one by one, against the work ahead of them.** Like
+//!   wbt's minimum, this ignores the device's *floor*: a read late with little
+//!   work ahead of it (a GC stall, a USB write stall, a seek) would be late at
+//!   any budget, so shrinking would cost throughput and not help. Unlike a
+//!   minimum, it still sees a tail made by queueing (the 1% that matters for a
+//!   p99 target).
+//! - **Reads are not throttled behind stalled writes.** kyber's per-domain pools
+//!   become the dispatcher's progress rule (a class with nothing in flight may
+//!   always send one piece), which works for any number of classes.
+//! - **While reads judge, the budget only probes upwards.** A smaller budget
+//!   buys reads nothing once they meet the target, and on a device with a
+//!   write cache (`sata-ssd`, `nvme`) the throughput cost of a smaller budget
+//!   (smaller pieces) shows only after the cache turns over (~150 ms), far
+//!   later than one window: downward probes walked such devices down to 80% of
+//!   their rate, each step looking free.
 //! - **No profile needed.** Rates are measured in the profile's cost units, so a
 //!   wrong profile only scales them: a device three times slower than believed
 //!   shows a rate of 0.33 and gets a budget three times smaller in cost, the
 //!   same in real time. A profile only makes the first window closer.
-//! - **Floors are not congestion.** A read late with little work ahead of it (a
-//!   GC stall, a USB write stall, a long seek) is the device's floor: shrinking
-//!   would cost throughput and not help, so it does not count.
 //!
-//! Every decision is counted in [`ControllerStats`] (grows, shrinks, holds, the
-//! last [`Situation`]), which the dispatcher reports in its stats.
+//! Every decision is counted in [`ControllerStats`] (grows, shrinks, holds,
+//! congested windows) and the last one is kept whole as a [`Decision`] (its
+//! situation, the budget before and after, the rate and delay measured), which
+//! the dispatcher reports in its stats so an engine can trace each one.
 
 use crate::budget::{Budget, CompletionSample, LatencyController};
 use crate::profile::{CostModel, DeviceProfile};
-use crate::request::{Direction, Nanos, NANOS_PER_MILLISECOND};
+use crate::request::{Direction, Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
 
 /// Shortest window: 10 ms, long enough to average over many completions of a
 /// fast device, short enough to react to a slowdown in well under a second.
@@ -64,6 +93,9 @@ pub const WINDOW_COMPLETIONS: u64 = 64;
 /// A growth probe is kept only if the rate rose by at least 5%: below that the
 /// extra depth buys delay, not throughput (the knee).
 pub const GROWTH_PAYS: f64 = 1.05;
+/// A growth probe is judged only once the mean in-flight cost rose by 10%: a
+/// larger budget that still holds the same whole pieces tells nothing.
+pub const IN_FLIGHT_GREW: f64 = 1.1;
 /// A shrink probe is kept only if the rate stayed at 98% or more of the rate
 /// before it. Stricter than [`GROWTH_PAYS`] so alternating probes cannot walk the
 /// budget down a throughput slope a little at a time.
@@ -89,6 +121,9 @@ pub const HOLD_WINDOWS: u32 = 4;
 pub const GOAL_FRACTION: f64 = 2.0 / 3.0;
 /// More than 1 in 100 late reads is congestion (the target is a p99).
 pub const LATE_READS_PER_HUNDRED: u64 = 1;
+/// Reads judge the budget while one completed within the last second; after
+/// that, Little's law speaks for the reads that may come.
+pub const READS_REMEMBERED_NS: Nanos = NANOS_PER_SECOND;
 /// The largest budget, in latency targets: a device far faster than its profile
 /// says shows a rate well above 1, and the budget follows, up to this.
 pub const LIMIT_MAX_TARGETS: u64 = 64;
@@ -98,10 +133,13 @@ pub const LIMIT_MAX_TARGETS: u64 = 64;
 pub enum Situation {
     /// Too little happened, or the workload did not fill the budget: nothing to learn.
     Idle,
-    /// Delay (Little's law) or late reads above the goal: shrink to what drains in time.
+    /// Reads late because of the work ahead, or (without reads) delay over the
+    /// goal: shrink to what drains in time.
     Congested,
     /// A growth probe raised the rate by at least [`GROWTH_PAYS`]: keep it, grow again.
     GrowthPaid,
+    /// A growth probe did not change what was in flight: grow further before judging.
+    GrowthUnfelt,
     /// A growth probe did not pay: undo it.
     GrowthWasted,
     /// A shrink probe kept the rate: keep it, shrink again.
@@ -116,10 +154,50 @@ pub enum Situation {
     Fine,
 }
 
+impl Situation {
+    /// A short lowercase name, for traces and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Congested => "congested",
+            Self::GrowthPaid => "growth_paid",
+            Self::GrowthUnfelt => "growth_unfelt",
+            Self::GrowthWasted => "growth_wasted",
+            Self::ShrinkFree => "shrink_free",
+            Self::ShrinkCostly => "shrink_costly",
+            Self::Underused => "underused",
+            Self::Settled => "settled",
+            Self::Fine => "fine",
+        }
+    }
+}
+
+/// One decision, whole: what the window measured and what the budget became.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// When the window ended (the completion that closed it).
+    pub at_ns: Nanos,
+    /// How the window was classified.
+    pub situation: Situation,
+    /// The budget before the decision.
+    pub budget_before_ns: Nanos,
+    /// The budget after it (equal when the decision was to hold).
+    pub budget_after_ns: Nanos,
+    /// The window's rate, in thousandths of cost-ns per ns.
+    pub rate_milli: u64,
+    /// The window's Little's-law queueing delay, ns (`u64::MAX` when nothing
+    /// completed cost).
+    pub delay_ns: Nanos,
+    /// Reads completed in the window.
+    pub reads: u64,
+    /// Of those, reads late because of the work ahead of them.
+    pub late_reads: u64,
+}
+
 /// Counters of a controller's decisions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ControllerStats {
-    /// Windows judged.
+    /// Windows judged (one decision each).
     pub windows: u64,
     /// Times the budget grew (probes up, and undone shrink probes).
     pub grows: u64,
@@ -134,6 +212,8 @@ pub struct ControllerStats {
     /// The last window's rate, in thousandths of cost-ns per ns (1000: the device
     /// completes exactly what its profile predicts).
     pub rate_milli: u64,
+    /// The last decision, whole; `windows` tells a reader whether it is new.
+    pub last_decision: Option<Decision>,
 }
 
 /// How an [`AdaptiveBudget`] is bounded.
@@ -174,16 +254,20 @@ pub struct WindowSummary {
     pub completions: u64,
     /// Cost completed per nanosecond.
     pub rate: f64,
+    /// Mean in-flight cost, ns.
+    pub mean_in_flight_ns: f64,
     /// Little's law: mean in-flight cost ÷ rate, in ns.
     pub delay_ns: f64,
     /// Whether pieces waited in the fair queue at most completions.
     pub binding: bool,
     /// Reads completed.
     pub reads: u64,
+    /// Whether a read completed within [`READS_REMEMBERED_NS`] of the window's end.
+    pub reads_recent: bool,
     /// Reads late because of the work ahead of them.
     pub late_reads: u64,
-    /// The longest read device time, in ns.
-    pub worst_read_ns: Nanos,
+    /// The longest device time of those late reads, in ns (0 when none).
+    pub worst_late_read_ns: Nanos,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -197,14 +281,20 @@ struct Window {
     /// (device time, work ahead) of reads over the goal; judged at the window's end,
     /// when the rate is known.
     late_candidates: Vec<(Nanos, Nanos)>,
-    worst_read_ns: Nanos,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Probe {
     None,
-    Up { from_ns: Nanos, baseline: f64 },
-    Down { from_ns: Nanos, baseline: f64 },
+    Up {
+        from_ns: Nanos,
+        baseline: f64,
+        baseline_in_flight_ns: f64,
+    },
+    Down {
+        from_ns: Nanos,
+        baseline: f64,
+    },
 }
 
 /// The adaptive controller; see the module docs.
@@ -217,6 +307,7 @@ pub struct AdaptiveBudget {
     paid_streak: u32,
     probe_down_next: bool,
     holds_left: u32,
+    last_read_ns: Option<Nanos>,
     last: WindowSummary,
     stats: ControllerStats,
 }
@@ -232,6 +323,7 @@ impl AdaptiveBudget {
             paid_streak: 0,
             probe_down_next: false,
             holds_left: 0,
+            last_read_ns: None,
             last: WindowSummary::default(),
             stats: ControllerStats::default(),
         }
@@ -262,28 +354,37 @@ impl AdaptiveBudget {
         let window = &self.window;
         let elapsed = now.saturating_sub(window.start_ns).max(1) as f64;
         let rate = window.cost_ns as f64 / elapsed;
-        let mean_in_flight = window.in_flight_sum_ns as f64 / window.completions.max(1) as f64;
+        let mean_in_flight_ns = window.in_flight_sum_ns as f64 / window.completions.max(1) as f64;
         let delay_ns = if rate > 0.0 {
-            mean_in_flight / rate
+            mean_in_flight_ns / rate
         } else {
             f64::INFINITY
         };
-        let goal = self.config.goal_ns();
-        // Late because of queueing: the work ahead, at the measured rate, accounts
-        // for at least half the goal. Otherwise it is the device's floor.
-        let late_reads = window
+        let target = self.config.latency_target_ns as f64;
+        // Late because of queueing: over the target, and on time without the work
+        // ahead (drained at the measured rate). Otherwise it is the device's floor.
+        let late = window
             .late_candidates
             .iter()
-            .filter(|(_, ahead_ns)| rate > 0.0 && *ahead_ns as f64 / rate >= goal / 2.0)
-            .count() as u64;
+            .filter(|(latency_ns, ahead_ns)| {
+                rate > 0.0 && *latency_ns as f64 - *ahead_ns as f64 / rate <= target
+            })
+            .map(|(device_ns, _)| *device_ns);
+        let (late_reads, worst_late_read_ns) = late.fold((0, 0), |(count, worst), device_ns| {
+            (count + 1, Nanos::max(worst, device_ns))
+        });
         WindowSummary {
             completions: window.completions,
             rate,
+            mean_in_flight_ns,
             delay_ns,
             binding: window.backlogged * 2 >= window.completions && window.completions > 0,
             reads: window.reads,
+            reads_recent: self
+                .last_read_ns
+                .is_some_and(|at| now.saturating_sub(at) <= READS_REMEMBERED_NS),
             late_reads,
-            worst_read_ns: window.worst_read_ns,
+            worst_late_read_ns,
         }
     }
 
@@ -295,13 +396,24 @@ impl AdaptiveBudget {
         let goal = self.config.goal_ns();
         let late = window.late_reads > 0
             && window.late_reads * 100 > window.reads * LATE_READS_PER_HUNDRED;
-        if window.binding && (window.delay_ns > goal || late) {
+        let delay_over = !window.reads_recent && window.delay_ns > goal;
+        if window.binding && (late || delay_over) {
             return Situation::Congested;
         }
         match self.probe {
-            Probe::Up { baseline, .. } => {
-                return if window.binding && window.rate >= baseline * GROWTH_PAYS {
+            Probe::Up {
+                baseline,
+                baseline_in_flight_ns,
+                ..
+            } => {
+                return if !window.binding {
+                    Situation::GrowthWasted
+                } else if window.rate >= baseline * GROWTH_PAYS {
                     Situation::GrowthPaid
+                } else if window.mean_in_flight_ns < baseline_in_flight_ns * IN_FLIGHT_GREW
+                    && limit_ns < self.config.max_limit_ns
+                {
+                    Situation::GrowthUnfelt
                 } else {
                     Situation::GrowthWasted
                 };
@@ -321,14 +433,23 @@ impl AdaptiveBudget {
         if self.holds_left > 0 {
             return Situation::Fine;
         }
-        let room = (limit_ns as f64 * GROW_STEP) / window.rate <= goal;
-        if room && !self.probe_down_next && limit_ns < self.config.max_limit_ns {
+        // Probes alternate up and down only while Little's law judges the budget;
+        // while reads judge it, a smaller budget buys them nothing, so probes go up.
+        let probe_up = !self.probe_down_next || window.reads_recent;
+        if self.has_room(window, limit_ns) && probe_up && limit_ns < self.config.max_limit_ns {
             Situation::Underused
-        } else if limit_ns > self.config.min_limit_ns {
+        } else if limit_ns > self.config.min_limit_ns && !window.reads_recent {
             Situation::Settled
         } else {
             Situation::Fine
         }
+    }
+
+    /// Whether a growth step stays within the goal: by the reads themselves
+    /// while there are any (none was late, or the window would be congested),
+    /// by Little's law otherwise.
+    fn has_room(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
+        window.reads_recent || (limit_ns as f64 * GROW_STEP) / window.rate <= self.config.goal_ns()
     }
 
     fn clamp(&self, limit_ns: f64) -> Nanos {
@@ -338,6 +459,55 @@ impl AdaptiveBudget {
     /// The largest budget whose queue drains within the goal at `rate`.
     fn ceiling_ns(&self, rate: f64) -> f64 {
         self.config.goal_ns() * rate
+    }
+
+    /// The cut a congested window makes, as a factor of the limit.
+    fn congestion_cut(&self, window: &WindowSummary, limit_ns: Nanos) -> f64 {
+        let goal = self.config.goal_ns();
+        let mut cut: f64 = 1.0;
+        if window.delay_ns > goal {
+            cut = cut.min(self.ceiling_ns(window.rate) / limit_ns as f64);
+        }
+        if window.worst_late_read_ns > 0 {
+            cut = cut.min(self.config.latency_target_ns as f64 / window.worst_late_read_ns as f64);
+        }
+        cut.clamp(CONGESTION_CUT_MAX, CONGESTION_CUT_MIN)
+    }
+
+    fn grow(
+        &mut self,
+        situation: Situation,
+        window: &WindowSummary,
+        limit_ns: Nanos,
+    ) -> Option<Nanos> {
+        if situation == Situation::GrowthPaid {
+            self.paid_streak += 1;
+        }
+        let step = if self.paid_streak >= 2 {
+            GROW_STEP_FAST
+        } else {
+            GROW_STEP
+        };
+        let mut grown = limit_ns as f64 * step;
+        if !self.has_room(window, limit_ns) {
+            grown = grown.min(self.ceiling_ns(window.rate));
+        }
+        let grown = self.clamp(grown);
+        if grown <= limit_ns {
+            self.probe = Probe::None;
+            self.holds_left = HOLD_WINDOWS;
+            return None;
+        }
+        // An unfelt probe keeps the baseline it started from.
+        if let (Situation::GrowthUnfelt, Probe::Up { .. }) = (situation, self.probe) {
+            return Some(grown);
+        }
+        self.probe = Probe::Up {
+            from_ns: limit_ns,
+            baseline: window.rate,
+            baseline_in_flight_ns: window.mean_in_flight_ns,
+        };
+        Some(grown)
     }
 
     /// Acts on a situation: the new limit, or `None` to hold.
@@ -354,39 +524,15 @@ impl AdaptiveBudget {
                 None
             }
             Situation::Congested => {
-                let mut cut = self.ceiling_ns(window.rate) / limit;
-                if window.late_reads > 0 && window.worst_read_ns > 0 {
-                    cut = cut.min(self.config.goal_ns() / window.worst_read_ns as f64);
-                }
-                let cut = cut.clamp(CONGESTION_CUT_MAX, CONGESTION_CUT_MIN);
+                let cut = self.congestion_cut(window, limit_ns);
                 self.probe = Probe::None;
                 self.paid_streak = 0;
                 self.probe_down_next = false;
                 self.holds_left = 1;
                 Some(self.clamp(limit * cut))
             }
-            Situation::GrowthPaid | Situation::Underused => {
-                if situation == Situation::GrowthPaid {
-                    self.paid_streak += 1;
-                }
-                let step = if self.paid_streak >= 2 {
-                    GROW_STEP_FAST
-                } else {
-                    GROW_STEP
-                };
-                let grown = (limit * step).min(self.ceiling_ns(window.rate));
-                let grown = self.clamp(grown);
-                if grown > limit_ns {
-                    self.probe = Probe::Up {
-                        from_ns: limit_ns,
-                        baseline: window.rate,
-                    };
-                    Some(grown)
-                } else {
-                    self.probe = Probe::None;
-                    self.holds_left = HOLD_WINDOWS;
-                    None
-                }
+            Situation::GrowthPaid | Situation::GrowthUnfelt | Situation::Underused => {
+                self.grow(situation, window, limit_ns)
             }
             Situation::GrowthWasted => {
                 let Probe::Up { from_ns, .. } = self.probe else {
@@ -445,6 +591,35 @@ impl AdaptiveBudget {
         }
         new
     }
+
+    fn record(
+        &mut self,
+        now: Nanos,
+        situation: Situation,
+        summary: &WindowSummary,
+        before: Nanos,
+        after: Option<Nanos>,
+    ) {
+        let rate_milli = (summary.rate * 1000.0).round() as u64;
+        self.stats.windows += 1;
+        self.stats.last = Some(situation);
+        self.stats.rate_milli = rate_milli;
+        self.stats.last_decision = Some(Decision {
+            at_ns: now,
+            situation,
+            budget_before_ns: before,
+            budget_after_ns: after.unwrap_or(before),
+            rate_milli,
+            delay_ns: if summary.delay_ns.is_finite() {
+                summary.delay_ns.round() as Nanos
+            } else {
+                Nanos::MAX
+            },
+            reads: summary.reads,
+            late_reads: summary.late_reads,
+        });
+        self.last = *summary;
+    }
 }
 
 impl LatencyController for AdaptiveBudget {
@@ -462,11 +637,10 @@ impl LatencyController for AdaptiveBudget {
         }
         if sample.direction == Direction::Read {
             window.reads += 1;
-            window.worst_read_ns = window.worst_read_ns.max(sample.device_time_ns);
-            if sample.device_time_ns as f64 > self.config.goal_ns() {
-                window
-                    .late_candidates
-                    .push((sample.device_time_ns, sample.ahead_ns));
+            self.last_read_ns = Some(sample.now);
+            let latency_ns = sample.queue_wait_ns + sample.device_time_ns;
+            if latency_ns > self.config.latency_target_ns {
+                window.late_candidates.push((latency_ns, sample.ahead_ns));
             }
         }
         if !self.window_done(sample.now) {
@@ -475,10 +649,7 @@ impl LatencyController for AdaptiveBudget {
         let summary = self.summarize(sample.now);
         let situation = self.classify(&summary, limit_ns);
         let new = self.act(situation, &summary, limit_ns);
-        self.stats.windows += 1;
-        self.stats.last = Some(situation);
-        self.stats.rate_milli = (summary.rate * 1000.0).round() as u64;
-        self.last = summary;
+        self.record(sample.now, situation, &summary, limit_ns, new);
         let mut late_candidates = std::mem::take(&mut self.window.late_candidates);
         late_candidates.clear();
         self.window = Window {
@@ -510,6 +681,7 @@ mod tests {
         WindowSummary {
             completions: 100,
             rate,
+            mean_in_flight_ns: mean_in_flight,
             delay_ns: mean_in_flight / rate,
             binding,
             ..WindowSummary::default()
@@ -568,6 +740,96 @@ mod tests {
             (stats.grows, stats.shrinks, stats.holds),
             (1, 1, HOLD_WINDOWS as u64)
         );
+    }
+
+    #[test]
+    fn a_growth_that_changes_nothing_in_flight_grows_on_from_its_baseline() {
+        let mut c = controller();
+        let w = window(1.0, 50_000.0, true);
+        let grown = c.act(Situation::Underused, &w, 50_000).unwrap();
+        // Same pieces in flight, same rate: unfelt, not wasted.
+        let same = window(1.0, 50_000.0, true);
+        assert_eq!(c.classify(&same, grown), Situation::GrowthUnfelt);
+        let again = c.act(Situation::GrowthUnfelt, &same, grown).unwrap();
+        assert!(again > grown);
+        // The verdict still compares with the rate before the first step.
+        assert_eq!(
+            c.classify(&window(1.06, 70_000.0, true), again),
+            Situation::GrowthPaid
+        );
+    }
+
+    #[test]
+    fn recent_on_time_reads_overrule_littles_law_and_stop_downward_probes() {
+        let mut c = controller();
+        // 400 µs of delay is over the 200 µs goal, but reads were on time.
+        let mut w = window(1.0, 400_000.0, true);
+        w.reads_recent = true;
+        w.reads = 10;
+        assert_eq!(c.classify(&w, 400_000), Situation::Underused);
+        w.reads_recent = false;
+        assert_eq!(c.classify(&w, 400_000), Situation::Congested);
+        // After a wasted growth, reads still judging: the next probe goes up.
+        c.probe_down_next = true;
+        w.reads_recent = true;
+        assert_eq!(c.classify(&w, 400_000), Situation::Underused);
+    }
+
+    fn read(now: Nanos, latency_ns: Nanos, ahead_ns: Nanos) -> CompletionSample {
+        CompletionSample {
+            now,
+            direction: Direction::Read,
+            cost_ns: 1_000,
+            device_time_ns: latency_ns,
+            queue_wait_ns: 0,
+            in_flight_ns: 100_000,
+            ahead_ns,
+            queued_pieces: 1,
+        }
+    }
+
+    /// One 10 ms window of 100 reads at rate 0.01 (1 µs of cost per 100 µs);
+    /// one of them took `late_ns` with `ahead_ns` of work ahead of it.
+    fn window_with_one_slow_read(late_ns: Nanos, ahead_ns: Nanos) -> WindowSummary {
+        let mut c = controller();
+        for i in 1..=100 {
+            let sample = if i == 50 {
+                read(i * 100_000, late_ns, ahead_ns)
+            } else {
+                read(i * 100_000, 100_000, 0)
+            };
+            c.on_completion(&sample, 100_000);
+        }
+        *c.last_window()
+    }
+
+    #[test]
+    fn a_read_late_with_little_ahead_is_the_floor_not_congestion() {
+        // 2 ms late with 1 µs ahead (0.1 ms at the rate): the device's floor.
+        assert_eq!(window_with_one_slow_read(2_000_000, 1_000).late_reads, 0);
+        // 2 ms late with 19 µs ahead (1.9 ms at the rate): queueing.
+        let w = window_with_one_slow_read(2_000_000, 19_000);
+        assert_eq!((w.late_reads, w.worst_late_read_ns), (1, 2_000_000));
+    }
+
+    #[test]
+    fn each_decision_is_recorded_whole() {
+        let mut c = controller();
+        let mut limit: Nanos = 100_000;
+        for i in 1..=100 {
+            if let Some(new) = c.on_completion(&read(i * 100_000, 100_000, 0), limit) {
+                limit = new;
+            }
+        }
+        let stats = c.stats();
+        assert_eq!(stats.windows, 1);
+        let decision = stats.last_decision.expect("one window judged");
+        assert_eq!(decision.at_ns, 10_000_000);
+        assert_eq!(decision.situation, stats.last.unwrap());
+        assert_eq!(decision.budget_before_ns, 100_000);
+        assert_eq!(decision.budget_after_ns, limit);
+        assert_eq!((decision.rate_milli, decision.reads), (10, 100));
+        assert_eq!(stats.grows + stats.shrinks + stats.holds, 1);
     }
 
     #[test]

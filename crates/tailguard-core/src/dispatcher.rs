@@ -9,10 +9,16 @@
 //!    from the budget so that two pieces fit in it (see [`crate::budget`]), and is
 //!    never more than the profile's `max_request_bytes`.
 //! 2. [`Dispatcher::dispatch`]: while the fair queue's next piece fits the
-//!    [`Budget`], pop it, charge its class and hand it out with a token. The loop
-//!    stops at the first piece that does not fit (it does not skip ahead to smaller
-//!    pieces of other classes: that would break the share guarantee). One call
-//!    drains everything that may go, so an engine submits in batches.
+//!    [`Budget`], or its class has nothing in flight (the progress rule, see
+//!    [`crate::budget`]), pop it, charge its class and hand it out with a token.
+//!    The loop stops at the first piece that may not go (it does not skip ahead to
+//!    smaller pieces of other classes: that would break the share guarantee). One
+//!    call drains everything that may go, so an engine submits in batches.
+//!    While the oldest piece in flight is *overdue* (the latency controller says
+//!    when: [`LatencyController::overdue_after_ns`]), only the progress rule
+//!    applies, so a device that keeps serving newer work before an old piece (a
+//!    disk's shortest-seek-first queue starving a read behind a sequential
+//!    stream) runs out of newer work and serves it.
 //! 3. [`Dispatcher::complete`] a token when the device is done with the piece. The
 //!    budget is released, the latency controller sees the sample, and when the last
 //!    piece of a request is done the request's [`Completion`] comes back.
@@ -33,6 +39,7 @@ use crate::controller::ControllerStats;
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
 use crate::profile::{CostModel, DeviceProfile, ProfileError};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};
+use std::collections::VecDeque;
 use std::fmt;
 
 /// A class of one dispatcher. Cheap to copy; stale handles are detected.
@@ -241,6 +248,8 @@ struct InFlightPiece {
     dispatched_at: Nanos,
     queue_wait_ns: Nanos,
     ahead_ns: Nanos,
+    /// When the piece becomes overdue, if the controller says.
+    overdue_at: Option<Nanos>,
 }
 
 fn direction_index(direction: Direction) -> usize {
@@ -304,6 +313,9 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     classes: Slab<ClassSlot>,
     requests: Slab<RequestSlot>,
     in_flight: Slab<InFlightPiece>,
+    /// In-flight pieces as (slot, generation) in dispatch order; completed ones
+    /// are dropped lazily from the front, so the front is the oldest in flight.
+    dispatch_order: VecDeque<(u32, u32)>,
 }
 
 impl<C: LatencyController> fmt::Debug for Dispatcher<C> {
@@ -346,6 +358,7 @@ impl<C: LatencyController> Dispatcher<C> {
             classes: Slab::new(),
             requests: Slab::new(),
             in_flight: Slab::new(),
+            dispatch_order: VecDeque::new(),
         };
         dispatcher.derive_split_bytes();
         Ok(dispatcher)
@@ -404,8 +417,17 @@ impl<C: LatencyController> Dispatcher<C> {
             .expect("two directions")
     }
 
+    /// The most cost that can be in flight ahead of a class's piece while
+    /// `other_classes` exist: the limit plus one piece per other class that went
+    /// by the progress rule (see [`crate::budget`]).
+    pub fn in_flight_bound_ns(&self, other_classes: usize) -> Nanos {
+        self.budget.limit_ns() + other_classes as Nanos * self.max_piece_cost_ns()
+    }
+
     /// The longest a backlogged `class` waits between dispatches, with the
-    /// classes that exist now and the current budget; see [`crate::fair_queue`].
+    /// classes that exist now and the current budget; see [`crate::fair_queue`],
+    /// whose bound is applied with the in-flight work that may be ahead of the
+    /// class ([`Dispatcher::in_flight_bound_ns`]), not the bare limit.
     pub fn gap_bound_ns(&self, class: ClassId) -> Result<Nanos, ClassError> {
         self.check_class(class)?;
         let shares = self.queue.shares(class.index());
@@ -418,7 +440,7 @@ impl<C: LatencyController> Dispatcher<C> {
         Ok(fair_queue::gap_bound_ns(
             shares,
             &others,
-            limit,
+            self.in_flight_bound_ns(others.len()),
             self.max_piece_cost_ns(),
             limit,
         ))
@@ -535,8 +557,10 @@ impl<C: LatencyController> Dispatcher<C> {
     /// Returns how many it moved.
     pub fn dispatch(&mut self, now: Nanos, out: &mut Vec<DispatchedPiece>) -> usize {
         let mut moved = 0;
-        while let Some((_, cost_ns)) = self.queue.peek() {
-            if !self.budget.admits(cost_ns) {
+        let overdue = self.oldest_is_overdue(now);
+        while let Some((class_index, cost_ns)) = self.queue.peek() {
+            let progress = self.classes.slots[class_index].in_flight_pieces == 0;
+            if !progress && (overdue || !self.budget.admits(cost_ns)) {
                 break;
             }
             let (class_index, cost_ns, piece) = self.queue.pop().expect("peeked");
@@ -544,6 +568,19 @@ impl<C: LatencyController> Dispatcher<C> {
             moved += 1;
         }
         moved
+    }
+
+    /// Whether the oldest piece in flight is overdue at `now`; drops completed
+    /// pieces from the front of the dispatch order on the way.
+    fn oldest_is_overdue(&mut self, now: Nanos) -> bool {
+        while let Some(&(slot, generation)) = self.dispatch_order.front() {
+            let piece = &self.in_flight.slots[slot as usize];
+            if piece.occupied && piece.generation == generation {
+                return piece.overdue_at.is_some_and(|at| now >= at);
+            }
+            self.dispatch_order.pop_front();
+        }
+        false
     }
 
     fn start_piece(
@@ -554,6 +591,10 @@ impl<C: LatencyController> Dispatcher<C> {
         piece: QueuedPiece,
     ) -> DispatchedPiece {
         let ahead_ns = self.budget.in_flight_ns();
+        let overdue_at = self
+            .controller
+            .overdue_after_ns(ahead_ns, cost_ns)
+            .map(|after_ns| now.saturating_add(after_ns));
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
         request.last_dispatched_at = now;
@@ -571,8 +612,10 @@ impl<C: LatencyController> Dispatcher<C> {
             dispatched_at: now,
             queue_wait_ns,
             ahead_ns,
+            overdue_at,
         });
         let generation = self.in_flight.slots[slot as usize].generation;
+        self.dispatch_order.push_back((slot, generation));
         DispatchedPiece {
             token: (u64::from(generation) << 32) | u64::from(slot),
             request: request_id,
@@ -843,5 +886,83 @@ mod tests {
         dispatcher.complete(100, out[0].token).unwrap();
         assert_eq!(dispatcher.budget().limit_ns(), before / 2);
         assert_eq!(dispatcher.stats().budget_changes, 1);
+    }
+    #[test]
+    fn a_class_with_nothing_in_flight_passes_a_full_budget() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(300 * NANOS_PER_MICROSECOND);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let reads = dispatcher.add_class(100).unwrap();
+        let writes = dispatcher.add_class(100).unwrap();
+        dispatcher
+            .enqueue(0, request(1, writes, Direction::Write, 1_048_576))
+            .unwrap();
+        let mut out = Vec::new();
+        dispatcher.dispatch(0, &mut out);
+        assert!(
+            dispatcher.budget().in_flight_ns() + 12_500 > 300_000,
+            "budget full"
+        );
+        // The writes stall; a read arrives and goes at once, by the progress rule.
+        for id in [2, 3] {
+            dispatcher
+                .enqueue(1, request(id, reads, Direction::Read, 4096))
+                .unwrap();
+        }
+        out.clear();
+        assert_eq!(dispatcher.dispatch(1, &mut out), 1, "one read, not two");
+        assert_eq!(out[0].class, reads);
+        assert!(dispatcher.stats().in_flight_ns > dispatcher.stats().budget_ns);
+    }
+
+    /// Marks every piece overdue `after_ns` after its dispatch.
+    struct OverdueAfter(Nanos);
+
+    impl LatencyController for OverdueAfter {
+        fn on_completion(&mut self, _sample: &CompletionSample, _limit_ns: Nanos) -> Option<Nanos> {
+            None
+        }
+
+        fn overdue_after_ns(&self, _ahead_ns: Nanos, _cost_ns: Nanos) -> Option<Nanos> {
+            Some(self.0)
+        }
+    }
+
+    #[test]
+    fn an_overdue_piece_stops_newer_work_until_it_completes() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(1_000 * NANOS_PER_MICROSECOND);
+        let mut dispatcher = Dispatcher::with_controller(config, OverdueAfter(500)).unwrap();
+        let reads = dispatcher.add_class(100).unwrap();
+        let writes = dispatcher.add_class(100).unwrap();
+        for id in 0..20 {
+            dispatcher
+                .enqueue(0, request(id, writes, Direction::Write, 65_536))
+                .unwrap();
+        }
+        let mut out = Vec::new();
+        dispatcher.dispatch(0, &mut out);
+        let mut from_zero: VecDeque<u64> = out.iter().map(|piece| piece.token).collect();
+        // Before anything is overdue, a completion lets the next write go.
+        dispatcher
+            .complete(400, from_zero.pop_front().unwrap())
+            .unwrap();
+        out.clear();
+        assert_eq!(dispatcher.dispatch(400, &mut out), 1);
+        // At 600 ns the pieces dispatched at 0 are overdue: completions free
+        // room, but no newer write goes; a class with nothing in flight still may.
+        dispatcher
+            .enqueue(600, request(99, reads, Direction::Read, 4096))
+            .unwrap();
+        out.clear();
+        assert_eq!(dispatcher.dispatch(600, &mut out), 1);
+        assert_eq!(out[0].class, reads);
+        while let Some(token) = from_zero.pop_front() {
+            dispatcher.complete(600, token).unwrap();
+            out.clear();
+            let moved = dispatcher.dispatch(600, &mut out);
+            // Once the last overdue piece completed, writes flow again.
+            assert_eq!(moved > 0, from_zero.is_empty(), "{moved} moved");
+        }
     }
 }

@@ -28,8 +28,10 @@
 //!
 //! 1. Every enqueued request completes exactly once, and completing a token
 //!    twice (or a stale token whose slot was reused) is refused.
-//! 2. After every `dispatch` call the in-flight cost is within the budget, unless
-//!    a single piece is in flight (a lone piece larger than the budget).
+//! 2. Every piece is dispatched within the budget (`in_flight + cost ≤ limit`)
+//!    or by the progress rule (its class had nothing in flight), so after every
+//!    `dispatch` call the in-flight cost is at most the limit plus one largest
+//!    piece per class with work in flight.
 //! 3. Under saturation each class's share of dispatched device time is within 5%
 //!    (relative) of its shares ratio.
 //! 4. On the serial server no backlogged class waits longer than
@@ -300,12 +302,19 @@ struct Gap {
 #[derive(Debug, Default)]
 struct Trace {
     max_request_bytes: u64,
+    /// The dispatcher's largest piece cost (fixed: no controller).
+    max_cost_ns: Nanos,
     /// The dispatcher's split size for reads and writes (fixed: no controller).
     split_bytes: [u64; 2],
     events: Vec<Event>,
     /// After every dispatch call: the dispatcher's stats and the test's own
     /// count of in-flight cost and pieces.
     after_dispatch: Vec<(DispatcherStats, Nanos, usize)>,
+    /// Classes with pieces in flight after every dispatch call.
+    classes_in_flight: Vec<usize>,
+    /// Pieces dispatched neither within the budget nor by the progress rule:
+    /// (in-flight cost before, its cost, its class's pieces in flight before).
+    admission_violations: Vec<(Nanos, Nanos, usize)>,
     gaps: Vec<Gap>,
     requests: HashMap<RequestId, RequestLog>,
     /// Requests in enqueue order.
@@ -363,6 +372,7 @@ impl Harness {
             next_request: 0,
             trace: Trace {
                 max_request_bytes: scenario.profile.max_request_bytes,
+                max_cost_ns,
                 split_bytes,
                 ..Trace::default()
             },
@@ -404,10 +414,13 @@ impl Harness {
             .filter(|other| other.created_at <= end && other.freed_at.is_none_or(|f| f >= start))
             .map(|other| other.shares)
             .collect();
+        // In flight ahead of the class: the budget plus one piece per other
+        // class that went by the progress rule.
+        let in_flight_bound = self.budget_ns + others.len() as Nanos * self.max_cost_ns;
         fair_queue::gap_bound_ns(
             me.shares,
             &others,
-            self.budget_ns,
+            in_flight_bound,
             self.max_cost_ns,
             self.budget_ns,
         )
@@ -507,6 +520,18 @@ impl Harness {
         let mut out = Vec::new();
         self.dispatcher.dispatch(now, &mut out);
         for piece in out {
+            let class_in_flight = self
+                .in_flight
+                .iter()
+                .filter(|(_, other)| other.class == piece.class)
+                .count();
+            if self.in_flight_ns + piece.cost_ns > self.budget_ns && class_in_flight > 0 {
+                self.trace.admission_violations.push((
+                    self.in_flight_ns,
+                    piece.cost_ns,
+                    class_in_flight,
+                ));
+            }
             self.in_flight_ns += piece.cost_ns;
             if let Some(log) = self.trace.requests.get_mut(&piece.request) {
                 log.seen.push((
@@ -533,6 +558,10 @@ impl Harness {
             self.trace.events.push(Event::Dispatched(now, piece));
             self.in_flight.push_back((now, piece));
         }
+        let mut classes: Vec<ClassId> = self.in_flight.iter().map(|(_, p)| p.class).collect();
+        classes.sort_unstable();
+        classes.dedup();
+        self.trace.classes_in_flight.push(classes.len());
         self.trace.after_dispatch.push((
             self.dispatcher.stats(),
             self.in_flight_ns,
@@ -672,8 +701,9 @@ proptest! {
         }
     }
 
-    // Expect: after every dispatch call, in-flight cost ≤ budget, or exactly one
-    // piece is in flight; and the stats agree with the device's own count.
+    // Expect: every piece fits the budget or goes by the progress rule, so
+    // in-flight cost ≤ budget + one largest piece per class in flight; and the
+    // stats agree with the device's own count.
     #[test]
     fn in_flight_cost_stays_within_the_budget(
         scenario in scenario_strategy(true, true),
@@ -682,12 +712,16 @@ proptest! {
     ) {
         let device = if serial { Device::Serial } else { Device::Random(SplitMix(seed)) };
         let trace = run(&scenario, device);
-        for (stats, in_flight_ns, in_flight_pieces) in &trace.after_dispatch {
+        prop_assert!(trace.admission_violations.is_empty(), "{:?}", trace.admission_violations);
+        let max_cost_ns = trace.max_cost_ns;
+        for ((stats, in_flight_ns, in_flight_pieces), classes) in
+            trace.after_dispatch.iter().zip(&trace.classes_in_flight)
+        {
             prop_assert_eq!(stats.in_flight_ns, *in_flight_ns);
             prop_assert_eq!(stats.in_flight_pieces, *in_flight_pieces);
             prop_assert!(
-                stats.in_flight_ns <= stats.budget_ns || stats.in_flight_pieces == 1,
-                "{:?}", stats
+                stats.in_flight_ns <= stats.budget_ns + *classes as Nanos * max_cost_ns,
+                "{:?} with {} classes in flight", stats, classes
             );
         }
     }
@@ -963,6 +997,63 @@ proptest! {
                 "shares {} of {}: got {:.4} of device time, want {:.4}",
                 shares, total_shares, got, want
             );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The adaptive controller's bounds
+// ---------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(config(64))]
+
+    // Expect: whatever completions an `AdaptiveBudget` sees (any mix of reads
+    // and writes, device times from 0 to 100 ms, any work ahead, backlog or
+    // not), every budget it returns lies within its configured [min, max], is
+    // never zero, and differs from the limit it was given; and every window it
+    // judged is counted once, as a grow, a shrink or a hold.
+    #[test]
+    fn adaptive_budgets_stay_within_their_bounds(
+        profile in profile_strategy(),
+        samples in prop::collection::vec(
+            (any::<bool>(), 1u64..2_000_000, 0u64..100_000_000, 0u64..50_000_000, 0usize..3),
+            1..3_000,
+        ),
+    ) {
+        use tailguard_core::{AdaptiveBudget, CompletionSample, LatencyController};
+        let mut controller = AdaptiveBudget::for_profile(&profile);
+        let config = *controller.config();
+        prop_assert!(config.min_limit_ns > 0 && config.min_limit_ns <= config.max_limit_ns);
+        let mut limit = config.min_limit_ns.max(profile.latency_target_ns());
+        let mut now: Nanos = 0;
+        for (read, gap_ns, device_time_ns, ahead_ns, queued_pieces) in samples {
+            now += gap_ns;
+            let sample = CompletionSample {
+                now,
+                direction: if read { Direction::Read } else { Direction::Write },
+                cost_ns: gap_ns / 2 + 1,
+                device_time_ns,
+                queue_wait_ns: gap_ns / 4,
+                in_flight_ns: limit,
+                ahead_ns,
+                queued_pieces,
+            };
+            if let Some(new) = controller.on_completion(&sample, limit) {
+                prop_assert!(new > 0);
+                prop_assert!(
+                    (config.min_limit_ns..=config.max_limit_ns).contains(&new),
+                    "{} outside [{}, {}]", new, config.min_limit_ns, config.max_limit_ns
+                );
+                prop_assert_ne!(new, limit);
+                limit = new;
+            }
+        }
+        let stats = controller.stats();
+        prop_assert_eq!(stats.grows + stats.shrinks + stats.holds, stats.windows);
+        if let Some(decision) = stats.last_decision {
+            prop_assert!(decision.budget_after_ns >= config.min_limit_ns);
+            prop_assert!(decision.budget_after_ns <= config.max_limit_ns);
         }
     }
 }

@@ -5,7 +5,11 @@
 //!   unlimited depth) within 2 simulated seconds, while 4 KiB reads beside it keep
 //!   their p99 within the latency target, or within the device's floor where the
 //!   target is below it (the floor: read p99 with the writes one small piece at a
-//!   time, `budget_us = 1`).
+//!   time, `budget_us = 1`; since a class with nothing in flight may always send
+//!   a piece, reads no longer wait behind a write the device stalls, so on `nvme`
+//!   this floor fell from 1.77 ms to 0.18 ms, below the target). Met on `nvme`
+//!   and `sata-ssd`; `hdd` and `usb-flash` are ignored with the numbers and the
+//!   reason.
 //! - `scenarios/controller-slowdown.toml`: the controller reacts to a device slowed
 //!   to 30% within 1 s and recovers within 1 s after it speeds up again. (With
 //!   `controller = "fixed"` in that file the same test fails: reaction 2.0 s, so
@@ -156,25 +160,32 @@ fn converges_on(model: &str, block: &str, read_iops: f64) {
 }
 
 #[test]
-#[ignore = "not met yet: the adaptive controller settles below 90% of the maximum or over the read target; run with --ignored to see the numbers"]
 fn nvme_converges_without_a_profile() {
     converges_on("nvme", "1m", 1000.0);
 }
 
 #[test]
-#[ignore = "not met yet: the adaptive controller settles below 90% of the maximum or over the read target; run with --ignored to see the numbers"]
 fn sata_ssd_converges_without_a_profile() {
     converges_on("sata-ssd", "1m", 1000.0);
 }
 
 #[test]
-#[ignore = "not met yet: the adaptive controller settles below 90% of the maximum or over the read target; run with --ignored to see the numbers"]
+#[ignore = "not met yet: 97.6% of the media rate but read p99 1.29 s (target 50 ms). The \
+            disk's shortest-seek-first queue starves a read behind the sequential writes, and \
+            the controller judges the wait a floor (little work ahead). With the dispatcher's \
+            overdue hook on (slack target/6) it gave 69% and p99 56 ms, and cost the slowdown \
+            scenario its recovery. 20 random reads/s cost ~13 ms of seek and rotation each \
+            (26% of the disk), so 90% with a 50 ms p99 may be out of any scheduler's reach \
+            at that read rate"]
 fn hdd_converges_without_a_profile() {
     converges_on("hdd", "1m", 20.0);
 }
 
 #[test]
-#[ignore = "not met yet: the adaptive controller settles below 90% of the maximum or over the read target; run with --ignored to see the numbers"]
+#[ignore = "not met yet: 112% of the maximum but read p99 2.04 s (target 500 ms, floor \
+            470 ms). The stick serves one command at a time and stalls 200-600 ms; windows of \
+            at most 200 ms see one read or none, so late reads never reach the classifier and \
+            Little's law, blind to stalls, lets the budget hold several 128 KiB writes"]
 fn usb_flash_converges_without_a_profile() {
     converges_on("usb-flash", "128k", 5.0);
 }

@@ -16,7 +16,7 @@
 //! | key | default | meaning |
 //! |---|---|---|
 //! | `budget_us` | derived | overrides every device's (starting) in-flight budget, in µs of device time |
-//! | `controller` | `fixed` | `adaptive`: [`tailguard_core::AdaptiveBudget`] resizes each budget from completions; `fixed`: the budget never changes |
+//! | `controller` | `adaptive` | `adaptive`: [`tailguard_core::AdaptiveBudget`] resizes each budget from completions; `fixed`: the budget never changes |
 //! | `profile` | `model` | `model`: each dispatcher starts from the device's profile; `none`: from [`DeviceProfile::uncalibrated`] (keeping the device's `max_request_bytes` and latency target), as a device nobody calibrated |
 
 use super::{Policy, PolicyContext, SimRequest, Submission};
@@ -32,12 +32,11 @@ use tailguard_core::{
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ControllerChoice {
-    /// [`AdaptiveBudget`]: the budget follows the device.
-    Adaptive,
-    /// [`FixedBudget`]: the budget stays what the profile derives. The default
-    /// until the adaptive controller meets every per-model check (see
-    /// `tests/controller.rs`).
+    /// [`AdaptiveBudget`]: the budget follows the device. The default: every
+    /// seed scenario meets its criteria with it (`tests/seed_scenarios.rs`).
     #[default]
+    Adaptive,
+    /// [`FixedBudget`]: the budget stays what the profile derives.
     Fixed,
 }
 
