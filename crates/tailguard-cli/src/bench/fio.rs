@@ -393,6 +393,20 @@ impl FioJob {
     ) -> Result<Self, ConfigError> {
         let options = Options::new(settings)?;
         let kb_base = options.kb_base;
+        for key in ["bs", "size", "offset", "rate"] {
+            let Some(setting) = options.get(key) else {
+                continue;
+            };
+            let value = setting.value.as_deref().unwrap_or_default();
+            if value.to_ascii_lowercase().contains("ib") && noted.insert(format!("ib{key}")) {
+                notes.push(format!(
+                    "line {}: `{key}={value}`: like fio, bench reads KiB/MiB/GiB as powers of \
+                     1000 unless kb_base=1000 (fio inverts the IEC units for old scripts); \
+                     write k/m/g for powers of 1024",
+                    setting.line
+                ));
+            }
+        }
         let bytes = |text: &str| parse_fio_bytes(text, kb_base);
         let name = options
             .parse("name", |text| Ok(text.to_string()))?
@@ -408,7 +422,16 @@ impl FioJob {
         };
         let block_size_bytes = options
             .parse("bs", |text| {
-                let parts = per_direction(text, bytes)?;
+                let parts = per_direction(text, |part| {
+                    let size = bytes(part)?;
+                    if size % 512 != 0 && part.to_ascii_lowercase().ends_with("ib") {
+                        return Err(format!(
+                            "`{part}` is {size} bytes in fio's units (with kb_base=1024, fio's \
+                             default, KiB means 1000); write 4k for 4096"
+                        ));
+                    }
+                    Ok(size)
+                })?;
                 Ok([
                     parts[0].unwrap_or(DEFAULT_BLOCK_SIZE_BYTES),
                     parts[1].unwrap_or(DEFAULT_BLOCK_SIZE_BYTES),
@@ -939,8 +962,15 @@ fn build(jobs: &[FioJob], mut notes: Vec<String>) -> Result<FioImport, ConfigErr
                 jobs.get(index).map(|job| job.line)
             };
             if let Some(line) = line {
-                let option = error.key.rsplit('.').next().unwrap_or_default().to_string();
-                error.message = format!("({option}) {}", error.message);
+                let option = match error.key.rsplit('.').next().unwrap_or_default() {
+                    "block_size" => "bs",
+                    "queue_depth" => "iodepth",
+                    "start_s" => "startdelay/runtime",
+                    "shares" => "prio",
+                    other => other,
+                }
+                .to_string();
+                error.message = format!("`{option}`: {}", error.message);
                 error.key = format!("line {line}");
             }
         }
@@ -981,6 +1011,217 @@ fn to_integer(bytes: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use tailguard_sim::scenario::{Arrival, Pattern};
+
+    fn import(text: &str) -> FioImport {
+        FioImport::from_text(text).unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn failure(text: &str) -> ConfigError {
+        FioImport::from_text(text).expect_err("the import should fail")
+    }
+
+    const TWO_JOBS: &str = "\
+; comment
+# another
+[global]
+runtime=2
+time_based
+directory=/srv/bench
+
+[reads]
+rw=randread
+bs=4k
+iodepth=16
+size=1g
+
+[writes]
+rw=write
+bs=1m
+numjobs=2
+size=256m
+offset=1g
+startdelay=500ms
+prio=0
+";
+
+    #[test]
+    fn each_job_becomes_a_class_and_globals_apply() {
+        let imported = import(TWO_JOBS);
+        let scenario = &imported.job.scenario;
+        let names: Vec<&str> = scenario.classes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["reads", "writes"]);
+        assert_eq!(scenario.classes[0].shares, 100);
+        assert_eq!(scenario.classes[1].shares, 200);
+        assert_eq!(scenario.duration_ns, 2_500_000_000);
+        let reads = &scenario.jobs[0];
+        assert_eq!(reads.pattern, Pattern::Randread);
+        assert_eq!(reads.block_size_bytes, 4096);
+        assert_eq!(reads.arrival, Arrival::ClosedLoop { queue_depth: 16 });
+        assert_eq!(reads.region_bytes, 1 << 30);
+        assert_eq!((reads.start_ns, reads.stop_ns), (0, 2_000_000_000));
+        let writes = &scenario.jobs[1];
+        assert_eq!(writes.pattern, Pattern::Seqwrite);
+        assert_eq!(writes.block_size_bytes, 1 << 20);
+        assert_eq!(writes.numjobs, 2);
+        assert_eq!(writes.offset_bytes, 1 << 30);
+        assert_eq!(writes.arrival, Arrival::ClosedLoop { queue_depth: 1 });
+        assert_eq!(
+            (writes.start_ns, writes.stop_ns),
+            (500_000_000, 2_500_000_000)
+        );
+        assert_eq!(imported.job.target, Some(PathBuf::from("/srv/bench")));
+        // A directory: each fio job gets its own data file.
+        assert_eq!(imported.job.job_region, [0, 1]);
+    }
+
+    #[test]
+    fn mixed_jobs_split_into_two_sharing_a_region() {
+        let imported = import(
+            "[global]\nruntime=1\nsize=64m\n[mix]\nrw=randrw\nrwmixread=70\nbs=4k,64k\n\
+             iodepth=16\n[seq]\nrw=readwrite\nrwmixwrite=25\niodepth=4\n",
+        );
+        let jobs = &imported.job.scenario.jobs;
+        let summary: Vec<(&str, Pattern, u64, Arrival)> = jobs
+            .iter()
+            .map(|job| {
+                (
+                    job.name.as_str(),
+                    job.pattern,
+                    job.block_size_bytes,
+                    job.arrival,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "mix.read",
+                    Pattern::Randread,
+                    4096,
+                    Arrival::ClosedLoop { queue_depth: 11 }
+                ),
+                (
+                    "mix.write",
+                    Pattern::Randwrite,
+                    65536,
+                    Arrival::ClosedLoop { queue_depth: 5 }
+                ),
+                (
+                    "seq.read",
+                    Pattern::Seqread,
+                    4096,
+                    Arrival::ClosedLoop { queue_depth: 3 }
+                ),
+                (
+                    "seq.write",
+                    Pattern::Seqwrite,
+                    4096,
+                    Arrival::ClosedLoop { queue_depth: 1 }
+                ),
+            ]
+        );
+        assert_eq!(jobs[0].class, jobs[1].class);
+        assert_eq!(imported.job.job_region, [0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn rates_make_jobs_open_loop() {
+        let imported = import(
+            "[global]\nruntime=1\nsize=8m\n[r]\nrw=randrw\nrate_iops=500,100\n\
+             [b]\nrw=write\nbs=64k\nrate=1m\n",
+        );
+        let arrivals: Vec<Arrival> = imported
+            .job
+            .scenario
+            .jobs
+            .iter()
+            .map(|j| j.arrival)
+            .collect();
+        assert_eq!(
+            arrivals,
+            [
+                Arrival::OpenLoop { rate_iops: 500.0 },
+                Arrival::OpenLoop { rate_iops: 100.0 },
+                Arrival::OpenLoop { rate_iops: 16.0 },
+            ]
+        );
+        let error = failure("[r]\nruntime=1\nsize=8m\nrate_iops=5\nrate=1m\n");
+        assert_eq!(error.key, "line 4");
+    }
+
+    #[test]
+    fn filename_is_the_shared_target() {
+        let imported = import(
+            "[global]\ndirectory=/data\nfilename=bench.file\nruntime=1\nsize=1m\n\
+             [a]\nrw=randread\n[b]\nrw=randwrite\n",
+        );
+        assert_eq!(imported.job.target, Some(PathBuf::from("/data/bench.file")));
+        assert_eq!(imported.job.job_region, [0, 0]);
+        let error = failure("[a]\nruntime=1\nsize=1m\nfilename=/x\n[b]\nruntime=1\nsize=1m\n");
+        assert_eq!(error.key, "line 5");
+        assert!(error.message.contains("one target"), "{error}");
+    }
+
+    #[test]
+    fn ignored_options_get_notes_and_unknown_ones_errors_with_lines() {
+        let imported = import("[a]\nioengine=io_uring\nruntime=1\nsize=1m\ngroup_reporting\n");
+        let notes = imported.notes.join("\n");
+        assert!(notes.contains("line 2: `ioengine` ignored"), "{notes}");
+        assert!(
+            notes.contains("line 5: `group_reporting` ignored"),
+            "{notes}"
+        );
+        assert!(notes.contains("time_based"), "{notes}");
+
+        let error = failure("[a]\nruntime=1\nsize=1m\nverify=md5\n");
+        assert_eq!(error.key, "line 4");
+        assert!(error.message.contains("`verify`"), "{error}");
+        assert!(error.message.contains("rwmixread"), "{error}");
+
+        let error = failure("[a]\nruntime=1\nsize=1m\nstonewall\n");
+        assert!(error.message.contains("startdelay"), "{error}");
+    }
+
+    #[test]
+    fn bad_values_name_the_option_and_the_line() {
+        for (text, line, needle) in [
+            ("[a]\nruntime=1\nsize=1m\nbs=4q\n", "line 4", "bs=4q"),
+            ("[a]\nruntime=1\nsize=1m\nrw=trim\n", "line 4", "randrw"),
+            ("[a]\nruntime=1\nsize=1m\niodepth=0\n", "line 4", "iodepth"),
+            ("[a]\nruntime=soon\nsize=1m\n", "line 2", "runtime"),
+            ("[a]\nruntime=1\nsize=50%\n", "line 3", "percentages"),
+            ("[a]\nruntime=1\nsize=1m\nprio=9\n", "line 4", "prio"),
+            (
+                "[a]\nruntime=1\nsize=1m\nrwmixread=120\n",
+                "line 4",
+                "percentage",
+            ),
+            ("[a]\nsize=1m\n", "line 1", "runtime"),
+            ("[a]\nruntime=1\n", "line 1", "size"),
+            ("rw=read\n[a]\n", "line 1", "[global]"),
+            ("[a\n", "line 1", "section header"),
+            (
+                "[a]\nruntime=1\nsize=1m\n[a]\nruntime=1\nsize=1m\n",
+                "line 4",
+                "unique",
+            ),
+            // bench's own validation, mapped back to the fio job's line:
+            ("[a]\nruntime=1\nsize=1m\nbs=4KiB\n", "line 4", "4000 bytes"),
+            (
+                "[a]\nruntime=1\nsize=1m\nbs=1000\n",
+                "line 1",
+                "`bs`: 1000 bytes",
+            ),
+        ] {
+            let error = failure(text);
+            assert_eq!(error.key, line, "{text:?}: {error}");
+            assert!(error.to_string().contains(needle), "{text:?}: {error}");
+        }
+        assert_eq!(failure("; nothing\n").key, "(fio file)");
+    }
 
     #[test]
     fn sizes_follow_fio_units() {

@@ -300,15 +300,17 @@ fn place_on_device(
 ) -> Result<Vec<u64>, BenchError> {
     let mut bases = Vec::with_capacity(regions.len());
     let mut next = 0u64;
+    let mut end_bytes = 0u64;
     for &(start, end) in regions {
         bases.push(next);
-        next = (next + (end - start)).next_multiple_of(DEVICE_REGION_ALIGNMENT_BYTES);
+        end_bytes = next + (end - start);
+        next = end_bytes.next_multiple_of(DEVICE_REGION_ALIGNMENT_BYTES);
     }
-    let needed: u64 = regions.iter().map(|(start, end)| end - start).sum();
-    if next > device_bytes && needed > 0 {
+    if end_bytes > device_bytes {
+        let needed: u64 = regions.iter().map(|(start, end)| end - start).sum();
         return Err(usage(format!(
             "target {} holds {device_bytes} bytes but the jobs' regions need {needed} (laid out \
-             back to back on 1 MiB boundaries: {next}); shrink the jobs' size",
+             back to back on 1 MiB boundaries, up to byte {end_bytes}); shrink the jobs' size",
             target.display()
         )));
     }
