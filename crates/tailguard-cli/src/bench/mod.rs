@@ -83,10 +83,10 @@ impl BenchError {
 
 /// `tailguard bench` arguments.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("workload").required(true).args(["jobs", "fio"])))]
 pub struct BenchArguments {
     /// The job file (TOML, like a sim scenario with `target = "PATH"` instead of
     /// devices; see the README's "tailguard bench"). Or give --fio.
-    #[arg(required_unless_present = "fio", conflicts_with = "fio")]
     pub jobs: Option<PathBuf>,
     /// Import the workload from a fio job file instead (a documented subset of
     /// fio's options; see the README's "Importing fio job files").
