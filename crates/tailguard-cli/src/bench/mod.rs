@@ -92,8 +92,9 @@ pub struct BenchArguments {
     /// fio's options; see the README's "Importing fio job files").
     #[arg(long, value_name = "FILE")]
     pub fio: Option<PathBuf>,
-    /// The directory (data files are laid out in it and removed at the end) or
-    /// existing regular file to run on; overrides the job file's `target`.
+    /// The directory (data files are laid out in it and removed at the end),
+    /// existing regular file, or block device (with --allow-device) to run on;
+    /// overrides the job file's `target` (or the fio file's filename/directory).
     #[arg(long)]
     pub target: Option<PathBuf>,
     /// Modes to compare, comma-separated: tailguard, kernel-direct,
