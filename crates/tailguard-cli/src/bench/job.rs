@@ -10,7 +10,14 @@
 //!
 //! Parsing maps the file onto a [`Scenario`] with one pseudo device named
 //! `target`, so validation (ranges, names, units) and the workload generator are
-//! exactly the simulator's.
+//! exactly the simulator's. [`BenchJob::from_table`] is the entry point for
+//! other front ends (the fio import builds a table and goes through it).
+//!
+//! Jobs address *data regions*: a directory target gets one data file per
+//! region and a block device one stretch of the device per region. In a job
+//! file every job has a region of its own; the fio import puts the read and
+//! write halves of one mixed fio job into one shared region, as fio does
+//! (see [`BenchJob::job_region`]).
 
 use std::path::{Path, PathBuf};
 use tailguard_sim::scenario::{Scenario, ScenarioError};
@@ -47,6 +54,10 @@ pub struct BenchJob {
     pub scenario: Scenario,
     /// The `target` key, if the file has one.
     pub target: Option<PathBuf>,
+    /// Per job: the index of the data region it addresses. Jobs that share a
+    /// region share its data file (directory target) or its stretch of the
+    /// device; the region spans the union of their `offset..offset + size`.
+    pub job_region: Vec<usize>,
 }
 
 impl BenchJob {
@@ -57,9 +68,15 @@ impl BenchJob {
 
     /// Parses and validates a job file from TOML text.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let mut table: toml::Table = text
+        let table: toml::Table = text
             .parse()
             .map_err(|error: toml::de::Error| tailguard_sim::scenario::toml_error(text, &error))?;
+        Self::from_table(table)
+    }
+
+    /// Validates a job file already parsed into a TOML table; every job gets a
+    /// data region of its own.
+    pub fn from_table(mut table: toml::Table) -> Result<Self, ConfigError> {
         for key in table.keys() {
             match key.as_str() {
                 key if TOP_KEYS.contains(&key) => {}
@@ -142,7 +159,17 @@ impl BenchJob {
             }
             error
         })?;
-        Ok(Self { scenario, target })
+        let job_region = (0..scenario.jobs.len()).collect();
+        Ok(Self {
+            scenario,
+            target,
+            job_region,
+        })
+    }
+
+    /// The number of data regions.
+    pub fn region_count(&self) -> usize {
+        self.job_region.iter().max().map_or(0, |last| last + 1)
     }
 }
 

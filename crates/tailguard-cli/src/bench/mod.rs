@@ -2,6 +2,7 @@
 //! modes (through tailguard, and plain kernel I/O direct or buffered).
 //!
 //! - [`job`]: the job file (a sim scenario with a `target` instead of devices).
+//! - [`fio`]: `--fio FILE`, a subset of fio job files mapped onto the same job.
 //! - [`target`]: checking the target, laying out and removing data files, Ctrl-C.
 //! - [`driver`]: the real-time run loop and the three modes.
 //!
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 use tailguard_sim::report::{render_table, RunReport};
 
 pub mod driver;
+pub mod fio;
 pub mod job;
 pub mod target;
 
@@ -81,12 +83,18 @@ impl BenchError {
 
 /// `tailguard bench` arguments.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("workload").required(true).args(["jobs", "fio"])))]
 pub struct BenchArguments {
     /// The job file (TOML, like a sim scenario with `target = "PATH"` instead of
-    /// devices; see the README's "tailguard bench").
-    pub jobs: PathBuf,
-    /// The directory (data files are laid out in it and removed at the end) or
-    /// existing regular file to run on; overrides the job file's `target`.
+    /// devices; see the README's "tailguard bench"). Or give --fio.
+    pub jobs: Option<PathBuf>,
+    /// Import the workload from a fio job file instead (a documented subset of
+    /// fio's options; see the README's "Importing fio job files").
+    #[arg(long, value_name = "FILE")]
+    pub fio: Option<PathBuf>,
+    /// The directory (data files are laid out in it and removed at the end),
+    /// existing regular file, or block device (with --allow-device) to run on;
+    /// overrides the job file's `target` (or the fio file's filename/directory).
     #[arg(long)]
     pub target: Option<PathBuf>,
     /// Modes to compare, comma-separated: tailguard, kernel-direct,
@@ -100,7 +108,8 @@ pub struct BenchArguments {
     /// repetition, in run order, with the mode in "policy".
     #[arg(long)]
     pub json: bool,
-    /// Allow a block device as the target (not supported yet: refused either way).
+    /// Allow a block device as the target. Bench writes to it: the data on the
+    /// device is destroyed. Refused while it is mounted or otherwise in use.
     #[arg(long)]
     pub allow_device: bool,
 }
@@ -127,24 +136,32 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
     if arguments.repeat == 0 {
         return Err(BenchError::usage("--repeat 0 runs nothing; give 1 or more"));
     }
-    let job = job::BenchJob::from_file(&arguments.jobs)
-        .map_err(|error| BenchError::usage(error.to_string()))?;
-    let target_path = arguments.target.clone().or(job.target).ok_or_else(|| {
-        BenchError::usage(format!(
-            "{}: no target; add target = \"PATH\" to the job file or pass --target PATH \
-             (a directory, or an existing regular file)",
-            arguments.jobs.display()
+    let (mut job, source, source_argument) = load_job(arguments)?;
+    let target_path = arguments
+        .target
+        .clone()
+        .or(job.target.clone())
+        .ok_or_else(|| {
+            BenchError::usage(format!(
+            "{}: no target; {} or pass --target PATH (a directory, an existing regular file, or \
+             a block device with --allow-device)",
+            source.display(),
+            if arguments.fio.is_some() {
+                "add filename=PATH or directory=PATH to the fio file"
+            } else {
+                "add target = \"PATH\" to the job file"
+            }
         ))
-    })?;
-    let scenario = &job.scenario;
+        })?;
     let mut layout = target::Layout::default();
     let plan = target::prepare(
-        scenario,
+        &mut job,
         &target_path,
         arguments.allow_device,
         modes.iter().any(|mode| mode.direct()),
         &mut layout,
     )?;
+    let scenario = &job.scenario;
     let mut reports: Vec<RunReport> = Vec::new();
     let runs = arguments.repeat as usize * modes.len();
     for repetition in 0..arguments.repeat {
@@ -173,12 +190,12 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         println!(
             "{} — target {} (device {}), {} s per run, seed {} (reproduce: tailguard bench {} \
              --target {} --mode {} --repeat {})",
-            arguments.jobs.display(),
+            source.display(),
             target_path.display(),
             plan.device_name,
             scenario.duration_ns as f64 / 1e9,
             scenario.seed,
-            arguments.jobs.display(),
+            source_argument,
             target_path.display(),
             mode_names.join(","),
             arguments.repeat
@@ -186,4 +203,32 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         println!("{}", render_table(&reports));
     }
     Ok(())
+}
+
+/// Reads the workload from the job file or, with `--fio`, imports it from a fio
+/// job file (printing the import's notes); returns it with its path and how to
+/// name it on a command line.
+fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, String), BenchError> {
+    let failed =
+        |error: tailguard_sim::scenario::ScenarioError| BenchError::usage(error.to_string());
+    match (&arguments.fio, &arguments.jobs) {
+        (Some(path), _) => {
+            let imported = fio::FioImport::from_file(path).map_err(failed)?;
+            for note in &imported.notes {
+                eprintln!("tailguard bench: {}: {note}", path.display());
+            }
+            Ok((
+                imported.job,
+                path.clone(),
+                format!("--fio {}", path.display()),
+            ))
+        }
+        (None, Some(path)) => {
+            let job = job::BenchJob::from_file(path).map_err(failed)?;
+            Ok((job, path.clone(), path.display().to_string()))
+        }
+        (None, None) => Err(BenchError::usage(
+            "give a job file (tailguard bench JOBS.toml) or a fio job file (--fio FILE)",
+        )),
+    }
 }

@@ -1,19 +1,34 @@
-//! The target: checking it, laying out data files, removing them, Ctrl-C.
+//! The target: checking it, laying out data, removing it, Ctrl-C.
 //!
-//! A directory target gets one data file per job, named
-//! `.tailguard-bench-PID-N.data`, as large as the job's region and filled with
-//! real (pseudo-random, incompressible) data so reads hit allocated blocks. The
-//! files are registered in a [`Layout`] *before* they are created, and the
-//! layout removes them when dropped: at the end of a run, on an error, and
-//! after Ctrl-C (the run loop notices the flag from [`watch_interrupts`] within
-//! 100 ms and returns an error). A regular-file target is used in place and
-//! never removed. Block devices are refused.
+//! Jobs address *data regions* ([`BenchJob::job_region`]); a region spans the
+//! union of its jobs' `offset..offset + size`. What a region becomes depends
+//! on the target:
+//!
+//! - A **directory** gets one data file per region, named
+//!   `.tailguard-bench-PID-N.data`, as large as the region and filled with real
+//!   (pseudo-random, incompressible) data so reads hit allocated blocks. The
+//!   files are registered in a [`Layout`] *before* they are created, and the
+//!   layout removes them when dropped: at the end of a run, on an error, and
+//!   after Ctrl-C (the run loop notices the flag from [`watch_interrupts`]
+//!   within 100 ms and returns an error).
+//! - An existing **regular file** is used in place and never removed: jobs
+//!   address their `offset..offset + size` of it directly.
+//! - A **block device** is accepted only with `--allow-device`, since bench
+//!   writes to it, and only when nothing has it mounted or claimed: its number
+//!   must not appear in `/proc/self/mountinfo` (nor its partitions'), and it is
+//!   opened with `O_EXCL`, which the kernel refuses while a filesystem, LVM,
+//!   RAID or swap holds it; that exclusive descriptor is kept in the
+//!   [`Layout`] for the whole run so nobody mounts it meanwhile. Its size comes
+//!   from `BLKGETSIZE64`. Regions are laid out back to back from byte 0, each
+//!   starting on a 1 MiB boundary, and filled like files; the jobs' offsets are
+//!   rewritten to point into their region. Nothing is removed afterwards: the
+//!   data the device held before is gone.
 
+use crate::bench::job::BenchJob;
 use crate::bench::BenchError;
 use std::fs::File;
-use std::io::Write as _;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt as _, FileTypeExt, MetadataExt as _, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tailguard::device::{self, DirectIoAlignment};
@@ -63,10 +78,12 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
-/// Files laid out for a run; removed on drop.
+/// Files laid out for a run, removed on drop; and the exclusive descriptor of a
+/// block device target, closed on drop.
 #[derive(Debug, Default)]
 pub struct Layout {
     created: Vec<PathBuf>,
+    claimed_device: Option<File>,
 }
 
 impl Drop for Layout {
@@ -96,10 +113,14 @@ fn usage(message: String) -> BenchError {
     BenchError::usage(message)
 }
 
+/// Where regions start on a block device: a multiple of this (1 MiB).
+pub const DEVICE_REGION_ALIGNMENT_BYTES: u64 = 1 << 20;
+
 /// Checks the target and lays out what the jobs need. With `direct`, also checks
-/// that the target takes O_DIRECT at the jobs' block sizes and offsets.
+/// that the target takes O_DIRECT at the jobs' block sizes and offsets. On a
+/// block device the jobs' offsets are rewritten to point into their regions.
 pub fn prepare(
-    scenario: &Scenario,
+    job: &mut BenchJob,
     target: &Path,
     allow_device: bool,
     direct: bool,
@@ -113,19 +134,12 @@ pub fn prepare(
         ))
     })?;
     let file_type = metadata.file_type();
-    if file_type.is_block_device() {
-        return Err(usage(if allow_device {
-            format!(
-                "target {shown} is a block device; benchmarking raw block devices is not \
-                 supported yet; give a directory or a regular file on it"
-            )
-        } else {
-            format!(
-                "target {shown} is a block device; bench writes to its target and would destroy \
-                 its data, so it refuses unless --allow-device is given (and raw devices are not \
-                 supported yet: give a directory or a regular file on it)"
-            )
-        }));
+    if file_type.is_block_device() && !allow_device {
+        return Err(usage(format!(
+            "target {shown} is a block device; bench writes to its target, which destroys the \
+             data on the device; pass --allow-device if that is what you want, or give a \
+             directory or a regular file on a filesystem"
+        )));
     }
     let device_name = device::device_of_path(target)
         .map(|info| info.name)
@@ -137,6 +151,34 @@ pub fn prepare(
         device_name,
         alignment: None,
     };
+    let regions = regions(job);
+    let scenario = &job.scenario;
+    if file_type.is_block_device() {
+        let device = claim_device(target, metadata.rdev())?;
+        let device_bytes = block_device_bytes(&device)
+            .map_err(|error| usage(format!("target {shown}: cannot read its size: {error}")))?;
+        let bases = place_on_device(&regions, device_bytes, target)?;
+        layout.claimed_device = Some(device);
+        for (index, spec) in job.scenario.jobs.iter_mut().enumerate() {
+            let region = job.job_region[index];
+            spec.offset_bytes = bases[region] + (spec.offset_bytes - regions[region].0);
+            plan.job_file.push(0);
+            plan.job_base.push(0);
+        }
+        plan.files.push(target.to_path_buf());
+        if direct {
+            plan.alignment = Some(direct_alignment(target, false)?);
+        }
+        check_alignment(&job.scenario, &plan, target)?;
+        let device = layout.claimed_device.as_ref().expect("claimed above");
+        for (region, &(start, end)) in regions.iter().enumerate() {
+            fill(device, bases[region], end - start, target)?;
+        }
+        device
+            .sync_all()
+            .map_err(|error| usage(format!("target {shown}: {error}")))?;
+        return Ok(plan);
+    }
     if metadata.is_dir() {
         if direct {
             let probe = target.join(format!(".tailguard-bench-{}-probe", std::process::id()));
@@ -144,16 +186,18 @@ pub fn prepare(
             plan.alignment = Some(direct_alignment(&probe, true)?);
         }
         check_alignment(scenario, &plan, target)?;
-        for (index, job) in scenario.jobs.iter().enumerate() {
+        for (index, &(start, end)) in regions.iter().enumerate() {
             let path = target.join(format!(
                 ".tailguard-bench-{}-{index}.data",
                 std::process::id()
             ));
             layout.created.push(path.clone());
-            fill(&path, job.region_bytes)?;
+            create_data_file(&path, end - start)?;
             plan.files.push(path);
-            plan.job_file.push(index);
-            plan.job_base.push(job.offset_bytes);
+        }
+        for &region in &job.job_region {
+            plan.job_file.push(region);
+            plan.job_base.push(regions[region].0);
         }
     } else if metadata.is_file() {
         for (index, job) in scenario.jobs.iter().enumerate() {
@@ -175,7 +219,8 @@ pub fn prepare(
         check_alignment(scenario, &plan, target)?;
     } else {
         return Err(usage(format!(
-            "target {shown} is neither a directory nor a regular file; give one of those"
+            "target {shown} is neither a directory, a regular file nor a block device; give one \
+             of those"
         )));
     }
     Ok(plan)
@@ -235,19 +280,177 @@ fn check_alignment(scenario: &Scenario, plan: &Plan, target: &Path) -> Result<()
     Ok(())
 }
 
-/// Writes `bytes` of pseudo-random data to a new file at `path` and syncs it.
-fn fill(path: &Path, bytes: u64) -> Result<(), BenchError> {
-    let failed = |error: std::io::Error| {
+/// Each region's extent: the smallest start and the largest end of its jobs.
+fn regions(job: &BenchJob) -> Vec<(u64, u64)> {
+    let mut regions = vec![(u64::MAX, 0); job.region_count()];
+    for (spec, &region) in job.scenario.jobs.iter().zip(&job.job_region) {
+        let extent = &mut regions[region];
+        extent.0 = extent.0.min(spec.offset_bytes);
+        extent.1 = extent.1.max(spec.offset_bytes + spec.region_bytes);
+    }
+    regions
+}
+
+/// Places regions back to back on a device of `device_bytes`, each on a 1 MiB
+/// boundary; returns where each starts.
+fn place_on_device(
+    regions: &[(u64, u64)],
+    device_bytes: u64,
+    target: &Path,
+) -> Result<Vec<u64>, BenchError> {
+    let mut bases = Vec::with_capacity(regions.len());
+    let mut next = 0u64;
+    let mut end_bytes = 0u64;
+    for &(start, end) in regions {
+        bases.push(next);
+        end_bytes = next + (end - start);
+        next = end_bytes.next_multiple_of(DEVICE_REGION_ALIGNMENT_BYTES);
+    }
+    if end_bytes > device_bytes {
+        let needed: u64 = regions.iter().map(|(start, end)| end - start).sum();
+        return Err(usage(format!(
+            "target {} holds {device_bytes} bytes but the jobs' regions need {needed} (laid out \
+             back to back on 1 MiB boundaries, up to byte {end_bytes}); shrink the jobs' size",
+            target.display()
+        )));
+    }
+    Ok(bases)
+}
+
+/// Refuses a block device that is mounted, has a mounted partition, or is
+/// claimed by anything else, and returns it opened exclusively (`O_EXCL`) for
+/// reading and writing.
+fn claim_device(path: &Path, device_number: u64) -> Result<File, BenchError> {
+    let shown = path.display();
+    let mut numbers = vec![device_number];
+    numbers.extend(partition_numbers(device_number));
+    if let Some(mount_point) = mount_point_of(&numbers) {
+        return Err(usage(format!(
+            "target {shown} (or a partition of it) is mounted at {mount_point}; bench would \
+             overwrite the filesystem: unmount it first, or give a directory on it instead"
+        )));
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_EXCL)
+        .open(path)
+        .map_err(|error| {
+            if error.raw_os_error() == Some(libc::EBUSY) {
+                usage(format!(
+                    "target {shown} is in use (mounted, a partition mounted, or held by LVM, \
+                     RAID, swap or another program opening it exclusively); bench would \
+                     overwrite its data: release it first"
+                ))
+            } else {
+                usage(format!("target {shown}: cannot open it: {error}"))
+            }
+        })
+}
+
+/// Device numbers of the partitions of a disk, from sysfs (none for a
+/// partition or a device without any).
+fn partition_numbers(device_number: u64) -> Vec<u64> {
+    let directory = format!(
+        "/sys/dev/block/{}:{}",
+        libc::major(device_number),
+        libc::minor(device_number)
+    );
+    let Ok(entries) = std::fs::read_dir(directory) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|entry| entry.path().join("partition").exists())
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("dev")).ok())
+        .filter_map(|text| parse_device_number(text.trim()))
+        .collect()
+}
+
+/// `MAJOR:MINOR` as a `dev_t`.
+fn parse_device_number(text: &str) -> Option<u64> {
+    let (major, minor) = text.split_once(':')?;
+    Some(libc::makedev(major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// The mount point of the first mount of any of `numbers` in
+/// `/proc/self/mountinfo` (field 3 is the device number, field 5 the mount
+/// point).
+fn mount_point_of(numbers: &[u64]) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let number = parse_device_number(fields.get(2)?)?;
+        numbers
+            .contains(&number)
+            .then(|| fields.get(4).map(|point| point.to_string()))?
+    })
+}
+
+/// `BLKGETSIZE64`: `_IOR(0x12, 114, u64)` with the common ioctl encoding
+/// (x86, Arm, RISC-V, LoongArch, s390).
+#[cfg(not(any(
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+)))]
+const BLKGETSIZE64: libc::c_ulong = (2 << 30) | (8 << 16) | (0x12 << 8) | 114;
+/// `BLKGETSIZE64` on architectures whose read direction bit is bit 30 of 3.
+#[cfg(any(
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc",
+    target_arch = "sparc64"
+))]
+const BLKGETSIZE64: libc::c_ulong = (2 << 29) | (8 << 16) | (0x12 << 8) | 114;
+
+/// The size of an open block device in bytes.
+pub fn block_device_bytes(device: &File) -> std::io::Result<u64> {
+    let mut bytes = 0u64;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points to
+    // a live, writable u64; the descriptor is open for the call's duration.
+    let result = unsafe { libc::ioctl(device.as_raw_fd(), BLKGETSIZE64 as _, &mut bytes) };
+    if result == 0 {
+        Ok(bytes)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Creates a data file at `path` and fills it with `bytes` of data.
+fn create_data_file(path: &Path, bytes: u64) -> Result<(), BenchError> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|error| {
+            usage(format!(
+                "cannot lay out data file {}: {error}",
+                path.display()
+            ))
+        })?;
+    fill(&file, 0, bytes, path)?;
+    file.sync_all().map_err(|error| {
         usage(format!(
             "cannot lay out data file {}: {error}",
             path.display()
         ))
+    })
+}
+
+/// Writes `bytes` of pseudo-random data into `file` from `offset` on.
+fn fill(file: &File, offset: u64, bytes: u64, path: &Path) -> Result<(), BenchError> {
+    let failed = |error: std::io::Error| {
+        usage(format!(
+            "cannot lay out data in {}: {error}",
+            path.display()
+        ))
     };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(failed)?;
     let mut chunk = vec![0u8; 1 << 20];
     let mut state = 0x9E37_79B9_7F4A_7C15_u64 ^ bytes;
     let mut written = 0;
@@ -263,10 +466,11 @@ fn fill(path: &Path, bytes: u64) -> Result<(), BenchError> {
             word.copy_from_slice(&state.to_le_bytes());
         }
         let length = (bytes - written).min(chunk.len() as u64) as usize;
-        file.write_all(&chunk[..length]).map_err(failed)?;
+        file.write_all_at(&chunk[..length], offset + written)
+            .map_err(failed)?;
         written += length as u64;
     }
-    file.sync_all().map_err(failed)
+    Ok(())
 }
 
 /// Makes every file's data durable and drops it from the page cache, so a run

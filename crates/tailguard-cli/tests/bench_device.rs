@@ -1,0 +1,275 @@
+//! `tailguard bench` on block devices: loop devices over image files that the
+//! tests create, checked, and detach again (even when an assertion fails: the
+//! [`LoopDevice`] guard unmounts and detaches on drop).
+//!
+//! Loop devices need root and `losetup`; without them every test prints why it
+//! skipped and passes. The checks: refusal without `--allow-device` (naming the
+//! flag and the data loss), refusal while mounted or held exclusively, a real
+//! run whose regions land back to back on the device, and a fio file that
+//! names the device and takes its size from it.
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod common;
+use common::{tailguard, tailguard_ok};
+
+/// A loop device over a fresh image file; detached and removed on drop.
+struct LoopDevice {
+    device: PathBuf,
+    image: PathBuf,
+    mount_point: Option<PathBuf>,
+}
+
+impl LoopDevice {
+    /// Attaches a zeroed image of `bytes`, or says why it cannot.
+    fn attach(name: &str, bytes: u64) -> Result<Self, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root: loop devices need root".into());
+        }
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let image = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "device-{name}-{}-{}.img",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::File::create(&image)
+            .and_then(|file| file.set_len(bytes))
+            .map_err(|error| format!("cannot create {}: {error}", image.display()))?;
+        let output = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&image)
+            .output();
+        let output = match output {
+            Ok(output) if output.status.success() => output,
+            Ok(output) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!(
+                    "losetup failed: {}",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ));
+            }
+            Err(error) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!("cannot run losetup: {error}"));
+            }
+        };
+        let device = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+        Ok(Self {
+            device,
+            image,
+            mount_point: None,
+        })
+    }
+
+    fn path(&self) -> &str {
+        self.device.to_str().unwrap()
+    }
+
+    /// Puts ext4 on it and mounts it, or says why it cannot.
+    fn mount(&mut self) -> Result<(), String> {
+        let formatted = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&self.device)
+            .output()
+            .map_err(|error| format!("cannot run mkfs.ext4: {error}"))?;
+        if !formatted.status.success() {
+            return Err("mkfs.ext4 failed".into());
+        }
+        let point = self.image.with_extension("mnt");
+        std::fs::create_dir_all(&point).map_err(|error| error.to_string())?;
+        let mounted = Command::new("mount")
+            .arg(&self.device)
+            .arg(&point)
+            .status()
+            .map_err(|error| format!("cannot run mount: {error}"))?;
+        if !mounted.success() {
+            let _ = std::fs::remove_dir(&point);
+            return Err("mount failed".into());
+        }
+        self.mount_point = Some(point);
+        Ok(())
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        if let Some(point) = &self.mount_point {
+            let _ = Command::new("umount").arg(point).status();
+            let _ = std::fs::remove_dir(point);
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// Attaches a loop device, or prints why the test skips and returns `None`.
+fn loop_device(test: &str, bytes: u64) -> Option<LoopDevice> {
+    match LoopDevice::attach(test, bytes) {
+        Ok(device) => Some(device),
+        Err(reason) => {
+            eprintln!("skipped {test}: {reason}");
+            None
+        }
+    }
+}
+
+fn write_file(name: &str, text: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("device-{name}-{}.job", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Two jobs: 1 MiB of random reads and 1.5 MiB of sequential writes.
+const TWO_REGIONS: &str = r#"
+duration_s = 0.3
+[[class]]
+name = "reads"
+shares = 100
+[[class]]
+name = "writes"
+shares = 100
+[[job]]
+class = "reads"
+pattern = "randread"
+block_size = "4k"
+queue_depth = 2
+size = "1m"
+[[job]]
+class = "writes"
+pattern = "seqwrite"
+block_size = "64k"
+queue_depth = 1
+size = "1536k"
+offset = "8m"
+"#;
+
+const MIB: usize = 1 << 20;
+
+#[test]
+fn a_device_needs_allow_device_and_then_gets_its_regions_back_to_back() {
+    let Some(device) = loop_device("regions", 16 << 20) else {
+        return;
+    };
+    let job = write_file("regions", TWO_REGIONS);
+    let job = job.to_str().unwrap();
+
+    let refused = tailguard(&["bench", job, "--target", device.path()]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        error.contains("--allow-device") && error.contains("destroys"),
+        "{error}"
+    );
+    let image = std::fs::read(&device.image).unwrap();
+    assert!(image.iter().all(|&byte| byte == 0), "refused, yet written");
+
+    let output = tailguard_ok(&[
+        "bench",
+        job,
+        "--target",
+        device.path(),
+        "--allow-device",
+        "--mode",
+        "kernel-direct,tailguard",
+        "--json",
+    ]);
+    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for run in runs.as_array().unwrap() {
+        let classes = run["classes"].as_array().unwrap();
+        assert_eq!(classes.len(), 2, "{run}");
+        for class in classes {
+            assert!(class["ops"].as_u64().unwrap() > 0, "{class}");
+        }
+    }
+    // Region 0 (1 MiB) at byte 0, region 1 (1.5 MiB) at the next 1 MiB
+    // boundary, both filled; the job's offset (8 MiB) does not place it, and
+    // nothing past the regions is touched.
+    let image = std::fs::read(&device.image).unwrap();
+    let zero_blocks = |from: usize, to: usize| {
+        image[from..to]
+            .chunks(4096)
+            .filter(|block| block.iter().all(|&byte| byte == 0))
+            .count()
+    };
+    assert_eq!(zero_blocks(0, MIB), 0, "region 0 is filled");
+    assert_eq!(zero_blocks(MIB, MIB + 3 * MIB / 2), 0, "region 1 is filled");
+    assert_eq!(
+        zero_blocks(MIB + 3 * MIB / 2, 16 * MIB),
+        (16 * MIB - MIB - 3 * MIB / 2) / 4096,
+        "nothing is written past the regions"
+    );
+    let _ = std::fs::remove_file(job);
+}
+
+#[test]
+fn a_mounted_or_claimed_device_is_refused_even_with_allow_device() {
+    let Some(mut device) = loop_device("mounted", 32 << 20) else {
+        return;
+    };
+    let job = write_file("mounted", TWO_REGIONS);
+    let job = job.to_str().unwrap();
+
+    // Held exclusively by another program (here: this test).
+    {
+        let _held = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(&device.device)
+            .unwrap();
+        let output = tailguard(&["bench", job, "--target", device.path(), "--allow-device"]);
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let error = String::from_utf8_lossy(&output.stderr);
+        assert!(error.contains("in use"), "{error}");
+    }
+
+    match device.mount() {
+        Ok(()) => {
+            let output = tailguard(&["bench", job, "--target", device.path(), "--allow-device"]);
+            assert_eq!(output.status.code(), Some(2), "{output:?}");
+            let error = String::from_utf8_lossy(&output.stderr);
+            let point = device.mount_point.as_ref().unwrap();
+            assert!(
+                error.contains("mounted at") && error.contains(point.to_str().unwrap()),
+                "{error}"
+            );
+        }
+        Err(reason) => eprintln!("skipped the mounted check: {reason}"),
+    }
+    let _ = std::fs::remove_file(job);
+}
+
+#[test]
+fn a_fio_file_naming_the_device_takes_its_size() {
+    let Some(device) = loop_device("fio", 8 << 20) else {
+        return;
+    };
+    let fio = write_file(
+        "fio",
+        &format!(
+            "[global]\nfilename={}\nruntime=200ms\ntime_based\nioengine=io_uring\ndirect=1\n\
+             [reads]\nrw=randread\nbs=4k\niodepth=2\n",
+            device.path()
+        ),
+    );
+    let output = tailguard_ok(&[
+        "bench",
+        "--fio",
+        fio.to_str().unwrap(),
+        "--allow-device",
+        "--mode",
+        "kernel-direct",
+        "--json",
+    ]);
+    let notes = String::from_utf8_lossy(&output.stderr);
+    assert!(notes.contains(&format!("{} bytes", 8 << 20)), "{notes}");
+    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let class = &runs[0]["classes"][0];
+    assert_eq!(class["name"], "reads");
+    assert!(class["ops"].as_u64().unwrap() > 0, "{class}");
+    let _ = std::fs::remove_file(fio);
+}
