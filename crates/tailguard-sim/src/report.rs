@@ -7,7 +7,13 @@
 //! - `ops`, `bytes`: requests and bytes completed within the run.
 //! - `iops`, `mb_per_s`: those over the pair's active window (from the earliest
 //!   start of its jobs to their latest stop); MB is 10^6 bytes.
-//! - `latency_us`: completion minus intended submission (p50, p99, p99.9, max).
+//! - `latency_us`: completion minus intended submission (p50, p99, p99.9,
+//!   p99.99, max).
+//! - `worst_500ms_iops`: the lowest completion rate over the consecutive 0.5 s
+//!   windows of the pair's active window, counted from its start (a trailing
+//!   partial window is left out); `null` when the active window is shorter than
+//!   0.5 s. A stall that the percentiles hide (a closed-loop reader stuck behind
+//!   writes records one slow request, not thousands) shows here as a collapse.
 //! - `queue_wait_us_max`: the longest time a request spent in the scheduler's
 //!   queue before its last piece was dispatched, counting requests still queued
 //!   at the end (a starved request waited too); `queue_wait_us_mean` and
@@ -31,6 +37,8 @@ pub struct LatencyUs {
     pub p99: f64,
     /// 99.9th percentile.
     pub p999: f64,
+    /// 99.99th percentile.
+    pub p9999: f64,
     /// Largest.
     pub max: f64,
 }
@@ -52,6 +60,9 @@ pub struct ClassReport {
     pub mb_per_s: f64,
     /// Latency percentiles.
     pub latency_us: LatencyUs,
+    /// Lowest completions per second over the 0.5 s windows of the active
+    /// window; `None` when that is shorter than 0.5 s.
+    pub worst_500ms_iops: Option<f64>,
     /// Longest queue wait.
     pub queue_wait_us_max: f64,
     /// Mean queue wait.
@@ -96,7 +107,10 @@ pub struct ClassAccumulator {
     name: String,
     device: String,
     window_ns: Nanos,
+    active_start_ns: Option<Nanos>,
     latency_ns: Histogram<u64>,
+    /// Completions per [`RATE_WINDOW_NS`] window from the active start.
+    window_completions: Vec<u64>,
     ops: u64,
     bytes: u64,
     submitted: u64,
@@ -110,13 +124,19 @@ pub struct ClassAccumulator {
 /// Largest latency the histograms hold: one day, in nanoseconds.
 const HISTOGRAM_MAX_NS: u64 = 86_400 * 1_000_000_000;
 
+/// The windows `worst_500ms_iops` is measured over: 0.5 s.
+pub const RATE_WINDOW_NS: Nanos = 500_000_000;
+
 impl ClassAccumulator {
-    /// A pair that is active for `window_ns`.
+    /// A pair that is active for `window_ns`, from its first submission unless
+    /// [`ClassAccumulator::starting_at`] says otherwise.
     pub fn new(name: String, device: String, window_ns: Nanos) -> Self {
         Self {
             name,
             device,
             window_ns: window_ns.max(1),
+            active_start_ns: None,
+            window_completions: Vec::new(),
             latency_ns: Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
                 .expect("valid histogram bounds"),
             ops: 0,
@@ -128,6 +148,13 @@ impl ClassAccumulator {
             first_submit_ns: None,
             last_completion_ns: 0,
         }
+    }
+
+    /// Sets when the active window starts (its jobs' earliest start): the
+    /// 0.5 s windows of `worst_500ms_iops` count from there.
+    pub fn starting_at(mut self, start_ns: Nanos) -> Self {
+        self.active_start_ns = Some(start_ns);
+        self
     }
 
     /// A request was submitted at `now`.
@@ -154,6 +181,35 @@ impl ClassAccumulator {
         self.queue_wait_sum_ns += u128::from(queue_wait_ns);
         self.device_time_sum_ns += u128::from(completed_at - dispatched_at);
         self.last_completion_ns = self.last_completion_ns.max(completed_at);
+        self.count_in_window(completed_at);
+    }
+
+    fn active_start_ns(&self) -> Nanos {
+        self.active_start_ns
+            .or(self.first_submit_ns)
+            .unwrap_or_default()
+    }
+
+    fn count_in_window(&mut self, completed_at: Nanos) {
+        let start = self.active_start_ns();
+        if completed_at < start || completed_at >= start + self.window_ns {
+            return;
+        }
+        let window = ((completed_at - start) / RATE_WINDOW_NS) as usize;
+        if self.window_completions.len() <= window {
+            self.window_completions.resize(window + 1, 0);
+        }
+        self.window_completions[window] += 1;
+    }
+
+    /// The lowest rate over the full 0.5 s windows of the active window.
+    fn worst_window_iops(&self) -> Option<f64> {
+        let full_windows = (self.window_ns / RATE_WINDOW_NS) as usize;
+        let per_second = NANOS_PER_SECOND_F64 / RATE_WINDOW_NS as f64;
+        (0..full_windows)
+            .map(|window| self.window_completions.get(window).copied().unwrap_or(0))
+            .min()
+            .map(|completions| round3(completions as f64 * per_second))
     }
 
     /// A request was still in the queue at the end, after waiting `waited_ns`.
@@ -189,12 +245,14 @@ impl ClassAccumulator {
                 p50: round3(quantile_us(0.5)),
                 p99: round3(quantile_us(0.99)),
                 p999: round3(quantile_us(0.999)),
+                p9999: round3(quantile_us(0.9999)),
                 max: round3(if self.ops == 0 {
                     0.0
                 } else {
                     self.latency_ns.max() as f64 / 1e3
                 }),
             },
+            worst_500ms_iops: self.worst_window_iops(),
             queue_wait_us_max: round3(self.queue_wait_max_ns as f64 / 1e3),
             queue_wait_us_mean: round3(mean_us(self.queue_wait_sum_ns)),
             device_time_us_mean: round3(mean_us(self.device_time_sum_ns)),
@@ -226,8 +284,17 @@ pub fn human_duration(microseconds: f64) -> String {
     }
 }
 
-const GROUP_COLUMNS: [&str; 8] = [
-    "IOPS", "MB/s", "p50", "p99", "p99.9", "max", "wait max", "wait:dev",
+const GROUP_COLUMNS: [&str; 10] = [
+    "IOPS",
+    "MB/s",
+    "p50",
+    "p99",
+    "p99.9",
+    "p99.99",
+    "max",
+    "worst0.5s",
+    "wait max",
+    "wait:dev",
 ];
 const COLUMN_WIDTH: usize = 9;
 
@@ -246,7 +313,10 @@ fn group_cells(row: Option<&ClassReport>) -> Vec<String> {
         human_duration(row.latency_us.p50),
         human_duration(row.latency_us.p99),
         human_duration(row.latency_us.p999),
+        human_duration(row.latency_us.p9999),
         human_duration(row.latency_us.max),
+        row.worst_500ms_iops
+            .map_or_else(|| "-".into(), |iops| format!("{iops:.0}")),
         human_duration(row.queue_wait_us_max),
         ratio,
     ]
@@ -320,6 +390,35 @@ mod tests {
         assert_eq!(report.queue_wait_us_max, 100.0);
         assert_eq!(report.device_time_us_mean, 300.0);
         assert!((report.latency_us.max - 500.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn the_worst_half_second_is_the_emptiest_full_window() {
+        // Active from 1 s for 2.2 s: four full windows, the partial fifth ignored.
+        let mut accumulator =
+            ClassAccumulator::new("c".into(), "d".into(), 2_200_000_000).starting_at(1_000_000_000);
+        let per_window = [10u64, 4, 7, 9, 0];
+        for (window, &count) in per_window.iter().enumerate() {
+            for index in 0..count {
+                let at = 1_000_000_000 + window as u64 * RATE_WINDOW_NS + index * 1_000;
+                accumulator.on_submit(at);
+                accumulator.on_complete(at + 500, at, at, 4096);
+            }
+        }
+        // A completion after the active window does not count.
+        accumulator.on_submit(3_200_000_000);
+        accumulator.on_complete(3_300_000_000, 3_200_000_000, 3_200_000_000, 4096);
+        let report = accumulator.finish();
+        assert_eq!(report.worst_500ms_iops, Some(8.0));
+
+        let short = ClassAccumulator::new("c".into(), "d".into(), 300_000_000).finish();
+        assert_eq!(short.worst_500ms_iops, None);
+
+        // A window with nothing completed is a rate of zero.
+        let mut idle = ClassAccumulator::new("c".into(), "d".into(), 1_000_000_000).starting_at(0);
+        idle.on_submit(0);
+        idle.on_complete(100, 0, 0, 4096);
+        assert_eq!(idle.finish().worst_500ms_iops, Some(0.0));
     }
 
     #[test]

@@ -158,10 +158,11 @@ fn drive(
             let jobs = scenario.jobs.iter().filter(|job| job.class == class);
             let start = jobs.clone().map(|job| job.start_ns).min()?;
             let stop = jobs.map(|job| job.stop_ns).max()?;
-            Some((class, spec, stop - start))
+            Some((spec, start, stop))
         })
-        .map(|(_, spec, window)| {
-            ClassAccumulator::new(spec.name.clone(), plan.device_name.clone(), window)
+        .map(|(spec, start, stop)| {
+            ClassAccumulator::new(spec.name.clone(), plan.device_name.clone(), stop - start)
+                .starting_at(start)
         })
         .collect();
     // Class index -> accumulator index (classes without jobs have none).
