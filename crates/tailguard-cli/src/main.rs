@@ -12,6 +12,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod render;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

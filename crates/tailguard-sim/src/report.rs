@@ -18,6 +18,10 @@
 //!   queue before its last piece was dispatched, counting requests still queued
 //!   at the end (a starved request waited too); `queue_wait_us_mean` and
 //!   `device_time_us_mean` split the mean latency into scheduler and device time.
+//! - `timeline`: one point per second of the run (from time 0, not from the
+//!   pair's start, so pairs line up), by completion time: `iops` (requests
+//!   completed in that second), `mb_per_s`, and `latency_us_max` (the slowest of
+//!   them; 0 when none completed). The last second may be partial.
 //! - `submitted`, `outstanding`: requests submitted, and still unfinished at the
 //!   end (submitted = ops + outstanding, always).
 //! - `first_submit_s`, `last_completion_s`: when the pair's first request was
@@ -41,6 +45,19 @@ pub struct LatencyUs {
     pub p9999: f64,
     /// Largest.
     pub max: f64,
+}
+
+/// One second of a pair's timeline; see the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TimelineSecond {
+    /// Seconds since the run started (the start of this one-second bin).
+    pub second: u64,
+    /// Requests completed in this second.
+    pub iops: f64,
+    /// 10^6 bytes completed in this second.
+    pub mb_per_s: f64,
+    /// The largest latency of the requests completed in this second.
+    pub latency_us_max: f64,
 }
 
 /// One (class, device) pair's results; see the module docs.
@@ -77,6 +94,8 @@ pub struct ClassReport {
     pub first_submit_s: f64,
     /// Last completion.
     pub last_completion_s: f64,
+    /// Per second of the run: completions, bytes and the slowest latency.
+    pub timeline: Vec<TimelineSecond>,
 }
 
 /// One policy's results.
@@ -111,6 +130,8 @@ pub struct ClassAccumulator {
     latency_ns: Histogram<u64>,
     /// Completions per [`RATE_WINDOW_NS`] window from the active start.
     window_completions: Vec<u64>,
+    /// Per second of the run: requests, bytes and the largest latency.
+    seconds: Vec<SecondBin>,
     ops: u64,
     bytes: u64,
     submitted: u64,
@@ -119,6 +140,14 @@ pub struct ClassAccumulator {
     device_time_sum_ns: u128,
     first_submit_ns: Option<Nanos>,
     last_completion_ns: Nanos,
+}
+
+/// What completed in one second.
+#[derive(Clone, Copy, Debug, Default)]
+struct SecondBin {
+    ops: u64,
+    bytes: u64,
+    latency_max_ns: Nanos,
 }
 
 /// Largest latency the histograms hold: one day, in nanoseconds.
@@ -137,6 +166,7 @@ impl ClassAccumulator {
             window_ns: window_ns.max(1),
             active_start_ns: None,
             window_completions: Vec::new(),
+            seconds: Vec::new(),
             latency_ns: Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
                 .expect("valid histogram bounds"),
             ops: 0,
@@ -182,6 +212,31 @@ impl ClassAccumulator {
         self.device_time_sum_ns += u128::from(completed_at - dispatched_at);
         self.last_completion_ns = self.last_completion_ns.max(completed_at);
         self.count_in_window(completed_at);
+        self.count_in_second(completed_at, latency_ns, bytes);
+    }
+
+    fn count_in_second(&mut self, completed_at: Nanos, latency_ns: Nanos, bytes: u64) {
+        let second = (completed_at / tailguard_core::NANOS_PER_SECOND) as usize;
+        if self.seconds.len() <= second {
+            self.seconds.resize(second + 1, SecondBin::default());
+        }
+        let bin = &mut self.seconds[second];
+        bin.ops += 1;
+        bin.bytes += bytes;
+        bin.latency_max_ns = bin.latency_max_ns.max(latency_ns);
+    }
+
+    fn timeline(&self) -> Vec<TimelineSecond> {
+        self.seconds
+            .iter()
+            .enumerate()
+            .map(|(second, bin)| TimelineSecond {
+                second: second as u64,
+                iops: bin.ops as f64,
+                mb_per_s: round3(bin.bytes as f64 / 1e6),
+                latency_us_max: round3(bin.latency_max_ns as f64 / 1e3),
+            })
+            .collect()
     }
 
     fn active_start_ns(&self) -> Nanos {
@@ -260,6 +315,7 @@ impl ClassAccumulator {
             outstanding: self.submitted - self.ops,
             first_submit_s: round3(self.first_submit_ns.unwrap_or(0) as f64 / NANOS_PER_SECOND_F64),
             last_completion_s: round6(self.last_completion_ns as f64 / NANOS_PER_SECOND_F64),
+            timeline: self.timeline(),
         }
     }
 }
@@ -419,6 +475,36 @@ mod tests {
         idle.on_submit(0);
         idle.on_complete(100, 0, 0, 4096);
         assert_eq!(idle.finish().worst_500ms_iops, Some(0.0));
+    }
+
+    #[test]
+    fn the_timeline_bins_completions_by_second_from_time_zero() {
+        let mut accumulator =
+            ClassAccumulator::new("c".into(), "d".into(), 3_000_000_000).starting_at(500_000_000);
+        // (completed at, latency) in ns; second 1 has none.
+        let completions = [
+            (600_000_000u64, 100_000u64),
+            (900_000_000, 300_000),
+            (2_100_000_000, 2_000_000),
+        ];
+        for (completed_at, latency) in completions {
+            accumulator.on_submit(completed_at - latency);
+            accumulator.on_complete(
+                completed_at,
+                completed_at - latency,
+                completed_at - latency,
+                1_000_000,
+            );
+        }
+        let timeline = accumulator.finish().timeline;
+        let seconds: Vec<u64> = timeline.iter().map(|point| point.second).collect();
+        assert_eq!(seconds, [0, 1, 2]);
+        let iops: Vec<f64> = timeline.iter().map(|point| point.iops).collect();
+        assert_eq!(iops, [2.0, 0.0, 1.0]);
+        assert_eq!(timeline[0].mb_per_s, 2.0);
+        assert_eq!(timeline[0].latency_us_max, 300.0);
+        assert_eq!(timeline[1].latency_us_max, 0.0);
+        assert_eq!(timeline[2].latency_us_max, 2_000.0);
     }
 
     #[test]

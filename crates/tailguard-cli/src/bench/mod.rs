@@ -184,6 +184,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
             arguments.repeat
         );
         println!("{}", render_table(&reports));
+        println!("{}", crate::render::render_timeline(&reports));
     }
     Ok(())
 }
