@@ -12,9 +12,13 @@
 //!   [`tailguard::backend`] (io_uring, or its thread pool where io_uring is
 //!   refused): every request goes to the kernel when it is generated, no queue,
 //!   no budget, no classes.
-//! - `kernel-buffered`: the files opened without O_DIRECT, `pread`/`pwrite` from
-//!   the backend's thread pool: writes land in the page cache and the kernel's
-//!   writeback decides when they reach the device.
+//! - `kernel-buffered`: `pread`/`pwrite` from the backend's thread pool, writes
+//!   on a descriptor without O_DIRECT: they land in the page cache and the
+//!   kernel's writeback decides when they reach the device. Reads use a second
+//!   descriptor with O_DIRECT, as the seed's readers did: buffered reads would
+//!   measure the page cache after the first pass over a file, not the disk
+//!   beside the writeback. Where the filesystem refuses O_DIRECT (tmpfs), reads
+//!   fall back to the buffered descriptor and a note says so.
 //!
 //! Latency counts from a request's intended start: its arrival for open-loop
 //! jobs (so a stall cannot slow the load down and hide itself: no coordinated
@@ -502,8 +506,23 @@ struct BackendExecutor {
     backlog: VecDeque<Op>,
     /// Buffers of ops pushed or in the backlog: the kernel's until reaped.
     buffers: HashMap<u64, AlignedBuffer>,
+    /// Per file: the descriptor for writes (O_DIRECT in kernel-direct only).
     files: Vec<std::fs::File>,
+    /// Per file: the descriptor for reads (always O_DIRECT where it opens).
+    read_files: Vec<std::fs::File>,
     results: Vec<backend::OpResult>,
+}
+
+/// Opens `path` for reading and writing, with O_DIRECT when `direct`.
+fn open_plain(path: &std::path::Path, direct: bool) -> io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true);
+    if direct {
+        options.custom_flags(libc::O_DIRECT);
+    }
+    options
+        .open(path)
+        .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", path.display())))
 }
 
 impl BackendExecutor {
@@ -527,18 +546,24 @@ impl BackendExecutor {
         let files = plan
             .files
             .iter()
-            .map(|path| {
-                let mut options = std::fs::OpenOptions::new();
-                options.read(true).write(true);
-                if direct {
-                    options.custom_flags(libc::O_DIRECT);
-                }
-                options.open(path).map_err(|error| {
-                    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
-                })
-            })
+            .map(|path| open_plain(path, direct))
             .collect::<io::Result<Vec<_>>>()
             .map_err(failed)?;
+        let mut read_files = Vec::with_capacity(files.len());
+        for (path, file) in plan.files.iter().zip(&files) {
+            let reader = match open_plain(path, true) {
+                Ok(reader) => reader,
+                Err(error) if !direct && error.raw_os_error() == Some(libc::EINVAL) => {
+                    eprintln!(
+                        "note: {name}: {} refuses O_DIRECT; its reads go through the page cache",
+                        path.display()
+                    );
+                    file.try_clone().map_err(failed)?
+                }
+                Err(error) => return Err(failed(error)),
+            };
+            read_files.push(reader);
+        }
         let alarm = Alarm::new(backend.waker()).map_err(failed)?;
         Ok(Self {
             backend,
@@ -546,6 +571,7 @@ impl BackendExecutor {
             backlog: VecDeque::new(),
             buffers: HashMap::new(),
             files,
+            read_files,
             results: Vec::new(),
         })
     }
@@ -572,7 +598,11 @@ impl Executor for BackendExecutor {
     fn submit(&mut self, mut request: Request) -> Result<(), BenchError> {
         let op = Op {
             user_data: request.token,
-            fd: self.files[request.file].as_raw_fd(),
+            fd: if request.write {
+                self.files[request.file].as_raw_fd()
+            } else {
+                self.read_files[request.file].as_raw_fd()
+            },
             kind: if request.write {
                 OpKind::Write
             } else {

@@ -24,7 +24,8 @@ pub enum Mode {
     Tailguard,
     /// O_DIRECT straight to the kernel (io_uring), no scheduler.
     KernelDirect,
-    /// Through the page cache with `pread`/`pwrite` from threads.
+    /// `pread`/`pwrite` from threads: writes through the page cache (flushed by
+    /// kernel writeback), reads O_DIRECT where the target takes it.
     KernelBuffered,
 }
 
@@ -46,7 +47,7 @@ impl Mode {
         Self::ALL.into_iter().find(|mode| mode.name() == name)
     }
 
-    /// Whether it opens files with O_DIRECT.
+    /// Whether it writes with O_DIRECT (and so needs a target that takes it).
     pub fn direct(self) -> bool {
         !matches!(self, Self::KernelBuffered)
     }
