@@ -1,5 +1,5 @@
 //! Terminal renderings of a run beyond the per-class table: the per-second
-//! timeline as sparklines.
+//! timeline as sparklines, and the latency histograms.
 //!
 //! Everything here is a pure function from [`RunReport`]s to text, so tests can
 //! check it without running anything. Rows are labelled `class@device` and the
@@ -13,8 +13,15 @@
 //! (mean rate, largest latency). Only the seconds that start within the run's
 //! `duration_s` are drawn: after it, requests only drain (the JSON keeps them).
 
+//!
+//! The histograms are bcc's `xfsdist` layout (`from -> to : count |****|`, in
+//! power-of-two microseconds), one block per class with the runs side by side
+//! over the same bucket rows, each bar scaled to its own run's fullest bucket.
+//! A bucket with requests always gets at least one `*`: a handful of 100 ms
+//! reads among a million fast ones is the point of the picture.
+
 use std::fmt::Write as _;
-use tailguard_sim::report::{human_duration, RunReport, TimelineSecond};
+use tailguard_sim::report::{human_duration, Log2Bucket, RunReport, TimelineSecond};
 
 /// The widest sparkline, in characters.
 pub const SPARKLINE_WIDTH_MAX: usize = 60;
@@ -189,6 +196,97 @@ fn drawn(timeline: &[TimelineSecond], duration_s: f64) -> &[TimelineSecond] {
     &timeline[..within]
 }
 
+/// The widest histogram bar: for one run, and for each of several.
+const BAR_WIDTH_ONE: usize = 40;
+const BAR_WIDTH_SEVERAL: usize = 20;
+
+/// A bar of `*` for `count` against `fullest`, at least one for any count.
+pub fn bar(count: u64, fullest: u64, width: usize) -> String {
+    if count == 0 || fullest == 0 {
+        return String::new();
+    }
+    let stars = ((count as f64 / fullest as f64) * width as f64).round() as usize;
+    "*".repeat(stars.clamp(1, width))
+}
+
+/// The count of the bucket starting at `from_us` (0 when absent).
+fn count_at(buckets: &[Log2Bucket], from_us: u64) -> u64 {
+    buckets
+        .iter()
+        .find(|bucket| bucket.from_us == from_us)
+        .map_or(0, |bucket| bucket.count)
+}
+
+/// The latency histogram of every class, runs side by side.
+pub fn render_histograms(reports: &[RunReport]) -> String {
+    let width = if reports.len() > 1 {
+        BAR_WIDTH_SEVERAL
+    } else {
+        BAR_WIDTH_ONE
+    };
+    let mut out = String::new();
+    for (class, device) in class_keys(reports) {
+        let rows: Vec<Option<&[Log2Bucket]>> = reports
+            .iter()
+            .map(|report| {
+                report
+                    .class(&class, &device)
+                    .map(|row| row.latency_log2_us.as_slice())
+            })
+            .collect();
+        // The bucket rows: from the lowest to the highest non-empty in any run.
+        let mut starts: Vec<(u64, u64)> = rows
+            .iter()
+            .flatten()
+            .flat_map(|buckets| buckets.iter())
+            .filter(|bucket| bucket.count > 0)
+            .map(|bucket| (bucket.from_us, bucket.to_us))
+            .collect();
+        starts.sort_unstable();
+        let (Some(&(low, _)), Some(&(_, high))) = (starts.first(), starts.last()) else {
+            continue;
+        };
+        let _ = writeln!(out, "{class}@{device}: latency histogram (log2 µs)");
+        let _ = write!(out, "{:>24} ", "usecs");
+        for report in reports {
+            let title: String = report.policy.chars().take(width + 10).collect();
+            let _ = write!(out, ": {title:<w$} ", w = width + 11);
+        }
+        let trimmed = out.trim_end_matches(' ').len();
+        out.truncate(trimmed);
+        out.push('\n');
+        let fullest: Vec<u64> = rows
+            .iter()
+            .map(|buckets| {
+                buckets.map_or(0, |buckets| {
+                    buckets.iter().map(|bucket| bucket.count).max().unwrap_or(0)
+                })
+            })
+            .collect();
+        let mut from = low;
+        loop {
+            let to = if from == 0 { 1 } else { 2 * from - 1 };
+            let _ = write!(out, "{:>10} -> {:<10} ", from, to);
+            for (buckets, &fullest) in rows.iter().zip(&fullest) {
+                let count = buckets.map_or(0, |buckets| count_at(buckets, from));
+                let _ = write!(
+                    out,
+                    ": {count:<8} |{:<width$}| ",
+                    bar(count, fullest, width)
+                );
+            }
+            let trimmed = out.trim_end_matches(' ').len();
+            out.truncate(trimmed);
+            out.push('\n');
+            if to >= high {
+                break;
+            }
+            from = to + 1;
+        }
+    }
+    out
+}
+
 /// The smallest and largest value (0, 0 when empty).
 fn range(values: &[f64]) -> (f64, f64) {
     if values.is_empty() {
@@ -267,6 +365,49 @@ mod tests {
             text.lines().nth(2).unwrap().ends_with("▁▁  100–100"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn histograms_put_runs_side_by_side_over_the_same_buckets() {
+        let text = render_histograms(&[
+            run("alone", &[100, 100], &[200, 200]),
+            run("writeback", &[150, 1], &[200, 70_000]),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "reads@vda: latency histogram (log2 µs)");
+        assert!(
+            lines[1].contains("usecs") && lines[1].contains(": alone"),
+            "{text}"
+        );
+        assert!(lines[1].contains(": writeback"), "{text}");
+        // 200 µs falls in 128 -> 255; 70 ms in 65536 -> 131071.
+        let first = lines[2];
+        assert!(first.trim_start().starts_with("128 -> 255"), "{text}");
+        assert!(
+            first.contains(&format!(": 200      |{}|", "*".repeat(20))),
+            "{text}"
+        );
+        assert!(
+            first.contains(&format!(": 150      |{}|", "*".repeat(20))),
+            "{text}"
+        );
+        let last = lines.last().unwrap();
+        assert!(last.trim_start().starts_with("65536 -> 131071"), "{text}");
+        // One slow request still gets a star; the other run has none there.
+        assert!(last.contains(": 0        |                    |"), "{text}");
+        assert!(
+            last.ends_with(": 1        |*                   |"),
+            "{text}"
+        );
+        assert_eq!(lines.len(), 2 + 10, "128..=131071 is ten buckets: {text}");
+    }
+
+    #[test]
+    fn bars_scale_to_the_fullest_bucket_and_never_hide_a_request() {
+        assert_eq!(bar(10, 10, 40).len(), 40);
+        assert_eq!(bar(5, 10, 40).len(), 20);
+        assert_eq!(bar(1, 1_000_000, 40), "*");
+        assert_eq!(bar(0, 10, 40), "");
     }
 
     #[test]

@@ -22,6 +22,9 @@
 //!   pair's start, so pairs line up), by completion time: `iops` (requests
 //!   completed in that second), `mb_per_s`, and `latency_us_max` (the slowest of
 //!   them; 0 when none completed). The last second may be partial.
+//! - `latency_log2_us`: the latency histogram in power-of-two microsecond
+//!   buckets (`from_us`..=`to_us`: 0..=1, 2..=3, 4..=7, ...), as bcc's
+//!   `xfsdist` prints it, from the lowest non-empty bucket to the highest.
 //! - `submitted`, `outstanding`: requests submitted, and still unfinished at the
 //!   end (submitted = ops + outstanding, always).
 //! - `first_submit_s`, `last_completion_s`: when the pair's first request was
@@ -60,6 +63,17 @@ pub struct TimelineSecond {
     pub latency_us_max: f64,
 }
 
+/// One power-of-two bucket of a latency histogram.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Log2Bucket {
+    /// Smallest latency in the bucket, in whole microseconds.
+    pub from_us: u64,
+    /// Largest latency in the bucket, in whole microseconds.
+    pub to_us: u64,
+    /// Requests with a latency in the bucket.
+    pub count: u64,
+}
+
 /// One (class, device) pair's results; see the module docs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ClassReport {
@@ -96,6 +110,8 @@ pub struct ClassReport {
     pub last_completion_s: f64,
     /// Per second of the run: completions, bytes and the slowest latency.
     pub timeline: Vec<TimelineSecond>,
+    /// Latency histogram in power-of-two microsecond buckets.
+    pub latency_log2_us: Vec<Log2Bucket>,
 }
 
 /// One policy's results.
@@ -226,6 +242,28 @@ impl ClassAccumulator {
         bin.latency_max_ns = bin.latency_max_ns.max(latency_ns);
     }
 
+    fn log2_histogram(&self) -> Vec<Log2Bucket> {
+        let mut counts: Vec<u64> = Vec::new();
+        for value in self.latency_ns.iter_recorded() {
+            let bucket = log2_bucket(value.value_iterated_to() / 1_000);
+            if counts.len() <= bucket {
+                counts.resize(bucket + 1, 0);
+            }
+            counts[bucket] += value.count_at_value();
+        }
+        let first = counts.iter().position(|&count| count > 0).unwrap_or(0);
+        counts
+            .iter()
+            .enumerate()
+            .skip(first)
+            .map(|(bucket, &count)| Log2Bucket {
+                from_us: if bucket == 0 { 0 } else { 1 << bucket },
+                to_us: (2u64 << bucket) - 1,
+                count,
+            })
+            .collect()
+    }
+
     fn timeline(&self) -> Vec<TimelineSecond> {
         self.seconds
             .iter()
@@ -316,7 +354,18 @@ impl ClassAccumulator {
             first_submit_s: round3(self.first_submit_ns.unwrap_or(0) as f64 / NANOS_PER_SECOND_F64),
             last_completion_s: round6(self.last_completion_ns as f64 / NANOS_PER_SECOND_F64),
             timeline: self.timeline(),
+            latency_log2_us: self.log2_histogram(),
         }
+    }
+}
+
+/// The power-of-two bucket of a latency in whole microseconds: 0 for 0..=1,
+/// `k` for 2^k..2^(k+1).
+fn log2_bucket(microseconds: u64) -> usize {
+    if microseconds < 2 {
+        0
+    } else {
+        microseconds.ilog2() as usize
     }
 }
 
@@ -505,6 +554,27 @@ mod tests {
         assert_eq!(timeline[0].latency_us_max, 300.0);
         assert_eq!(timeline[1].latency_us_max, 0.0);
         assert_eq!(timeline[2].latency_us_max, 2_000.0);
+    }
+
+    #[test]
+    fn the_log2_histogram_counts_powers_of_two_of_microseconds() {
+        let mut accumulator = ClassAccumulator::new("c".into(), "d".into(), 1_000_000_000);
+        // 5 µs, 6 µs, 7.9 µs in 4..=7; none in 8..=15; 20 µs in 16..=31.
+        for latency_ns in [5_000u64, 6_000, 7_900, 20_000] {
+            accumulator.on_submit(0);
+            accumulator.on_complete(latency_ns, 0, 0, 4096);
+        }
+        let buckets = accumulator.finish().latency_log2_us;
+        let shape: Vec<(u64, u64, u64)> = buckets
+            .iter()
+            .map(|bucket| (bucket.from_us, bucket.to_us, bucket.count))
+            .collect();
+        assert_eq!(shape, [(4, 7, 3), (8, 15, 0), (16, 31, 1)]);
+        assert_eq!(log2_bucket(0), 0);
+        assert_eq!(log2_bucket(1), 0);
+        assert_eq!(log2_bucket(2), 1);
+        assert_eq!(log2_bucket(1023), 9);
+        assert_eq!(log2_bucket(1024), 10);
     }
 
     #[test]

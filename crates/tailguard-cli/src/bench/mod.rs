@@ -185,6 +185,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
             arguments.repeat
         );
         println!("{}", render_table(&reports));
+        println!("{}", crate::render::render_histograms(&reports));
         println!("{}", crate::render::render_timeline(&reports));
     }
     Ok(())
