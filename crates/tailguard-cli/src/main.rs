@@ -12,6 +12,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod progress;
 mod render;
 
 use std::path::PathBuf;

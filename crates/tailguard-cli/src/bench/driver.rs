@@ -58,6 +58,8 @@ use tailguard_sim::workload::{RequestTemplate, Workload};
 const RING_DEPTH: u32 = 1024;
 /// The longest the driver sleeps without checking for Ctrl-C.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the driver reports its progress.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 /// The memory alignment of every buffer (enough for any O_DIRECT target).
 const BUFFER_ALIGNMENT: usize = 4096;
 
@@ -108,12 +110,14 @@ fn concurrency(scenario: &Scenario) -> usize {
     total.clamp(1, 256) as usize
 }
 
-/// Runs the scenario once in `mode` against `plan`'s files.
+/// Runs the scenario once in `mode` against `plan`'s files, and calls
+/// `progress` with the run's elapsed time every [`PROGRESS_INTERVAL`] or so.
 pub fn run(
     scenario: &Scenario,
     plan: &Plan,
     mode: Mode,
     seed: u64,
+    progress: &mut dyn FnMut(Nanos),
 ) -> Result<RunReport, BenchError> {
     let threads = concurrency(scenario);
     let mut executor: Box<dyn Executor> = match mode {
@@ -121,7 +125,7 @@ pub fn run(
         Mode::KernelDirect => Box::new(BackendExecutor::new(plan, true, threads)?),
         Mode::KernelBuffered => Box::new(BackendExecutor::new(plan, false, threads)?),
     };
-    let result = drive(scenario, plan, mode, seed, executor.as_mut());
+    let result = drive(scenario, plan, mode, seed, executor.as_mut(), progress);
     if result.is_err() {
         executor.abandon_queued();
     }
@@ -151,6 +155,7 @@ fn drive(
     mode: Mode,
     seed: u64,
     executor: &mut dyn Executor,
+    progress: &mut dyn FnMut(Nanos),
 ) -> Result<RunReport, BenchError> {
     let mut workload = Workload::new(scenario, seed);
     let duration_ns = scenario.duration_ns;
@@ -211,11 +216,17 @@ fn drive(
     let mut done = Vec::new();
     let start = Instant::now();
     let ns_at = |instant: Instant| instant.saturating_duration_since(start).as_nanos() as Nanos;
+    let mut next_progress = start;
     loop {
         if interrupted() {
             return Err(BenchError::interrupted());
         }
-        let now = ns_at(Instant::now());
+        let instant = Instant::now();
+        if instant >= next_progress {
+            progress(ns_at(instant));
+            next_progress = instant + PROGRESS_INTERVAL;
+        }
+        let now = ns_at(instant);
         while let Some(&Reverse((when, instance, is_start))) = timers.peek() {
             if when > now {
                 break;

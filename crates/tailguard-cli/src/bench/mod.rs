@@ -10,6 +10,7 @@
 //! run starts from a settled target: the data files are synced and dropped from
 //! the page cache first.
 
+use crate::progress::Progress;
 use std::path::PathBuf;
 use tailguard_sim::report::{render_table, RunReport};
 
@@ -148,16 +149,19 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
     )?;
     let mut reports: Vec<RunReport> = Vec::new();
     let runs = arguments.repeat as usize * modes.len();
+    let progress = Progress::new("tailguard bench");
     for repetition in 0..arguments.repeat {
         for &mode in &modes {
-            eprintln!(
-                "tailguard bench: run {}/{runs}: {} ({} s)",
-                reports.len() + 1,
-                mode.name(),
-                scenario.duration_ns as f64 / 1e9
-            );
             target::settle(&plan)?;
-            let mut report = driver::run(scenario, &plan, mode, scenario.seed)?;
+            let bar = progress.start_run(
+                &format!("run {}/{runs}: {}", reports.len() + 1, mode.name()),
+                scenario.duration_ns,
+            );
+            let mut report =
+                driver::run(scenario, &plan, mode, scenario.seed, &mut |elapsed_ns| {
+                    bar.tick(elapsed_ns)
+                })?;
+            drop(bar);
             if !arguments.json && arguments.repeat > 1 {
                 report.policy = format!("{} #{}", mode.name(), repetition + 1);
             }
