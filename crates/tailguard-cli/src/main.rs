@@ -6,12 +6,14 @@
 //!
 //! - `tailguard sim SCENARIO.toml... [--policy P[,P...]] [--seed N] [--json]`
 //!   runs scenarios in the deterministic simulator and compares policies.
-//! - `tailguard bench JOBS.toml [--target PATH] [--mode M[,M...]] [--repeat N] [--json]`
-//!   runs a job file on a real disk and compares tailguard with plain kernel I/O.
+//! - `tailguard bench JOBS.toml [--target PATH] [--mode M[,M...]] [--repeat N] [--json]
+//!   [--report FILE.html]` runs a job file on a real disk and compares tailguard
+//!   with plain kernel I/O.
 
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod html;
 mod progress;
 mod render;
 

@@ -25,6 +25,8 @@
 //! - `latency_log2_us`: the latency histogram in power-of-two microsecond
 //!   buckets (`from_us`..=`to_us`: 0..=1, 2..=3, 4..=7, ...), as bcc's
 //!   `xfsdist` prints it, from the lowest non-empty bucket to the highest.
+//! - `latency_curve_us`: latency at the percentiles of [`CURVE_PERCENTILES`]
+//!   (50 up to 99.999, then 100 for the max), for percentile plots.
 //! - `submitted`, `outstanding`: requests submitted, and still unfinished at the
 //!   end (submitted = ops + outstanding, always).
 //! - `first_submit_s`, `last_completion_s`: when the pair's first request was
@@ -74,6 +76,20 @@ pub struct Log2Bucket {
     pub count: u64,
 }
 
+/// The percentiles `latency_curve_us` gives, in percent.
+pub const CURVE_PERCENTILES: [f64; 13] = [
+    50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.995, 99.999, 99.9999, 100.0,
+];
+
+/// Latency at one percentile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PercentilePoint {
+    /// The percentile, in percent (100 is the max).
+    pub percentile: f64,
+    /// Latency at it, in microseconds.
+    pub latency_us: f64,
+}
+
 /// One (class, device) pair's results; see the module docs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ClassReport {
@@ -112,6 +128,8 @@ pub struct ClassReport {
     pub timeline: Vec<TimelineSecond>,
     /// Latency histogram in power-of-two microsecond buckets.
     pub latency_log2_us: Vec<Log2Bucket>,
+    /// Latency at each of [`CURVE_PERCENTILES`] (empty when nothing completed).
+    pub latency_curve_us: Vec<PercentilePoint>,
 }
 
 /// One policy's results.
@@ -355,6 +373,19 @@ impl ClassAccumulator {
             last_completion_s: round6(self.last_completion_ns as f64 / NANOS_PER_SECOND_F64),
             timeline: self.timeline(),
             latency_log2_us: self.log2_histogram(),
+            latency_curve_us: if self.ops == 0 {
+                Vec::new()
+            } else {
+                CURVE_PERCENTILES
+                    .iter()
+                    .map(|&percentile| PercentilePoint {
+                        percentile,
+                        latency_us: round3(
+                            self.latency_ns.value_at_quantile(percentile / 100.0) as f64 / 1e3,
+                        ),
+                    })
+                    .collect()
+            },
         }
     }
 }
@@ -564,7 +595,18 @@ mod tests {
             accumulator.on_submit(0);
             accumulator.on_complete(latency_ns, 0, 0, 4096);
         }
-        let buckets = accumulator.finish().latency_log2_us;
+        let report = accumulator.finish();
+        let curve = &report.latency_curve_us;
+        assert_eq!(curve.len(), CURVE_PERCENTILES.len());
+        assert!((curve[0].latency_us - 6.0).abs() < 0.1, "{curve:?}");
+        assert!(
+            (curve.last().unwrap().latency_us - 20.0).abs() < 0.1,
+            "{curve:?}"
+        );
+        assert!(curve
+            .windows(2)
+            .all(|pair| pair[0].latency_us <= pair[1].latency_us));
+        let buckets = report.latency_log2_us;
         let shape: Vec<(u64, u64, u64)> = buckets
             .iter()
             .map(|bucket| (bucket.from_us, bucket.to_us, bucket.count))

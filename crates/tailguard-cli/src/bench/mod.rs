@@ -105,6 +105,10 @@ pub struct BenchArguments {
     /// Allow a block device as the target (not supported yet: refused either way).
     #[arg(long)]
     pub allow_device: bool,
+    /// Also write a self-contained HTML page (inline SVG charts: latency
+    /// percentiles per mode, IOPS and max latency per second) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
 }
 
 /// Runs `tailguard bench`.
@@ -169,24 +173,41 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         }
     }
     drop(layout);
+    let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
+    let command = format!(
+        "tailguard bench {} --target {} --mode {} --repeat {}",
+        arguments.jobs.display(),
+        target_path.display(),
+        mode_names.join(","),
+        arguments.repeat
+    );
+    if let Some(path) = &arguments.report {
+        let notes = [
+            format!("Command: {command}"),
+            format!(
+                "Target {} (device {}), {} s per run, seed {}, modes interleaved in run order.",
+                target_path.display(),
+                plan.device_name,
+                scenario.duration_ns as f64 / 1e9,
+                scenario.seed
+            ),
+        ];
+        let title = format!("tailguard bench: {}", arguments.jobs.display());
+        crate::html::write(path, &title, &notes, &reports).map_err(BenchError::usage)?;
+        eprintln!("tailguard bench: wrote {}", path.display());
+    }
     if arguments.json {
         let text = serde_json::to_string_pretty(&reports)
             .map_err(|error| BenchError::usage(error.to_string()))?;
         println!("{text}");
     } else {
-        let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
         println!(
-            "{} — target {} (device {}), {} s per run, seed {} (reproduce: tailguard bench {} \
-             --target {} --mode {} --repeat {})",
+            "{} — target {} (device {}), {} s per run, seed {} (reproduce: {command})",
             arguments.jobs.display(),
             target_path.display(),
             plan.device_name,
             scenario.duration_ns as f64 / 1e9,
             scenario.seed,
-            arguments.jobs.display(),
-            target_path.display(),
-            mode_names.join(","),
-            arguments.repeat
         );
         println!("{}", render_table(&reports));
         println!("{}", crate::render::render_histograms(&reports));
