@@ -9,7 +9,7 @@
 //!    seed's fio job) on a read file, O_DIRECT, no scheduler (`kernel-direct`):
 //!    what the disk gives readers with nothing else going on;
 //! 2. **kernel writeback**: the same readers beside a sequential 1 MiB writer
-//!    (queue depth 4) writing through the page cache (`kernel-buffered`), so the
+//!    (queue depth [`WRITE_QUEUE_DEPTH`]) writing through the page cache (`kernel-buffered`), so the
 //!    kernel's flusher decides when and how much to send to the disk;
 //! 3. **tailguard**: the same readers and writer through a `Scheduler`, the
 //!    readers in a class of 400 shares, the writer in a background class of 100.
@@ -47,6 +47,10 @@ const WRITES: &str = "writes";
 /// queued; 16 closed-loop readers seldom do, so on an uncalibrated device the
 /// split is mostly set by how many writes the device budget keeps in flight.
 const READ_SHARES: u32 = 400;
+/// 1 MiB writes the writer keeps in flight: enough that it always has writes
+/// queued in tailguard (so shares, not its own depth, limit it), as kernel
+/// writeback, which sends far more at once, always has.
+const WRITE_QUEUE_DEPTH: u32 = 16;
 const WRITE_SHARES: u32 = 100;
 /// Smallest write file worth running: below this the demo refuses.
 const WRITE_BYTES_MIN: u64 = 64 << 20;
@@ -172,7 +176,8 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
     let verdict = verdict(&reports, &disk_writes);
     println!(
         "tailguard demo on {} (device {}): 16 readers of 4 KiB at queue depth 1 on a {:.0} MiB \
-         file; a 1 MiB sequential writer at queue depth 4 on a {:.1} GiB file from {:.1} s",
+         file; a 1 MiB sequential writer at queue depth {WRITE_QUEUE_DEPTH} on a {:.1} GiB file from \
+         {:.1} s",
         base.display(),
         read_plan.device_name,
         sizing.read_bytes as f64 / MIB as f64,
@@ -186,7 +191,7 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         format!("Command: {}", command_line(arguments)),
         format!(
             "Target {} (device {}). Readers: 16 closed-loop 4 KiB random readers, queue depth 1, \
-             on a {:.0} MiB file, O_DIRECT. Writer: 1 MiB sequential writes, queue depth 4, on a \
+             on a {:.0} MiB file, O_DIRECT. Writer: 1 MiB sequential writes, queue depth {WRITE_QUEUE_DEPTH}, on a \
              {:.1} GiB file, from {:.1} s; through the page cache (kernel writeback) or through \
              tailguard in a background class (shares: reads {READ_SHARES}, writes {WRITE_SHARES}).",
             base.display(),
@@ -438,7 +443,7 @@ fn demo_job(
             text,
             "[[class]]\nname = \"{WRITES}\"\nshares = {WRITE_SHARES}\n\
              [[job]]\nname = \"writer\"\nclass = \"{WRITES}\"\npattern = \"seqwrite\"\n\
-             block_size = \"1m\"\nqueue_depth = 4\nstart_s = {}\nsize = {}\n",
+             block_size = \"1m\"\nqueue_depth = {WRITE_QUEUE_DEPTH}\nstart_s = {}\nsize = {}\n",
             writes_start_s(duration_s),
             sizing.write_bytes
         );
@@ -554,6 +559,15 @@ fn percent(part: f64, whole: f64) -> f64 {
     }
 }
 
+/// A percentage with one decimal below 10 (so 0.3% does not read as 0%).
+fn short_percent(value: f64) -> String {
+    if value < 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.0}")
+    }
+}
+
 /// One line: how far the readers fell beside each kind of writes, and what the
 /// writes got. `reports` are alone, kernel writeback, tailguard; the writes are
 /// compared by what reached the disk (`disk_writes`) when known, since buffered
@@ -595,14 +609,14 @@ pub fn verdict(reports: &[RunReport], disk_writes: &[Option<f64>]) -> String {
         "tailguard did not spare the readers here"
     };
     format!(
-        "{outcome}: worst 0.5 s read rate {:.0}% of solo beside kernel writeback (max {}), \
-         {:.0}% through tailguard (max {}); tailguard's write rate {measured} {:.0}% of \
+        "{outcome}: worst 0.5 s read rate {}% of solo beside kernel writeback (max {}), \
+         {}% through tailguard (max {}); tailguard's write rate {measured} {}% of \
          writeback's",
-        kernel_share,
+        short_percent(kernel_share),
         human_duration(kernel.latency_us.max),
-        guarded_share,
+        short_percent(guarded_share),
         human_duration(guarded.latency_us.max),
-        write_share
+        short_percent(write_share)
     )
 }
 
@@ -669,7 +683,7 @@ mod tests {
             line.starts_with("tailguard kept the readers going"),
             "{line}"
         );
-        assert!(line.contains("rate 1% of solo"), "{line}");
+        assert!(line.contains("rate 1.0% of solo"), "{line}");
         assert!(line.contains("80% through tailguard"), "{line}");
         assert!(
             line.contains("as the writer saw it 75% of writeback's"),

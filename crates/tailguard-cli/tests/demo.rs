@@ -65,7 +65,8 @@ fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
         "read p99.99",
         "read max",
         "read worst 0.5 s",
-        "write MB/s",
+        "write MB/s (app)",
+        "disk writes MB/s",
     ] {
         let line = text
             .lines()
@@ -80,9 +81,9 @@ fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
     // The alone run has no writes; the two others wrote something.
     let writes = text
         .lines()
-        .find(|line| line.starts_with("write MB/s"))
+        .find(|line| line.starts_with("write MB/s (app)"))
         .unwrap();
-    let cells: Vec<&str> = writes.split_whitespace().skip(2).collect();
+    let cells: Vec<&str> = writes.split_whitespace().skip(3).collect();
     assert_eq!(cells[0], "-", "{writes}");
     assert!(cells[1].parse::<f64>().unwrap() > 0.0, "{writes}");
     assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{writes}");

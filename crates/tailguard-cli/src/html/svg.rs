@@ -177,7 +177,7 @@ pub struct Chart {
 const WIDTH: f64 = 640.0;
 const HEIGHT: f64 = 340.0;
 const LEFT: f64 = 72.0;
-const RIGHT: f64 = 16.0;
+const RIGHT: f64 = 28.0;
 const TOP: f64 = 48.0;
 const BOTTOM: f64 = 48.0;
 
