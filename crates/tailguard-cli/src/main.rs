@@ -6,14 +6,22 @@
 //!
 //! - `tailguard sim SCENARIO.toml... [--policy P[,P...]] [--seed N] [--json]`
 //!   runs scenarios in the deterministic simulator and compares policies.
-//! - `tailguard bench JOBS.toml [--target PATH] [--mode M[,M...]] [--repeat N] [--json]`
-//!   runs a job file on a real disk and compares tailguard with plain kernel I/O.
 //! - `tailguard tune PATH [--duration 60s] [--output FILE] [--format toml|seastar] [--report FILE.html]`
 //!   measures a device's IOPS, bandwidth and knees, and writes its profile.
+//! - `tailguard bench JOBS.toml [--target PATH] [--mode M[,M...]] [--repeat N] [--json]
+//!   [--report FILE.html]` runs a job file on a real disk and compares tailguard
+//!   with plain kernel I/O.
+//! - `tailguard demo [DIR] [--quick]` runs the embedded main job (readers alone,
+//!   beside kernel writeback, beside writes through tailguard) and writes
+//!   `tailguard-demo.html`.
 
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod demo;
+mod html;
+mod progress;
+mod render;
 mod tune;
 
 use std::path::PathBuf;
@@ -38,6 +46,9 @@ enum Command {
     Bench(bench::BenchArguments),
     /// Measure a device (IOPS, bandwidth, latency knees) and write its profile.
     Tune(tune::TuneArguments),
+    /// Show on this machine's disk what kernel writeback does to readers, and
+    /// what tailguard does instead (about 2 minutes; --quick about 30 s).
+    Demo(demo::DemoArguments),
 }
 
 #[derive(Debug, clap::Args)]
@@ -64,6 +75,7 @@ fn main() -> ExitCode {
         Command::Sim(arguments) => run_sim(&arguments).map_err(bench::BenchError::usage),
         Command::Bench(arguments) => bench::run(&arguments),
         Command::Tune(arguments) => tune::run(&arguments),
+        Command::Demo(arguments) => demo::run(&arguments),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

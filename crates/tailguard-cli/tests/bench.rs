@@ -284,3 +284,162 @@ fn ctrl_c_mid_run_removes_the_data_files_and_fails() {
     assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
     remove(&directory);
 }
+
+/// Asserts the per-class detail of a JSON class object agrees with its totals.
+fn check_class_detail(class: &serde_json::Value, duration_s: f64) {
+    let ops = class["ops"].as_u64().unwrap();
+    let latency_max = class["latency_us"]["max"].as_f64().unwrap();
+    // Timeline: consecutive seconds from 0, completions adding up to ops.
+    let timeline = class["timeline"].as_array().expect("a timeline");
+    assert!(!timeline.is_empty(), "{class}");
+    for (index, point) in timeline.iter().enumerate() {
+        assert_eq!(point["second"].as_u64(), Some(index as u64), "{class}");
+        let latency = point["latency_us_max"].as_f64().unwrap();
+        assert!(
+            latency >= 0.0 && latency <= latency_max + 0.001,
+            "{point} vs {class}"
+        );
+        assert!(point["mb_per_s"].as_f64().unwrap() >= 0.0);
+    }
+    let completed: f64 = timeline
+        .iter()
+        .map(|point| point["iops"].as_f64().unwrap())
+        .sum();
+    assert_eq!(completed as u64, ops, "timeline completions vs ops");
+    let busiest = timeline
+        .iter()
+        .map(|point| point["latency_us_max"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    // The table's max is the histogram's (three significant digits).
+    assert!(
+        (busiest - latency_max).abs() <= latency_max * 0.002,
+        "the slowest second holds the max: {busiest} vs {latency_max}"
+    );
+    // Worst 0.5 s: a real rate no higher than all ops in one window would give.
+    let worst = class["worst_500ms_iops"].as_f64().expect("a worst rate");
+    assert!(worst >= 0.0 && worst * 0.5 <= ops as f64, "{class}");
+    assert!(duration_s >= 0.5);
+    // Histogram: contiguous power-of-two buckets whose counts add up to ops.
+    let buckets = class["latency_log2_us"].as_array().unwrap();
+    let counted: u64 = buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!(counted, ops);
+    for pair in buckets.windows(2) {
+        assert_eq!(
+            pair[1]["from_us"].as_u64().unwrap(),
+            pair[0]["to_us"].as_u64().unwrap() + 1
+        );
+    }
+    let last = buckets.last().unwrap();
+    assert!(last["count"].as_u64().unwrap() > 0);
+    assert!(latency_max <= (last["to_us"].as_u64().unwrap() + 1) as f64);
+    // Percentile curve: rising, ending at the max, agreeing with p99.
+    let curve = class["latency_curve_us"].as_array().unwrap();
+    let values: Vec<f64> = curve
+        .iter()
+        .map(|point| point["latency_us"].as_f64().unwrap())
+        .collect();
+    assert!(
+        values.windows(2).all(|pair| pair[0] <= pair[1]),
+        "{values:?}"
+    );
+    assert!((values.last().unwrap() - latency_max).abs() <= 0.001);
+    let p99 = curve
+        .iter()
+        .find(|point| point["percentile"].as_f64() == Some(99.0))
+        .unwrap();
+    assert_eq!(p99["latency_us"], class["latency_us"]["p99"]);
+    let p9999 = class["latency_us"]["p9999"].as_f64().unwrap();
+    assert!(p9999 >= class["latency_us"]["p999"].as_f64().unwrap() && p9999 <= latency_max);
+}
+
+#[test]
+fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_page() {
+    let directory = scratch_dir("detail");
+    let path = write_job(
+        &directory,
+        &TINY.replace("duration_s = 0.3", "duration_s = 1.2"),
+    );
+    let report = directory.with_extension("html");
+    let output = tailguard_ok(&[
+        "bench",
+        path.to_str().unwrap(),
+        "--target",
+        directory.to_str().unwrap(),
+        "--mode",
+        "kernel-direct,tailguard",
+        "--json",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    // Not a terminal: one plain line per run, no bar, no control characters.
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("run 1/2") && stderr.contains("run 2/2"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
+    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for run in runs.as_array().unwrap() {
+        for class in run["classes"].as_array().unwrap() {
+            check_class_detail(class, 1.2);
+        }
+    }
+    let page = std::fs::read_to_string(&report).unwrap();
+    let _ = std::fs::remove_file(&report);
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert!(page.trim_end().ends_with("</html>"));
+    // Three charts for each of the two classes, every one closed.
+    assert_eq!(
+        page.matches("<svg xmlns=\"http://www.w3.org/2000/svg\"")
+            .count(),
+        6
+    );
+    assert_eq!(page.matches("</svg>").count(), 6);
+    for external in ["<script", "<link", "src=\"http", "@import"] {
+        assert!(!page.contains(external), "{external}");
+    }
+    assert!(page.contains("kernel-direct") && page.contains("reads@"));
+    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    remove(&directory);
+}
+
+#[test]
+fn the_terminal_output_has_the_table_histograms_and_timeline() {
+    let directory = scratch_dir("terminal");
+    let path = write_job(
+        &directory,
+        &TINY.replace("duration_s = 0.3", "duration_s = 1"),
+    );
+    let output = tailguard_ok(&[
+        "bench",
+        path.to_str().unwrap(),
+        "--target",
+        directory.to_str().unwrap(),
+        "--mode",
+        "kernel-direct",
+    ]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    for expected in [
+        "worst0.5s",
+        "p99.99",
+        "reads@",
+        ": latency histogram (log2 µs)",
+        "usecs",
+        "per-second timeline",
+        "max lat",
+    ] {
+        assert!(text.contains(expected), "{expected} missing:\n{text}");
+    }
+    // Every histogram row reads `from -> to : count |bar|` with from a power of two.
+    let rows: Vec<&str> = text.lines().filter(|line| line.contains(" -> ")).collect();
+    assert!(!rows.is_empty(), "{text}");
+    for row in rows {
+        let from: u64 = row.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(from == 0 || from.is_power_of_two(), "{row}");
+        assert!(row.ends_with('|'), "{row}");
+    }
+    remove(&directory);
+}

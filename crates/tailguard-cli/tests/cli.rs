@@ -68,16 +68,22 @@ fn json_output_follows_the_documented_schema() {
                 "iops",
                 "mb_per_s",
                 "queue_wait_us_max",
+                "worst_500ms_iops",
             ] {
                 assert!(class.get(key).is_some(), "missing {key} in {class}");
             }
-            for key in ["p50", "p99", "p999", "max"] {
+            for key in ["p50", "p99", "p999", "p9999", "max"] {
                 assert!(
                     class["latency_us"].get(key).is_some(),
                     "missing latency_us.{key}"
                 );
             }
             assert!(class["ops"].as_u64().unwrap() > 0, "no progress: {class}");
+            // One 0.5 s window: its rate is at most the run's (ops after the
+            // window do not count in it) and positive since ops completed.
+            let worst = class["worst_500ms_iops"].as_f64().unwrap();
+            let iops = class["iops"].as_f64().unwrap();
+            assert!(worst > 0.0 && worst <= iops + 1e-6, "{class}");
         }
     }
 }

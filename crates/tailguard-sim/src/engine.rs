@@ -388,6 +388,7 @@ fn build_rows(scenario: &Scenario) -> (Vec<ClassAccumulator>, Vec<usize>) {
                 scenario.devices[device].name.clone(),
                 stop - start,
             )
+            .starting_at(start)
         })
         .collect();
     (rows, row_of_job)

@@ -7,11 +7,26 @@
 //! - `ops`, `bytes`: requests and bytes completed within the run.
 //! - `iops`, `mb_per_s`: those over the pair's active window (from the earliest
 //!   start of its jobs to their latest stop); MB is 10^6 bytes.
-//! - `latency_us`: completion minus intended submission (p50, p99, p99.9, max).
+//! - `latency_us`: completion minus intended submission (p50, p99, p99.9,
+//!   p99.99, max).
+//! - `worst_500ms_iops`: the lowest completion rate over the consecutive 0.5 s
+//!   windows of the pair's active window, counted from its start (a trailing
+//!   partial window is left out); `null` when the active window is shorter than
+//!   0.5 s. A stall that the percentiles hide (a closed-loop reader stuck behind
+//!   writes records one slow request, not thousands) shows here as a collapse.
 //! - `queue_wait_us_max`: the longest time a request spent in the scheduler's
 //!   queue before its last piece was dispatched, counting requests still queued
 //!   at the end (a starved request waited too); `queue_wait_us_mean` and
 //!   `device_time_us_mean` split the mean latency into scheduler and device time.
+//! - `timeline`: one point per second of the run (from time 0, not from the
+//!   pair's start, so pairs line up), by completion time: `iops` (requests
+//!   completed in that second), `mb_per_s`, and `latency_us_max` (the slowest of
+//!   them; 0 when none completed). The last second may be partial.
+//! - `latency_log2_us`: the latency histogram in power-of-two microsecond
+//!   buckets (`from_us`..=`to_us`: 0..=1, 2..=3, 4..=7, ...), as bcc's
+//!   `xfsdist` prints it, from the lowest non-empty bucket to the highest.
+//! - `latency_curve_us`: latency at the percentiles of [`CURVE_PERCENTILES`]
+//!   (50 up to 99.999, then 100 for the max), for percentile plots.
 //! - `submitted`, `outstanding`: requests submitted, and still unfinished at the
 //!   end (submitted = ops + outstanding, always).
 //! - `first_submit_s`, `last_completion_s`: when the pair's first request was
@@ -31,8 +46,48 @@ pub struct LatencyUs {
     pub p99: f64,
     /// 99.9th percentile.
     pub p999: f64,
+    /// 99.99th percentile.
+    pub p9999: f64,
     /// Largest.
     pub max: f64,
+}
+
+/// One second of a pair's timeline; see the module docs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TimelineSecond {
+    /// Seconds since the run started (the start of this one-second bin).
+    pub second: u64,
+    /// Requests completed in this second.
+    pub iops: f64,
+    /// 10^6 bytes completed in this second.
+    pub mb_per_s: f64,
+    /// The largest latency of the requests completed in this second.
+    pub latency_us_max: f64,
+}
+
+/// One power-of-two bucket of a latency histogram.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Log2Bucket {
+    /// Smallest latency in the bucket, in whole microseconds.
+    pub from_us: u64,
+    /// Largest latency in the bucket, in whole microseconds.
+    pub to_us: u64,
+    /// Requests with a latency in the bucket.
+    pub count: u64,
+}
+
+/// The percentiles `latency_curve_us` gives, in percent.
+pub const CURVE_PERCENTILES: [f64; 13] = [
+    50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.995, 99.999, 99.9999, 100.0,
+];
+
+/// Latency at one percentile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PercentilePoint {
+    /// The percentile, in percent (100 is the max).
+    pub percentile: f64,
+    /// Latency at it, in microseconds.
+    pub latency_us: f64,
 }
 
 /// One (class, device) pair's results; see the module docs.
@@ -52,6 +107,9 @@ pub struct ClassReport {
     pub mb_per_s: f64,
     /// Latency percentiles.
     pub latency_us: LatencyUs,
+    /// Lowest completions per second over the 0.5 s windows of the active
+    /// window; `None` when that is shorter than 0.5 s.
+    pub worst_500ms_iops: Option<f64>,
     /// Longest queue wait.
     pub queue_wait_us_max: f64,
     /// Mean queue wait.
@@ -66,6 +124,12 @@ pub struct ClassReport {
     pub first_submit_s: f64,
     /// Last completion.
     pub last_completion_s: f64,
+    /// Per second of the run: completions, bytes and the slowest latency.
+    pub timeline: Vec<TimelineSecond>,
+    /// Latency histogram in power-of-two microsecond buckets.
+    pub latency_log2_us: Vec<Log2Bucket>,
+    /// Latency at each of [`CURVE_PERCENTILES`] (empty when nothing completed).
+    pub latency_curve_us: Vec<PercentilePoint>,
 }
 
 /// One policy's results.
@@ -96,7 +160,12 @@ pub struct ClassAccumulator {
     name: String,
     device: String,
     window_ns: Nanos,
+    active_start_ns: Option<Nanos>,
     latency_ns: Histogram<u64>,
+    /// Completions per [`RATE_WINDOW_NS`] window from the active start.
+    window_completions: Vec<u64>,
+    /// Per second of the run: requests, bytes and the largest latency.
+    seconds: Vec<SecondBin>,
     ops: u64,
     bytes: u64,
     submitted: u64,
@@ -107,16 +176,31 @@ pub struct ClassAccumulator {
     last_completion_ns: Nanos,
 }
 
+/// What completed in one second.
+#[derive(Clone, Copy, Debug, Default)]
+struct SecondBin {
+    ops: u64,
+    bytes: u64,
+    latency_max_ns: Nanos,
+}
+
 /// Largest latency the histograms hold: one day, in nanoseconds.
 const HISTOGRAM_MAX_NS: u64 = 86_400 * 1_000_000_000;
 
+/// The windows `worst_500ms_iops` is measured over: 0.5 s.
+pub const RATE_WINDOW_NS: Nanos = 500_000_000;
+
 impl ClassAccumulator {
-    /// A pair that is active for `window_ns`.
+    /// A pair that is active for `window_ns`, from its first submission unless
+    /// [`ClassAccumulator::starting_at`] says otherwise.
     pub fn new(name: String, device: String, window_ns: Nanos) -> Self {
         Self {
             name,
             device,
             window_ns: window_ns.max(1),
+            active_start_ns: None,
+            window_completions: Vec::new(),
+            seconds: Vec::new(),
             latency_ns: Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
                 .expect("valid histogram bounds"),
             ops: 0,
@@ -128,6 +212,13 @@ impl ClassAccumulator {
             first_submit_ns: None,
             last_completion_ns: 0,
         }
+    }
+
+    /// Sets when the active window starts (its jobs' earliest start): the
+    /// 0.5 s windows of `worst_500ms_iops` count from there.
+    pub fn starting_at(mut self, start_ns: Nanos) -> Self {
+        self.active_start_ns = Some(start_ns);
+        self
     }
 
     /// A request was submitted at `now`.
@@ -154,6 +245,82 @@ impl ClassAccumulator {
         self.queue_wait_sum_ns += u128::from(queue_wait_ns);
         self.device_time_sum_ns += u128::from(completed_at - dispatched_at);
         self.last_completion_ns = self.last_completion_ns.max(completed_at);
+        self.count_in_window(completed_at);
+        self.count_in_second(completed_at, latency_ns, bytes);
+    }
+
+    fn count_in_second(&mut self, completed_at: Nanos, latency_ns: Nanos, bytes: u64) {
+        let second = (completed_at / tailguard_core::NANOS_PER_SECOND) as usize;
+        if self.seconds.len() <= second {
+            self.seconds.resize(second + 1, SecondBin::default());
+        }
+        let bin = &mut self.seconds[second];
+        bin.ops += 1;
+        bin.bytes += bytes;
+        bin.latency_max_ns = bin.latency_max_ns.max(latency_ns);
+    }
+
+    fn log2_histogram(&self) -> Vec<Log2Bucket> {
+        let mut counts: Vec<u64> = Vec::new();
+        for value in self.latency_ns.iter_recorded() {
+            let bucket = log2_bucket(value.value_iterated_to() / 1_000);
+            if counts.len() <= bucket {
+                counts.resize(bucket + 1, 0);
+            }
+            counts[bucket] += value.count_at_value();
+        }
+        let first = counts.iter().position(|&count| count > 0).unwrap_or(0);
+        counts
+            .iter()
+            .enumerate()
+            .skip(first)
+            .map(|(bucket, &count)| Log2Bucket {
+                from_us: if bucket == 0 { 0 } else { 1 << bucket },
+                to_us: (2u64 << bucket) - 1,
+                count,
+            })
+            .collect()
+    }
+
+    fn timeline(&self) -> Vec<TimelineSecond> {
+        self.seconds
+            .iter()
+            .enumerate()
+            .map(|(second, bin)| TimelineSecond {
+                second: second as u64,
+                iops: bin.ops as f64,
+                mb_per_s: round3(bin.bytes as f64 / 1e6),
+                latency_us_max: round3(bin.latency_max_ns as f64 / 1e3),
+            })
+            .collect()
+    }
+
+    fn active_start_ns(&self) -> Nanos {
+        self.active_start_ns
+            .or(self.first_submit_ns)
+            .unwrap_or_default()
+    }
+
+    fn count_in_window(&mut self, completed_at: Nanos) {
+        let start = self.active_start_ns();
+        if completed_at < start || completed_at >= start + self.window_ns {
+            return;
+        }
+        let window = ((completed_at - start) / RATE_WINDOW_NS) as usize;
+        if self.window_completions.len() <= window {
+            self.window_completions.resize(window + 1, 0);
+        }
+        self.window_completions[window] += 1;
+    }
+
+    /// The lowest rate over the full 0.5 s windows of the active window.
+    fn worst_window_iops(&self) -> Option<f64> {
+        let full_windows = (self.window_ns / RATE_WINDOW_NS) as usize;
+        let per_second = NANOS_PER_SECOND_F64 / RATE_WINDOW_NS as f64;
+        (0..full_windows)
+            .map(|window| self.window_completions.get(window).copied().unwrap_or(0))
+            .min()
+            .map(|completions| round3(completions as f64 * per_second))
     }
 
     /// A request was still in the queue at the end, after waiting `waited_ns`.
@@ -189,12 +356,14 @@ impl ClassAccumulator {
                 p50: round3(quantile_us(0.5)),
                 p99: round3(quantile_us(0.99)),
                 p999: round3(quantile_us(0.999)),
+                p9999: round3(quantile_us(0.9999)),
                 max: round3(if self.ops == 0 {
                     0.0
                 } else {
                     self.latency_ns.max() as f64 / 1e3
                 }),
             },
+            worst_500ms_iops: self.worst_window_iops(),
             queue_wait_us_max: round3(self.queue_wait_max_ns as f64 / 1e3),
             queue_wait_us_mean: round3(mean_us(self.queue_wait_sum_ns)),
             device_time_us_mean: round3(mean_us(self.device_time_sum_ns)),
@@ -202,7 +371,32 @@ impl ClassAccumulator {
             outstanding: self.submitted - self.ops,
             first_submit_s: round3(self.first_submit_ns.unwrap_or(0) as f64 / NANOS_PER_SECOND_F64),
             last_completion_s: round6(self.last_completion_ns as f64 / NANOS_PER_SECOND_F64),
+            timeline: self.timeline(),
+            latency_log2_us: self.log2_histogram(),
+            latency_curve_us: if self.ops == 0 {
+                Vec::new()
+            } else {
+                CURVE_PERCENTILES
+                    .iter()
+                    .map(|&percentile| PercentilePoint {
+                        percentile,
+                        latency_us: round3(
+                            self.latency_ns.value_at_quantile(percentile / 100.0) as f64 / 1e3,
+                        ),
+                    })
+                    .collect()
+            },
         }
+    }
+}
+
+/// The power-of-two bucket of a latency in whole microseconds: 0 for 0..=1,
+/// `k` for 2^k..2^(k+1).
+fn log2_bucket(microseconds: u64) -> usize {
+    if microseconds < 2 {
+        0
+    } else {
+        microseconds.ilog2() as usize
     }
 }
 
@@ -226,8 +420,17 @@ pub fn human_duration(microseconds: f64) -> String {
     }
 }
 
-const GROUP_COLUMNS: [&str; 8] = [
-    "IOPS", "MB/s", "p50", "p99", "p99.9", "max", "wait max", "wait:dev",
+const GROUP_COLUMNS: [&str; 10] = [
+    "IOPS",
+    "MB/s",
+    "p50",
+    "p99",
+    "p99.9",
+    "p99.99",
+    "max",
+    "worst0.5s",
+    "wait max",
+    "wait:dev",
 ];
 const COLUMN_WIDTH: usize = 9;
 
@@ -246,7 +449,10 @@ fn group_cells(row: Option<&ClassReport>) -> Vec<String> {
         human_duration(row.latency_us.p50),
         human_duration(row.latency_us.p99),
         human_duration(row.latency_us.p999),
+        human_duration(row.latency_us.p9999),
         human_duration(row.latency_us.max),
+        row.worst_500ms_iops
+            .map_or_else(|| "-".into(), |iops| format!("{iops:.0}")),
         human_duration(row.queue_wait_us_max),
         ratio,
     ]
@@ -320,6 +526,97 @@ mod tests {
         assert_eq!(report.queue_wait_us_max, 100.0);
         assert_eq!(report.device_time_us_mean, 300.0);
         assert!((report.latency_us.max - 500.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn the_worst_half_second_is_the_emptiest_full_window() {
+        // Active from 1 s for 2.2 s: four full windows, the partial fifth ignored.
+        let mut accumulator =
+            ClassAccumulator::new("c".into(), "d".into(), 2_200_000_000).starting_at(1_000_000_000);
+        let per_window = [10u64, 4, 7, 9, 0];
+        for (window, &count) in per_window.iter().enumerate() {
+            for index in 0..count {
+                let at = 1_000_000_000 + window as u64 * RATE_WINDOW_NS + index * 1_000;
+                accumulator.on_submit(at);
+                accumulator.on_complete(at + 500, at, at, 4096);
+            }
+        }
+        // A completion after the active window does not count.
+        accumulator.on_submit(3_200_000_000);
+        accumulator.on_complete(3_300_000_000, 3_200_000_000, 3_200_000_000, 4096);
+        let report = accumulator.finish();
+        assert_eq!(report.worst_500ms_iops, Some(8.0));
+
+        let short = ClassAccumulator::new("c".into(), "d".into(), 300_000_000).finish();
+        assert_eq!(short.worst_500ms_iops, None);
+
+        // A window with nothing completed is a rate of zero.
+        let mut idle = ClassAccumulator::new("c".into(), "d".into(), 1_000_000_000).starting_at(0);
+        idle.on_submit(0);
+        idle.on_complete(100, 0, 0, 4096);
+        assert_eq!(idle.finish().worst_500ms_iops, Some(0.0));
+    }
+
+    #[test]
+    fn the_timeline_bins_completions_by_second_from_time_zero() {
+        let mut accumulator =
+            ClassAccumulator::new("c".into(), "d".into(), 3_000_000_000).starting_at(500_000_000);
+        // (completed at, latency) in ns; second 1 has none.
+        let completions = [
+            (600_000_000u64, 100_000u64),
+            (900_000_000, 300_000),
+            (2_100_000_000, 2_000_000),
+        ];
+        for (completed_at, latency) in completions {
+            accumulator.on_submit(completed_at - latency);
+            accumulator.on_complete(
+                completed_at,
+                completed_at - latency,
+                completed_at - latency,
+                1_000_000,
+            );
+        }
+        let timeline = accumulator.finish().timeline;
+        let seconds: Vec<u64> = timeline.iter().map(|point| point.second).collect();
+        assert_eq!(seconds, [0, 1, 2]);
+        let iops: Vec<f64> = timeline.iter().map(|point| point.iops).collect();
+        assert_eq!(iops, [2.0, 0.0, 1.0]);
+        assert_eq!(timeline[0].mb_per_s, 2.0);
+        assert_eq!(timeline[0].latency_us_max, 300.0);
+        assert_eq!(timeline[1].latency_us_max, 0.0);
+        assert_eq!(timeline[2].latency_us_max, 2_000.0);
+    }
+
+    #[test]
+    fn the_log2_histogram_counts_powers_of_two_of_microseconds() {
+        let mut accumulator = ClassAccumulator::new("c".into(), "d".into(), 1_000_000_000);
+        // 5 µs, 6 µs, 7.9 µs in 4..=7; none in 8..=15; 20 µs in 16..=31.
+        for latency_ns in [5_000u64, 6_000, 7_900, 20_000] {
+            accumulator.on_submit(0);
+            accumulator.on_complete(latency_ns, 0, 0, 4096);
+        }
+        let report = accumulator.finish();
+        let curve = &report.latency_curve_us;
+        assert_eq!(curve.len(), CURVE_PERCENTILES.len());
+        assert!((curve[0].latency_us - 6.0).abs() < 0.1, "{curve:?}");
+        assert!(
+            (curve.last().unwrap().latency_us - 20.0).abs() < 0.1,
+            "{curve:?}"
+        );
+        assert!(curve
+            .windows(2)
+            .all(|pair| pair[0].latency_us <= pair[1].latency_us));
+        let buckets = report.latency_log2_us;
+        let shape: Vec<(u64, u64, u64)> = buckets
+            .iter()
+            .map(|bucket| (bucket.from_us, bucket.to_us, bucket.count))
+            .collect();
+        assert_eq!(shape, [(4, 7, 3), (8, 15, 0), (16, 31, 1)]);
+        assert_eq!(log2_bucket(0), 0);
+        assert_eq!(log2_bucket(1), 0);
+        assert_eq!(log2_bucket(2), 1);
+        assert_eq!(log2_bucket(1023), 9);
+        assert_eq!(log2_bucket(1024), 10);
     }
 
     #[test]

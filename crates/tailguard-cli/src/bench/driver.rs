@@ -12,9 +12,13 @@
 //!   [`tailguard::backend`] (io_uring, or its thread pool where io_uring is
 //!   refused): every request goes to the kernel when it is generated, no queue,
 //!   no budget, no classes.
-//! - `kernel-buffered`: the files opened without O_DIRECT, `pread`/`pwrite` from
-//!   the backend's thread pool: writes land in the page cache and the kernel's
-//!   writeback decides when they reach the device.
+//! - `kernel-buffered`: `pread`/`pwrite` from the backend's thread pool, writes
+//!   on a descriptor without O_DIRECT: they land in the page cache and the
+//!   kernel's writeback decides when they reach the device. Reads use a second
+//!   descriptor with O_DIRECT, as the seed's readers did: buffered reads would
+//!   measure the page cache after the first pass over a file, not the disk
+//!   beside the writeback. Where the filesystem refuses O_DIRECT (tmpfs), reads
+//!   fall back to the buffered descriptor and a note says so.
 //!
 //! Latency counts from a request's intended start: its arrival for open-loop
 //! jobs (so a stall cannot slow the load down and hide itself: no coordinated
@@ -54,6 +58,8 @@ use tailguard_sim::workload::{RequestTemplate, Workload};
 const RING_DEPTH: u32 = 1024;
 /// The longest the driver sleeps without checking for Ctrl-C.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the driver reports its progress.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 /// The memory alignment of every buffer (enough for any O_DIRECT target).
 const BUFFER_ALIGNMENT: usize = 4096;
 
@@ -104,12 +110,14 @@ fn concurrency(scenario: &Scenario) -> usize {
     total.clamp(1, 256) as usize
 }
 
-/// Runs the scenario once in `mode` against `plan`'s files.
+/// Runs the scenario once in `mode` against `plan`'s files, and calls
+/// `progress` with the run's elapsed time every [`PROGRESS_INTERVAL`] or so.
 pub fn run(
     scenario: &Scenario,
     plan: &Plan,
     mode: Mode,
     seed: u64,
+    progress: &mut dyn FnMut(Nanos),
 ) -> Result<RunReport, BenchError> {
     let threads = concurrency(scenario);
     let mut executor: Box<dyn Executor> = match mode {
@@ -117,7 +125,7 @@ pub fn run(
         Mode::KernelDirect => Box::new(BackendExecutor::new(plan, true, threads)?),
         Mode::KernelBuffered => Box::new(BackendExecutor::new(plan, false, threads)?),
     };
-    let result = drive(scenario, plan, mode, seed, executor.as_mut());
+    let result = drive(scenario, plan, mode, seed, executor.as_mut(), progress);
     if result.is_err() {
         executor.abandon_queued();
     }
@@ -147,6 +155,7 @@ fn drive(
     mode: Mode,
     seed: u64,
     executor: &mut dyn Executor,
+    progress: &mut dyn FnMut(Nanos),
 ) -> Result<RunReport, BenchError> {
     let mut workload = Workload::new(scenario, seed);
     let duration_ns = scenario.duration_ns;
@@ -158,10 +167,11 @@ fn drive(
             let jobs = scenario.jobs.iter().filter(|job| job.class == class);
             let start = jobs.clone().map(|job| job.start_ns).min()?;
             let stop = jobs.map(|job| job.stop_ns).max()?;
-            Some((class, spec, stop - start))
+            Some((spec, start, stop))
         })
-        .map(|(_, spec, window)| {
-            ClassAccumulator::new(spec.name.clone(), plan.device_name.clone(), window)
+        .map(|(spec, start, stop)| {
+            ClassAccumulator::new(spec.name.clone(), plan.device_name.clone(), stop - start)
+                .starting_at(start)
         })
         .collect();
     // Class index -> accumulator index (classes without jobs have none).
@@ -206,11 +216,17 @@ fn drive(
     let mut done = Vec::new();
     let start = Instant::now();
     let ns_at = |instant: Instant| instant.saturating_duration_since(start).as_nanos() as Nanos;
+    let mut next_progress = start;
     loop {
         if interrupted() {
             return Err(BenchError::interrupted());
         }
-        let now = ns_at(Instant::now());
+        let instant = Instant::now();
+        if instant >= next_progress {
+            progress(ns_at(instant));
+            next_progress = instant + PROGRESS_INTERVAL;
+        }
+        let now = ns_at(instant);
         while let Some(&Reverse((when, instance, is_start))) = timers.peek() {
             if when > now {
                 break;
@@ -501,8 +517,23 @@ struct BackendExecutor {
     backlog: VecDeque<Op>,
     /// Buffers of ops pushed or in the backlog: the kernel's until reaped.
     buffers: HashMap<u64, AlignedBuffer>,
+    /// Per file: the descriptor for writes (O_DIRECT in kernel-direct only).
     files: Vec<std::fs::File>,
+    /// Per file: the descriptor for reads (always O_DIRECT where it opens).
+    read_files: Vec<std::fs::File>,
     results: Vec<backend::OpResult>,
+}
+
+/// Opens `path` for reading and writing, with O_DIRECT when `direct`.
+fn open_plain(path: &std::path::Path, direct: bool) -> io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true);
+    if direct {
+        options.custom_flags(libc::O_DIRECT);
+    }
+    options
+        .open(path)
+        .map_err(|error| io::Error::new(error.kind(), format!("{}: {error}", path.display())))
 }
 
 impl BackendExecutor {
@@ -526,18 +557,24 @@ impl BackendExecutor {
         let files = plan
             .files
             .iter()
-            .map(|path| {
-                let mut options = std::fs::OpenOptions::new();
-                options.read(true).write(true);
-                if direct {
-                    options.custom_flags(libc::O_DIRECT);
-                }
-                options.open(path).map_err(|error| {
-                    io::Error::new(error.kind(), format!("{}: {error}", path.display()))
-                })
-            })
+            .map(|path| open_plain(path, direct))
             .collect::<io::Result<Vec<_>>>()
             .map_err(failed)?;
+        let mut read_files = Vec::with_capacity(files.len());
+        for (path, file) in plan.files.iter().zip(&files) {
+            let reader = match open_plain(path, true) {
+                Ok(reader) => reader,
+                Err(error) if !direct && error.raw_os_error() == Some(libc::EINVAL) => {
+                    eprintln!(
+                        "note: {name}: {} refuses O_DIRECT; its reads go through the page cache",
+                        path.display()
+                    );
+                    file.try_clone().map_err(failed)?
+                }
+                Err(error) => return Err(failed(error)),
+            };
+            read_files.push(reader);
+        }
         let alarm = Alarm::new(backend.waker()).map_err(failed)?;
         Ok(Self {
             backend,
@@ -545,6 +582,7 @@ impl BackendExecutor {
             backlog: VecDeque::new(),
             buffers: HashMap::new(),
             files,
+            read_files,
             results: Vec::new(),
         })
     }
@@ -571,7 +609,11 @@ impl Executor for BackendExecutor {
     fn submit(&mut self, mut request: Request) -> Result<(), BenchError> {
         let op = Op {
             user_data: request.token,
-            fd: self.files[request.file].as_raw_fd(),
+            fd: if request.write {
+                self.files[request.file].as_raw_fd()
+            } else {
+                self.read_files[request.file].as_raw_fd()
+            },
             kind: if request.write {
                 OpKind::Write
             } else {

@@ -11,6 +11,7 @@
 //! run starts from a settled target: the data files are synced and dropped from
 //! the page cache first.
 
+use crate::progress::Progress;
 use std::path::PathBuf;
 use tailguard_sim::report::{render_table, RunReport};
 
@@ -26,7 +27,8 @@ pub enum Mode {
     Tailguard,
     /// O_DIRECT straight to the kernel (io_uring), no scheduler.
     KernelDirect,
-    /// Through the page cache with `pread`/`pwrite` from threads.
+    /// `pread`/`pwrite` from threads: writes through the page cache (flushed by
+    /// kernel writeback), reads O_DIRECT where the target takes it.
     KernelBuffered,
 }
 
@@ -48,7 +50,7 @@ impl Mode {
         Self::ALL.into_iter().find(|mode| mode.name() == name)
     }
 
-    /// Whether it opens files with O_DIRECT.
+    /// Whether it writes with O_DIRECT (and so needs a target that takes it).
     pub fn direct(self) -> bool {
         !matches!(self, Self::KernelBuffered)
     }
@@ -112,6 +114,10 @@ pub struct BenchArguments {
     /// device is destroyed. Refused while it is mounted or otherwise in use.
     #[arg(long)]
     pub allow_device: bool,
+    /// Also write a self-contained HTML page (inline SVG charts: latency
+    /// percentiles per mode, IOPS and max latency per second) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
 }
 
 /// Runs `tailguard bench`.
@@ -164,16 +170,19 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
     let scenario = &job.scenario;
     let mut reports: Vec<RunReport> = Vec::new();
     let runs = arguments.repeat as usize * modes.len();
+    let progress = Progress::new("tailguard bench");
     for repetition in 0..arguments.repeat {
         for &mode in &modes {
-            eprintln!(
-                "tailguard bench: run {}/{runs}: {} ({} s)",
-                reports.len() + 1,
-                mode.name(),
-                scenario.duration_ns as f64 / 1e9
-            );
             target::settle(&plan)?;
-            let mut report = driver::run(scenario, &plan, mode, scenario.seed)?;
+            let bar = progress.start_run(
+                &format!("run {}/{runs}: {}", reports.len() + 1, mode.name()),
+                scenario.duration_ns,
+            );
+            let mut report =
+                driver::run(scenario, &plan, mode, scenario.seed, &mut |elapsed_ns| {
+                    bar.tick(elapsed_ns)
+                })?;
+            drop(bar);
             if !arguments.json && arguments.repeat > 1 {
                 report.policy = format!("{} #{}", mode.name(), repetition + 1);
             }
@@ -181,26 +190,45 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         }
     }
     drop(layout);
+    let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
+    let command = format!(
+        "tailguard bench {} --target {} --mode {} --repeat {}",
+        source_argument,
+        target_path.display(),
+        mode_names.join(","),
+        arguments.repeat
+    );
+    if let Some(path) = &arguments.report {
+        let notes = [
+            format!("Command: {command}"),
+            format!(
+                "Target {} (device {}), {} s per run, seed {}, modes interleaved in run order.",
+                target_path.display(),
+                plan.device_name,
+                scenario.duration_ns as f64 / 1e9,
+                scenario.seed
+            ),
+        ];
+        let title = format!("tailguard bench: {}", source.display());
+        crate::html::write(path, &title, &notes, &reports).map_err(BenchError::usage)?;
+        eprintln!("tailguard bench: wrote {}", path.display());
+    }
     if arguments.json {
         let text = serde_json::to_string_pretty(&reports)
             .map_err(|error| BenchError::usage(error.to_string()))?;
         println!("{text}");
     } else {
-        let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
         println!(
-            "{} — target {} (device {}), {} s per run, seed {} (reproduce: tailguard bench {} \
-             --target {} --mode {} --repeat {})",
+            "{} — target {} (device {}), {} s per run, seed {} (reproduce: {command})",
             source.display(),
             target_path.display(),
             plan.device_name,
             scenario.duration_ns as f64 / 1e9,
             scenario.seed,
-            source_argument,
-            target_path.display(),
-            mode_names.join(","),
-            arguments.repeat
         );
         println!("{}", render_table(&reports));
+        println!("{}", crate::render::render_histograms(&reports));
+        println!("{}", crate::render::render_timeline(&reports));
     }
     Ok(())
 }

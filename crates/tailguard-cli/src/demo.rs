@@ -1,0 +1,744 @@
+//! `tailguard demo [DIR]`: seed 000 on this machine's disk, three ways, in one
+//! command.
+//!
+//! The demo is three `tailguard bench` runs of an embedded job, on files it lays
+//! out in a fresh directory (`DIR/tailguard-demo-PID`, `DIR` defaulting to the
+//! current directory) and removes at the end, on errors and on Ctrl-C:
+//!
+//! 1. **alone**: 16 closed-loop 4 KiB random readers (queue depth 1 each, the
+//!    seed's fio job) on a read file, O_DIRECT, no scheduler (`kernel-direct`):
+//!    what the disk gives readers with nothing else going on;
+//! 2. **kernel writeback**: the same readers beside a sequential 1 MiB writer
+//!    (queue depth [`WRITE_QUEUE_DEPTH`]) writing through the page cache (`kernel-buffered`), so the
+//!    kernel's flusher decides when and how much to send to the disk;
+//! 3. **tailguard**: the same readers and writer through a `Scheduler`, the
+//!    readers in a class of 400 shares, the writer in a background class of 100.
+//!
+//! The writer starts a sixth of the way into each run, so the timeline shows the
+//! readers before and after. For writeback to overlap the readers, the written
+//! volume must exceed the kernel's dirty background threshold
+//! (`vm.dirty_background_bytes`, else `vm.dirty_background_ratio` percent of
+//! available memory) several times over: the write file is
+//! [`THRESHOLD_MULTIPLE`] times the threshold, preallocated with `fallocate`,
+//! and capped at half the free space of `DIR` (with a note saying what that
+//! costs). The runs go alone, tailguard, kernel writeback, so the dirty pages
+//! of the last run are dropped with its file instead of being flushed first.
+//!
+//! The result prints side by side (read p99, p99.9, p99.99, max, worst 0.5 s
+//! read rate, write MB/s) with a one-line verdict, and the whole report (bench's
+//! HTML page, [`crate::html`]) goes to `tailguard-demo.html`. The default takes
+//! at most about two minutes, `--quick` about thirty seconds; `--duration-s` and
+//! `--size-mib` shrink it further for tests and small disks.
+
+use crate::bench::target::{self, Plan};
+use crate::bench::{driver, job::BenchJob, BenchError, Mode};
+use crate::progress::Progress;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use tailguard_sim::report::{human_duration, ClassReport, RunReport};
+
+/// How many times the dirty background threshold the writer's file holds.
+pub const THRESHOLD_MULTIPLE: u64 = 3;
+/// The demo's read class and write class names.
+const READS: &str = "reads";
+const WRITES: &str = "writes";
+/// The classes' shares: the readers are the latency class, the writer the
+/// background one. Shares decide only while both classes have requests
+/// queued; 16 closed-loop readers seldom do, so on an uncalibrated device the
+/// split is mostly set by how many writes the device budget keeps in flight.
+const READ_SHARES: u32 = 400;
+/// 1 MiB writes the writer keeps in flight: enough that it always has writes
+/// queued in tailguard (so shares, not its own depth, limit it), as kernel
+/// writeback, which sends far more at once, always has.
+const WRITE_QUEUE_DEPTH: u32 = 16;
+const WRITE_SHARES: u32 = 100;
+/// Smallest write file worth running: below this the demo refuses.
+const WRITE_BYTES_MIN: u64 = 64 << 20;
+const MIB: u64 = 1 << 20;
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// `tailguard demo` arguments.
+#[derive(Debug, clap::Args)]
+pub struct DemoArguments {
+    /// Where to lay out the demo's files (in a new subdirectory, removed at the
+    /// end); default: the current directory. Put it on the disk to try.
+    pub dir: Option<PathBuf>,
+    /// About 30 s instead of about 2 minutes (shorter runs, smaller read file).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where to write the HTML report.
+    #[arg(long, value_name = "FILE.html", default_value = "tailguard-demo.html")]
+    pub report: PathBuf,
+    /// Seconds of each run with writes (the solo run takes half); overrides the
+    /// default (40) and --quick (12). For tests and impatient people.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration_s: Option<f64>,
+    /// Size both the read file and the write file at this many MiB instead of
+    /// from memory and the dirty threshold. For tests and small disks: writes
+    /// below the dirty background threshold will not show writeback.
+    #[arg(long, value_name = "MIB")]
+    pub size_mib: Option<u64>,
+}
+
+/// The demo's sizes and durations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Sizing {
+    read_bytes: u64,
+    write_bytes: u64,
+    /// Seconds of each run with writes.
+    duration_s: f64,
+    /// The dirty background threshold it was sized from, if known.
+    threshold_bytes: Option<u64>,
+}
+
+/// Runs `tailguard demo`.
+pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
+    target::watch_interrupts();
+    let base = arguments.dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    if !base.is_dir() {
+        return Err(BenchError::usage(format!(
+            "{} is not a directory; give an existing directory on the disk to try \
+             (tailguard demo DIR), or none for the current one",
+            base.display()
+        )));
+    }
+    let sizing = size_demo(arguments, &base)?;
+    let directory = DemoDirectory::create(&base)?;
+    describe_sizing(&sizing, &base);
+    let duration_s = sizing.duration_s;
+    let mut solo_job = demo_job(&sizing, (duration_s / 2.0).max(0.5), false)?;
+    let mixed = demo_job(&sizing, duration_s, true)?.scenario;
+
+    eprintln!(
+        "tailguard demo: laying out a {:.0} MiB read file in {}",
+        sizing.read_bytes as f64 / MIB as f64,
+        directory.path.display()
+    );
+    let mut layout = target::Layout::default();
+    let read_plan = target::prepare(&mut solo_job, &directory.path, false, true, &mut layout)?;
+    let solo = solo_job.scenario;
+    let write_path = directory.path.join("writes.data");
+    preallocate(&write_path, sizing.write_bytes)?;
+    let mixed_plan = Plan {
+        files: vec![read_plan.files[0].clone(), write_path],
+        job_file: vec![0, 1],
+        job_base: vec![0, 0],
+        device_name: read_plan.device_name.clone(),
+        alignment: read_plan.alignment,
+    };
+
+    let progress = Progress::new("tailguard demo");
+    let runs: [(&str, &tailguard_sim::scenario::Scenario, &Plan, Mode); 3] = [
+        ("alone", &solo, &read_plan, Mode::KernelDirect),
+        ("tailguard", &mixed, &mixed_plan, Mode::Tailguard),
+        (
+            "kernel writeback",
+            &mixed,
+            &mixed_plan,
+            Mode::KernelBuffered,
+        ),
+    ];
+    let mut reports = Vec::new();
+    let mut disk_writes = Vec::new();
+    for (index, (name, scenario, plan, mode)) in runs.into_iter().enumerate() {
+        target::settle(plan)?;
+        let bar = progress.start_run(
+            &if name == mode.name() {
+                format!("run {}/3: {name}", index + 1)
+            } else {
+                format!("run {}/3: {name} ({})", index + 1, mode.name())
+            },
+            scenario.duration_ns,
+        );
+        let sectors_before = disk_sectors_written(&plan.device_name);
+        let started = std::time::Instant::now();
+        let mut report = driver::run(scenario, plan, mode, scenario.seed, &mut |elapsed| {
+            bar.tick(elapsed)
+        })?;
+        let elapsed_s = started.elapsed().as_secs_f64();
+        drop(bar);
+        let sectors_after = disk_sectors_written(&plan.device_name);
+        disk_writes.push(match (sectors_before, sectors_after) {
+            (Some(before), Some(after)) => {
+                Some(after.saturating_sub(before) as f64 * 512.0 / 1e6 / elapsed_s)
+            }
+            _ => None,
+        });
+        report.policy = name.to_string();
+        reports.push(report);
+    }
+    // Shown in the order of the story: alone, the problem, the fix.
+    reports.swap(1, 2);
+    disk_writes.swap(1, 2);
+    drop(layout);
+    drop(directory);
+
+    let table = render_comparison(&reports, &disk_writes);
+    let verdict = verdict(&reports, &disk_writes);
+    println!(
+        "tailguard demo on {} (device {}): 16 readers of 4 KiB at queue depth 1 on a {:.0} MiB \
+         file; a 1 MiB sequential writer at queue depth {WRITE_QUEUE_DEPTH} on a {:.1} GiB file from \
+         {:.1} s",
+        base.display(),
+        read_plan.device_name,
+        sizing.read_bytes as f64 / MIB as f64,
+        sizing.write_bytes as f64 / GIB,
+        writes_start_s(duration_s)
+    );
+    println!("{table}");
+    println!("{}", crate::render::render_timeline(&reports));
+    println!("verdict: {verdict}");
+    let notes = [
+        format!("Command: {}", command_line(arguments)),
+        format!(
+            "Target {} (device {}). Readers: 16 closed-loop 4 KiB random readers, queue depth 1, \
+             on a {:.0} MiB file, O_DIRECT. Writer: 1 MiB sequential writes, queue depth {WRITE_QUEUE_DEPTH}, on a \
+             {:.1} GiB file, from {:.1} s; through the page cache (kernel writeback) or through \
+             tailguard in a background class (shares: reads {READ_SHARES}, writes {WRITE_SHARES}).",
+            base.display(),
+            read_plan.device_name,
+            sizing.read_bytes as f64 / MIB as f64,
+            sizing.write_bytes as f64 / GIB,
+            writes_start_s(duration_s)
+        ),
+        format!(
+            "Bytes written to the disk per second during each run (/sys/block/{}/stat; buffered \
+             writes count once the kernel's writeback sends them): {}.",
+            read_plan.device_name,
+            reports
+                .iter()
+                .zip(&disk_writes)
+                .map(|(report, rate)| match rate {
+                    Some(rate) => format!("{} {rate:.0} MB/s", report.policy),
+                    None => format!("{} unknown", report.policy),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        format!("Verdict: {verdict}"),
+    ];
+    crate::html::write(&arguments.report, "tailguard demo", &notes, &reports)
+        .map_err(BenchError::usage)?;
+    println!("report: {}", arguments.report.display());
+    Ok(())
+}
+
+/// The command that reproduces this run.
+fn command_line(arguments: &DemoArguments) -> String {
+    let mut command = String::from("tailguard demo");
+    if let Some(dir) = &arguments.dir {
+        let _ = write!(command, " {}", dir.display());
+    }
+    if arguments.quick {
+        command.push_str(" --quick");
+    }
+    if let Some(seconds) = arguments.duration_s {
+        let _ = write!(command, " --duration-s {seconds}");
+    }
+    if let Some(mib) = arguments.size_mib {
+        let _ = write!(command, " --size-mib {mib}");
+    }
+    command
+}
+
+/// The demo's own directory, removed with everything in it when dropped.
+struct DemoDirectory {
+    path: PathBuf,
+}
+
+impl DemoDirectory {
+    fn create(base: &Path) -> Result<Self, BenchError> {
+        let path = base.join(format!("tailguard-demo-{}", std::process::id()));
+        std::fs::create_dir(&path).map_err(|error| {
+            BenchError::usage(format!(
+                "cannot create {}: {error}; give a writable directory (tailguard demo DIR)",
+                path.display()
+            ))
+        })?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for DemoDirectory {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Sectors (512 bytes) written to the whole disk `device` since boot, from
+/// `/sys/block/DEVICE/stat`; `None` for pseudo-devices (tmpfs) and the like.
+fn disk_sectors_written(device: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/sys/block/{device}/stat")).ok()?;
+    text.split_whitespace().nth(6)?.parse().ok()
+}
+
+/// When the writer starts in a run of `duration_s`.
+fn writes_start_s(duration_s: f64) -> f64 {
+    (duration_s / 6.0 * 10.0).round() / 10.0
+}
+
+/// The kernel's dirty background threshold: `dirty_background_bytes` when set,
+/// else `dirty_background_ratio` percent of `available_bytes`.
+pub fn dirty_background_threshold(
+    background_bytes: u64,
+    background_ratio: u64,
+    available_bytes: u64,
+) -> u64 {
+    if background_bytes > 0 {
+        background_bytes
+    } else {
+        available_bytes / 100 * background_ratio
+    }
+}
+
+fn read_proc_number(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// MemAvailable from /proc/meminfo, in bytes.
+fn available_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Bytes an unprivileged writer can still use on the filesystem of `path`.
+fn free_bytes(path: &Path) -> Result<u64, BenchError> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| BenchError::usage(format!("{}: a path with a NUL byte", path.display())))?;
+    // SAFETY: statvfs fills the zeroed struct we own from a valid C string.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `name` outlives the call.
+    if unsafe { libc::statvfs(name.as_ptr(), &mut stats) } != 0 {
+        return Err(BenchError::usage(format!(
+            "cannot read the free space of {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(stats.f_bavail as u64 * stats.f_frsize as u64)
+}
+
+/// Sizes the write file from the dirty threshold and the free space, and the
+/// runs from the flags.
+fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchError> {
+    let duration_s = match arguments.duration_s {
+        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3_600.0 => seconds,
+        Some(seconds) => {
+            return Err(BenchError::usage(format!(
+                "--duration-s {seconds}: give seconds in (0, 3600]"
+            )))
+        }
+        None if arguments.quick => 12.0,
+        None => 40.0,
+    };
+    if let Some(mib) = arguments.size_mib {
+        if mib == 0 {
+            return Err(BenchError::usage("--size-mib 0: give 1 or more"));
+        }
+        return Ok(Sizing {
+            read_bytes: mib * MIB,
+            write_bytes: mib * MIB,
+            duration_s,
+            threshold_bytes: None,
+        });
+    }
+    let read_bytes = if arguments.quick {
+        512 * MIB
+    } else {
+        1024 * MIB
+    };
+    let threshold =
+        match (
+            read_proc_number("/proc/sys/vm/dirty_background_bytes"),
+            read_proc_number("/proc/sys/vm/dirty_background_ratio"),
+            available_memory_bytes(),
+        ) {
+            (Some(bytes), Some(ratio), Some(available)) => {
+                dirty_background_threshold(bytes, ratio, available)
+            }
+            _ => return Err(BenchError::usage(
+                "cannot read vm.dirty_background_bytes/ratio or MemAvailable from /proc, which \
+                 size the writes; pass --size-mib N to size them yourself",
+            )),
+        };
+    let wanted = (THRESHOLD_MULTIPLE * threshold).div_ceil(MIB) * MIB;
+    let free = free_bytes(base)?;
+    let room = free.saturating_sub(read_bytes) / 2 / MIB * MIB;
+    if room < WRITE_BYTES_MIN {
+        return Err(BenchError::usage(format!(
+            "{} has {:.1} GiB free; the demo needs a {:.1} GiB read file plus room to write \
+             (it uses at most half the free space); free some space or give a DIR on another \
+             filesystem",
+            base.display(),
+            free as f64 / GIB,
+            read_bytes as f64 / GIB
+        )));
+    }
+    let write_bytes = wanted.min(room);
+    if write_bytes < wanted {
+        eprintln!(
+            "note: {} has {:.1} GiB free; writing {:.1} GiB instead of {:.1} GiB ({}x the dirty \
+             background threshold of {:.1} GiB), so writeback may overlap the readers for less \
+             time{}; free some space or give a DIR on a bigger filesystem",
+            base.display(),
+            free as f64 / GIB,
+            write_bytes as f64 / GIB,
+            wanted as f64 / GIB,
+            THRESHOLD_MULTIPLE,
+            threshold as f64 / GIB,
+            if write_bytes <= threshold {
+                " (or not at all: the file fits under the threshold)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(Sizing {
+        read_bytes,
+        write_bytes,
+        duration_s,
+        threshold_bytes: Some(threshold),
+    })
+}
+
+fn describe_sizing(sizing: &Sizing, base: &Path) {
+    match sizing.threshold_bytes {
+        Some(threshold) => eprintln!(
+            "tailguard demo: dirty background threshold {:.1} GiB; write file {:.1} GiB in {}; \
+             runs of {:.0} s alone, {:.0} s with writes (about {:.0} s in all)",
+            threshold as f64 / GIB,
+            sizing.write_bytes as f64 / GIB,
+            base.display(),
+            (sizing.duration_s / 2.0).max(0.5),
+            sizing.duration_s,
+            sizing.duration_s * 2.5 + 5.0
+        ),
+        None => eprintln!(
+            "tailguard demo: files of {} MiB (--size-mib); runs of {} s",
+            sizing.read_bytes / MIB,
+            sizing.duration_s
+        ),
+    }
+}
+
+/// The embedded job: readers, and with `writes` the writer.
+fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, BenchError> {
+    let mut text = format!(
+        "duration_s = {duration_s}\nseed = 1\n\
+         [[class]]\nname = \"{READS}\"\nshares = {READ_SHARES}\n\
+         [[job]]\nname = \"readers\"\nclass = \"{READS}\"\npattern = \"randread\"\n\
+         block_size = \"4k\"\nqueue_depth = 1\nnumjobs = 16\nsize = {}\n",
+        sizing.read_bytes
+    );
+    if writes {
+        let _ = write!(
+            text,
+            "[[class]]\nname = \"{WRITES}\"\nshares = {WRITE_SHARES}\n\
+             [[job]]\nname = \"writer\"\nclass = \"{WRITES}\"\npattern = \"seqwrite\"\n\
+             block_size = \"1m\"\nqueue_depth = {WRITE_QUEUE_DEPTH}\nstart_s = {}\nsize = {}\n",
+            writes_start_s(duration_s),
+            sizing.write_bytes
+        );
+    }
+    BenchJob::from_toml(&text)
+        .map_err(|error| BenchError::usage(format!("the demo's embedded job: {error}")))
+}
+
+/// Creates `path` with `bytes` reserved (unwritten extents: nothing to write).
+fn preallocate(path: &Path, bytes: u64) -> Result<(), BenchError> {
+    use std::os::fd::AsRawFd as _;
+    let failed = |error: std::io::Error| {
+        BenchError::usage(format!(
+            "cannot reserve {:.1} GiB for {}: {error}; free some space, give a DIR on another \
+             filesystem, or pass --size-mib N",
+            bytes as f64 / GIB,
+            path.display()
+        ))
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(failed)?;
+    // SAFETY: a plain call on a descriptor we own.
+    let status = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
+    match status {
+        0 => Ok(()),
+        // Filesystems without fallocate: a sparse file of the size will do.
+        libc::EOPNOTSUPP => file.set_len(bytes).map_err(failed),
+        error => Err(failed(std::io::Error::from_raw_os_error(error))),
+    }
+}
+
+/// A read latency of a run, or `-` when it has no reads.
+fn read_latency(report: &RunReport, value: fn(&ClassReport) -> f64) -> String {
+    row(report, READS).map_or_else(|| "-".to_string(), |row| human_duration(value(row)))
+}
+
+fn row<'a>(report: &'a RunReport, class: &str) -> Option<&'a ClassReport> {
+    report.classes.iter().find(|row| row.name == class)
+}
+
+/// The three runs side by side: read latency and rates, write rates (as the
+/// writer saw them, and as the disk did: `disk_writes`, MB/s per run).
+pub fn render_comparison(reports: &[RunReport], disk_writes: &[Option<f64>]) -> String {
+    type Cell = fn(&RunReport) -> String;
+    let lines: [(&str, Cell); 7] = [
+        ("read p99", |report| {
+            read_latency(report, |row| row.latency_us.p99)
+        }),
+        ("read p99.9", |report| {
+            read_latency(report, |row| row.latency_us.p999)
+        }),
+        ("read p99.99", |report| {
+            read_latency(report, |row| row.latency_us.p9999)
+        }),
+        ("read max", |report| {
+            read_latency(report, |row| row.latency_us.max)
+        }),
+        ("read IOPS (mean)", |report| {
+            row(report, READS).map_or_else(|| "-".into(), |row| format!("{:.0}", row.iops))
+        }),
+        ("read worst 0.5 s", |report| {
+            row(report, READS)
+                .and_then(|row| row.worst_500ms_iops)
+                .map_or_else(|| "-".into(), |iops| format!("{iops:.0}/s"))
+        }),
+        ("write MB/s (app)", |report| {
+            row(report, WRITES).map_or_else(|| "-".into(), |row| format!("{:.0}", row.mb_per_s))
+        }),
+    ];
+    let width = reports
+        .iter()
+        .map(|report| report.policy.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(10)
+        + 2;
+    let mut out = String::new();
+    let _ = write!(out, "{:18}", "");
+    for report in reports {
+        let _ = write!(out, "{:>width$}", report.policy);
+    }
+    out.push('\n');
+    for (label, cell) in lines {
+        let _ = write!(out, "{label:18}");
+        for report in reports {
+            let _ = write!(out, "{:>width$}", cell(report));
+        }
+        out.push('\n');
+    }
+    let _ = write!(out, "{:18}", "disk writes MB/s");
+    for index in 0..reports.len() {
+        let cell = disk_writes
+            .get(index)
+            .copied()
+            .flatten()
+            .map_or_else(|| "-".into(), |rate| format!("{rate:.0}"));
+        let _ = write!(out, "{cell:>width$}");
+    }
+    out.push('\n');
+    out
+}
+
+/// The percentage `part` is of `whole` (0 when `whole` is not positive).
+fn percent(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        100.0 * part / whole
+    } else {
+        0.0
+    }
+}
+
+/// A percentage with one decimal below 10 (so 0.3% does not read as 0%).
+fn short_percent(value: f64) -> String {
+    if value < 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+/// One line: how far the readers fell beside each kind of writes, and what the
+/// writes got. `reports` are alone, kernel writeback, tailguard; the writes are
+/// compared by what reached the disk (`disk_writes`) when known, since buffered
+/// writes that only reached the page cache are not written yet.
+pub fn verdict(reports: &[RunReport], disk_writes: &[Option<f64>]) -> String {
+    let [alone, writeback, tailguard] = reports else {
+        return "incomplete: the demo needs its three runs".into();
+    };
+    let (Some(solo), Some(kernel), Some(guarded)) = (
+        row(alone, READS),
+        row(writeback, READS),
+        row(tailguard, READS),
+    ) else {
+        return "incomplete: a run has no reads".into();
+    };
+    let solo_iops = solo.iops;
+    let worst = |row: &ClassReport| row.worst_500ms_iops.unwrap_or(row.iops);
+    let kernel_share = percent(worst(kernel), solo_iops);
+    let guarded_share = percent(worst(guarded), solo_iops);
+    let app_rate = |report: &RunReport| row(report, WRITES).map_or(0.0, |row| row.mb_per_s);
+    let (write_share, measured) = match (disk_writes.get(1), disk_writes.get(2)) {
+        (Some(Some(kernel_disk)), Some(Some(guarded_disk))) => {
+            (percent(*guarded_disk, *kernel_disk), "reaching the disk")
+        }
+        _ => (
+            percent(app_rate(tailguard), app_rate(writeback)),
+            "as the writer saw it",
+        ),
+    };
+    let outcome = if kernel_share >= 50.0 {
+        "kernel writeback did not stall the readers on this disk this time (a fast disk, or a \
+         large dirty threshold)"
+    } else if guarded_share >= 50.0 {
+        "tailguard kept the readers going where kernel writeback stalled them"
+    } else if guarded_share >= 2.0 * kernel_share {
+        "tailguard eased the stall kernel writeback caused, but the readers still fell below \
+         half their solo rate"
+    } else {
+        "tailguard did not spare the readers here"
+    };
+    format!(
+        "{outcome}: worst 0.5 s read rate {}% of solo beside kernel writeback (max {}), \
+         {}% through tailguard (max {}); tailguard's write rate {measured} {}% of \
+         writeback's",
+        short_percent(kernel_share),
+        human_duration(kernel.latency_us.max),
+        short_percent(guarded_share),
+        human_duration(guarded.latency_us.max),
+        short_percent(write_share)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailguard_core::Nanos;
+    use tailguard_sim::report::ClassAccumulator;
+
+    /// A run with `reads_per_window` completions per 0.5 s window over two
+    /// seconds, and `write_mb` MB of writes.
+    fn run(policy: &str, reads_per_window: [u64; 4], write_mb: u64) -> RunReport {
+        let mut reads =
+            ClassAccumulator::new(READS.into(), "vda".into(), 2_000_000_000).starting_at(0);
+        for (window, count) in reads_per_window.into_iter().enumerate() {
+            for index in 0..count {
+                let at: Nanos = window as u64 * 500_000_000 + index * 10_000;
+                reads.on_submit(at);
+                reads.on_complete(at + 200_000, at, at, 4096);
+            }
+        }
+        let mut classes = vec![reads.finish()];
+        if write_mb > 0 {
+            let mut writes =
+                ClassAccumulator::new(WRITES.into(), "vda".into(), 2_000_000_000).starting_at(0);
+            for index in 0..write_mb {
+                writes.on_submit(index * 1_000_000);
+                let at = index * 1_000_000;
+                writes.on_complete(at + 500_000, at, at, 1_000_000);
+            }
+            classes.push(writes.finish());
+        }
+        RunReport {
+            policy: policy.into(),
+            seed: 1,
+            duration_s: 2.0,
+            classes,
+        }
+    }
+
+    #[test]
+    fn the_threshold_is_bytes_when_set_else_a_ratio_of_memory() {
+        assert_eq!(
+            dirty_background_threshold(0, 10, 20 << 30),
+            (20u64 << 30) / 100 * 10
+        );
+        assert_eq!(
+            dirty_background_threshold(256 << 20, 10, 20 << 30),
+            256 << 20
+        );
+    }
+
+    #[test]
+    fn the_verdict_compares_worst_rates_with_the_solo_rate() {
+        let reports = [
+            run("alone", [100, 100, 100, 100], 0),
+            run("kernel writeback", [100, 1, 100, 100], 400),
+            run("tailguard", [100, 80, 90, 100], 300),
+        ];
+        let line = verdict(&reports, &[None, None, None]);
+        // Solo: 400 reads over 2 s = 200/s. Writeback's worst window: 2/s = 1%;
+        // tailguard's: 160/s = 80%. Writes 300 vs 400 MB over 2 s: 75%.
+        assert!(
+            line.starts_with("tailguard kept the readers going"),
+            "{line}"
+        );
+        assert!(line.contains("rate 1.0% of solo"), "{line}");
+        assert!(line.contains("80% through tailguard"), "{line}");
+        assert!(
+            line.contains("as the writer saw it 75% of writeback's"),
+            "{line}"
+        );
+        let line = verdict(&reports, &[Some(1.0), Some(400.0), Some(100.0)]);
+        assert!(
+            line.contains("reaching the disk 25% of writeback's"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn the_verdict_says_when_tailguard_only_eased_the_stall() {
+        let reports = [
+            run("alone", [100, 100, 100, 100], 0),
+            run("kernel writeback", [100, 2, 100, 100], 400),
+            run("tailguard", [100, 30, 90, 100], 300),
+        ];
+        let line = verdict(&reports, &[]);
+        assert!(line.starts_with("tailguard eased the stall"), "{line}");
+        assert!(line.contains("30% through tailguard"), "{line}");
+    }
+
+    #[test]
+    fn the_comparison_has_a_column_per_run_and_a_row_per_measure() {
+        let reports = [
+            run("alone", [100, 100, 100, 100], 0),
+            run("kernel writeback", [100, 1, 100, 100], 400),
+        ];
+        let text = render_comparison(&reports, &[Some(0.5), Some(123.4)]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("alone") && lines[0].ends_with("kernel writeback"));
+        let worst = lines
+            .iter()
+            .find(|line| line.starts_with("read worst 0.5 s"))
+            .unwrap();
+        assert!(worst.contains("200/s") && worst.ends_with("2/s"), "{text}");
+        let writes = lines
+            .iter()
+            .find(|line| line.starts_with("write MB/s"))
+            .unwrap();
+        assert!(writes.contains(" - ") || writes.contains("-  "), "{text}");
+        assert!(writes.ends_with("200"), "{text}");
+    }
+
+    #[test]
+    fn the_embedded_job_parses_with_and_without_writes() {
+        let sizing = Sizing {
+            read_bytes: 8 * MIB,
+            write_bytes: 16 * MIB,
+            duration_s: 6.0,
+            threshold_bytes: None,
+        };
+        let solo = demo_job(&sizing, 3.0, false).unwrap().scenario;
+        assert_eq!(solo.jobs.len(), 1);
+        let mixed = demo_job(&sizing, 6.0, true).unwrap().scenario;
+        assert_eq!(mixed.jobs.len(), 2);
+        assert_eq!(mixed.jobs[1].region_bytes, 16 * MIB);
+        assert_eq!(mixed.jobs[1].start_ns, 1_000_000_000);
+    }
+}

@@ -1,0 +1,185 @@
+//! `tailguard demo` end to end, shrunk with `--duration-s` and `--size-mib`:
+//! the three runs side by side, the verdict, the HTML report, and cleanup after
+//! a run, after a bad argument and after Ctrl-C.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{tailguard, tailguard_ok};
+
+/// A fresh, empty directory on disk (the target's temporary directory).
+fn scratch_dir(name: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "demo-{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).unwrap();
+    directory
+}
+
+fn entries(directory: &Path) -> Vec<String> {
+    std::fs::read_dir(directory)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
+    let directory = scratch_dir("run");
+    let report = directory.with_extension("html");
+    let output = tailguard_ok(&[
+        "demo",
+        directory.to_str().unwrap(),
+        "--duration-s",
+        "1.2",
+        "--size-mib",
+        "8",
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    let header = text
+        .lines()
+        .find(|line| line.contains("alone"))
+        .unwrap_or_else(|| panic!("no comparison header:\n{text}"));
+    let columns: Vec<&str> = ["alone", "kernel writeback", "tailguard"]
+        .into_iter()
+        .filter(|name| header.contains(name))
+        .collect();
+    assert_eq!(columns.len(), 3, "{header}");
+    assert!(
+        header.find("alone") < header.find("kernel writeback")
+            && header.find("kernel writeback") < header.find("tailguard"),
+        "alone, the problem, the fix: {header}"
+    );
+    for row in [
+        "read p99 ",
+        "read p99.9 ",
+        "read p99.99",
+        "read max",
+        "read worst 0.5 s",
+        "write MB/s (app)",
+        "disk writes MB/s",
+    ] {
+        let line = text
+            .lines()
+            .find(|line| line.starts_with(row))
+            .unwrap_or_else(|| panic!("no `{row}` row:\n{text}"));
+        assert_eq!(
+            line.split_whitespace().count() - row.split_whitespace().count(),
+            3,
+            "{line}"
+        );
+    }
+    // The alone run has no writes; the two others wrote something.
+    let writes = text
+        .lines()
+        .find(|line| line.starts_with("write MB/s (app)"))
+        .unwrap();
+    let cells: Vec<&str> = writes.split_whitespace().skip(3).collect();
+    assert_eq!(cells[0], "-", "{writes}");
+    assert!(cells[1].parse::<f64>().unwrap() > 0.0, "{writes}");
+    assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{writes}");
+    let verdict = text
+        .lines()
+        .find(|line| line.starts_with("verdict: "))
+        .unwrap_or_else(|| panic!("no verdict:\n{text}"));
+    assert!(verdict.contains("% of solo"), "{verdict}");
+
+    let page = std::fs::read_to_string(&report).expect("the report was written");
+    let _ = std::fs::remove_file(&report);
+    assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
+    // Reads and writes, three charts each.
+    assert_eq!(
+        page.matches("</svg>").count(),
+        6,
+        "two classes, three charts each"
+    );
+    assert!(page.contains("kernel writeback") && page.contains("Verdict: "));
+
+    assert!(
+        entries(&directory).is_empty(),
+        "left behind: {:?}",
+        entries(&directory)
+    );
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[test]
+fn bad_arguments_fail_clearly_and_leave_nothing() {
+    let output = tailguard(&["demo", "/nonexistent/tailguard-demo"]);
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("not a directory"), "{error}");
+
+    let directory = scratch_dir("bad");
+    for (flag, value) in [("--duration-s", "0"), ("--size-mib", "0")] {
+        let output = tailguard(&["demo", directory.to_str().unwrap(), flag, value]);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        let error = String::from_utf8_lossy(&output.stderr);
+        assert!(error.contains(flag), "{error}");
+        assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    }
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[test]
+fn ctrl_c_mid_demo_removes_its_directory_and_fails() {
+    let directory = scratch_dir("interrupt");
+    let report = directory.with_extension("html");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+        .args([
+            "demo",
+            directory.to_str().unwrap(),
+            "--duration-s",
+            "60",
+            "--size-mib",
+            "8",
+            "--report",
+            report.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the demo's directory and both of its files.
+    let files = |directory: &Path| -> usize {
+        entries(directory)
+            .iter()
+            .map(|name| std::fs::read_dir(directory.join(name)).map_or(0, |inner| inner.count()))
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while files(&directory) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(entries(&directory).len(), 1, "the demo made its directory");
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: a plain kill(2) of the child we started.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("demo did not stop within 20 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert!(!report.exists(), "no report for an interrupted demo");
+    let _ = std::fs::remove_dir_all(&directory);
+}
