@@ -491,10 +491,19 @@ impl Alarm {
         })
     }
 
+    /// Arms the alarm for `deadline`. The alarm thread is woken only when the
+    /// new deadline is earlier than the one it sleeps towards: a later one it
+    /// finds by itself when it wakes, so a driver that re-arms before every wait
+    /// costs no context switch per request.
     fn set(&self, deadline: Instant) {
         let (state, condvar) = &*self.shared;
-        state.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(deadline);
-        condvar.notify_one();
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let earlier = guard.0.is_none_or(|pending| deadline < pending);
+        guard.0 = Some(deadline);
+        drop(guard);
+        if earlier {
+            condvar.notify_one();
+        }
     }
 }
 
@@ -587,7 +596,7 @@ impl BackendExecutor {
         })
     }
 
-    /// Pushes the backlog until the backend refuses, then submits it.
+    /// Pushes the backlog until the backend refuses; the caller submits it.
     fn flush(&mut self) -> io::Result<()> {
         while let Some(op) = self.backlog.pop_front() {
             // SAFETY: the op's buffer is in `self.buffers` until its completion
@@ -601,7 +610,7 @@ impl BackendExecutor {
                 }
             }
         }
-        self.backend.submit(false)
+        Ok(())
     }
 }
 
@@ -634,10 +643,14 @@ impl Executor for BackendExecutor {
         self.flush().map_err(failed)?;
         self.results.clear();
         self.backend.reap(&mut self.results);
+        // One system call per wait: submit what was pushed, and sleep in the same
+        // call when nothing is ready yet (as fio does).
         if self.results.is_empty() && Instant::now() < deadline {
             self.alarm.set(deadline);
             self.backend.submit(true).map_err(failed)?;
             self.backend.reap(&mut self.results);
+        } else {
+            self.backend.submit(false).map_err(failed)?;
         }
         let at = Instant::now();
         for result in self.results.drain(..) {
