@@ -160,6 +160,11 @@ pub struct CompletionSample {
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
     pub queued_pieces: usize,
+    /// Cost of pieces dispatched *after* this one that completed before it (a
+    /// lower bound: completions since its dispatch, less `ahead_ns`). Large on a
+    /// device that reorders its queue and starves an old piece (a disk serving
+    /// the shortest seek first); near zero on a first-come-first-served one.
+    pub overtaken_ns: Nanos,
 }
 
 /// Resizes a device's budget from what completions show. Pure: it sees time only
@@ -174,16 +179,29 @@ pub trait LatencyController: Send {
         ControllerStats::default()
     }
 
-    /// How long a piece dispatched now, with `ahead_ns` of cost in flight before
-    /// it and costing `cost_ns`, should take at the device before it counts as
+    /// How long after its dispatch a piece of `direction`, dispatched now with
+    /// `ahead_ns` of cost in flight before it and costing `cost_ns`, counts as
     /// *overdue*; `None` (the default) never calls a piece overdue. While the
     /// oldest piece in flight is overdue, the dispatcher lets only classes with
     /// nothing in flight dispatch: a device that reorders its queue (a disk
     /// serving the shortest seek first) then runs out of newer work and serves
     /// the piece it was starving.
-    fn overdue_after_ns(&self, ahead_ns: Nanos, cost_ns: Nanos) -> Option<Nanos> {
-        let _ = (ahead_ns, cost_ns);
+    fn overdue_after_ns(
+        &self,
+        direction: Direction,
+        ahead_ns: Nanos,
+        cost_ns: Nanos,
+    ) -> Option<Nanos> {
+        let _ = (direction, ahead_ns, cost_ns);
         None
+    }
+
+    /// The limit a dispatcher starts from, given the one derived from its
+    /// profile (the default keeps it). A controller that distrusts the profile
+    /// (an uncalibrated guess) may start smaller and grow, as TCP's slow start
+    /// does: work dispatched before the first completion cannot be recalled.
+    fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
+        derived_ns
     }
 }
 
@@ -196,8 +214,17 @@ impl<T: LatencyController + ?Sized> LatencyController for Box<T> {
         (**self).stats()
     }
 
-    fn overdue_after_ns(&self, ahead_ns: Nanos, cost_ns: Nanos) -> Option<Nanos> {
-        (**self).overdue_after_ns(ahead_ns, cost_ns)
+    fn overdue_after_ns(
+        &self,
+        direction: Direction,
+        ahead_ns: Nanos,
+        cost_ns: Nanos,
+    ) -> Option<Nanos> {
+        (**self).overdue_after_ns(direction, ahead_ns, cost_ns)
+    }
+
+    fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
+        (**self).start_limit_ns(derived_ns)
     }
 }
 

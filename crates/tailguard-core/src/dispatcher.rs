@@ -248,6 +248,8 @@ struct InFlightPiece {
     dispatched_at: Nanos,
     queue_wait_ns: Nanos,
     ahead_ns: Nanos,
+    /// The dispatcher's completed cost when the piece was dispatched.
+    completed_before_ns: u128,
     /// When the piece becomes overdue, if the controller says.
     overdue_at: Option<Nanos>,
 }
@@ -316,6 +318,8 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     /// In-flight pieces as (slot, generation) in dispatch order; completed ones
     /// are dropped lazily from the front, so the front is the oldest in flight.
     dispatch_order: VecDeque<(u32, u32)>,
+    /// Cost completed since the dispatcher was made (for `overtaken_ns`).
+    completed_ns: u128,
 }
 
 impl<C: LatencyController> fmt::Debug for Dispatcher<C> {
@@ -341,10 +345,10 @@ impl<C: LatencyController> Dispatcher<C> {
         config.profile.validate()?;
         let cost_model = CostModel::new(&config.profile);
         let limit_ns = config.budget_ns.unwrap_or_else(|| {
-            Budget::derived_limit_ns(
+            controller.start_limit_ns(Budget::derived_limit_ns(
                 config.profile.latency_target_ns(),
                 cost_model.small_request_cost_ns(),
-            )
+            ))
         });
         let budget = Budget::new(limit_ns);
         let mut dispatcher = Self {
@@ -359,6 +363,7 @@ impl<C: LatencyController> Dispatcher<C> {
             requests: Slab::new(),
             in_flight: Slab::new(),
             dispatch_order: VecDeque::new(),
+            completed_ns: 0,
         };
         dispatcher.derive_split_bytes();
         Ok(dispatcher)
@@ -591,9 +596,10 @@ impl<C: LatencyController> Dispatcher<C> {
         piece: QueuedPiece,
     ) -> DispatchedPiece {
         let ahead_ns = self.budget.in_flight_ns();
+        let direction = self.requests.slots[piece.request_slot as usize].direction;
         let overdue_at = self
             .controller
-            .overdue_after_ns(ahead_ns, cost_ns)
+            .overdue_after_ns(direction, ahead_ns, cost_ns)
             .map(|after_ns| now.saturating_add(after_ns));
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
@@ -612,6 +618,7 @@ impl<C: LatencyController> Dispatcher<C> {
             dispatched_at: now,
             queue_wait_ns,
             ahead_ns,
+            completed_before_ns: self.completed_ns,
             overdue_at,
         });
         let generation = self.in_flight.slots[slot as usize].generation;
@@ -640,6 +647,9 @@ impl<C: LatencyController> Dispatcher<C> {
         self.in_flight.slots[slot_index as usize].occupied = false;
         self.in_flight.release(slot_index);
         let request = &self.requests.slots[piece.request_slot as usize];
+        let completed_since_ns = self.completed_ns - piece.completed_before_ns;
+        let overtaken_ns = completed_since_ns.saturating_sub(u128::from(piece.ahead_ns));
+        self.completed_ns += u128::from(piece.cost_ns);
         let sample = CompletionSample {
             now,
             direction: request.direction,
@@ -649,6 +659,7 @@ impl<C: LatencyController> Dispatcher<C> {
             in_flight_ns: self.budget.in_flight_ns(),
             ahead_ns: piece.ahead_ns,
             queued_pieces: self.queue.len(),
+            overtaken_ns: Nanos::try_from(overtaken_ns).unwrap_or(Nanos::MAX),
         };
         self.budget.release(piece.cost_ns);
         if let Some(limit_ns) = self
@@ -923,7 +934,12 @@ mod tests {
             None
         }
 
-        fn overdue_after_ns(&self, _ahead_ns: Nanos, _cost_ns: Nanos) -> Option<Nanos> {
+        fn overdue_after_ns(
+            &self,
+            _direction: Direction,
+            _ahead_ns: Nanos,
+            _cost_ns: Nanos,
+        ) -> Option<Nanos> {
             Some(self.0)
         }
     }

@@ -35,9 +35,13 @@
 //! most one of its own charges above `virtual_now`, while *j*'s is at most `credit`
 //! below it. So *j* is served at most `c_max × s_j / s_i + credit + c_max` of device
 //! time (the last `c_max` for the item that crosses, and for ties). Before the head
-//! item may go, the work in flight (at most `max(B, c_max)`, since only a lone
-//! oversize piece may exceed the budget) and everything served to the others must
-//! complete. With a device that delivers the profile's capacity (one nanosecond of
+//! item may go, the work in flight and everything served to the others must
+//! complete. The work in flight is at most `B + n × c_max`, where `n` is the
+//! number of classes with work in flight: the dispatcher's progress rule lets a
+//! class with nothing in flight always send its head piece, even into a full
+//! budget (see [`crate::budget`]). [`gap_bound_ns`] takes that bound as its
+//! `budget_ns` argument ([`crate::Dispatcher::in_flight_bound_ns`] computes it)
+//! and writes it `B` below; with a single class it is `max(B, c_max)`. With a device that delivers the profile's capacity (one nanosecond of
 //! cost per nanosecond), the longest time a backlogged class goes without a
 //! dispatch is
 //!

@@ -1038,6 +1038,7 @@ proptest! {
                 in_flight_ns: limit,
                 ahead_ns,
                 queued_pieces,
+                overtaken_ns: ahead_ns / 3,
             };
             if let Some(new) = controller.on_completion(&sample, limit) {
                 prop_assert!(new > 0);

@@ -2,14 +2,24 @@
 //!
 //! - On every model, starting from no profile, a saturating sequential writer
 //!   reaches 90% of the device's maximum (the same writer alone under `fifo`,
-//!   unlimited depth) within 2 simulated seconds, while 4 KiB reads beside it keep
-//!   their p99 within the latency target, or within the device's floor where the
-//!   target is below it (the floor: read p99 with the writes one small piece at a
-//!   time, `budget_us = 1`; since a class with nothing in flight may always send
-//!   a piece, reads no longer wait behind a write the device stalls, so on `nvme`
-//!   this floor fell from 1.77 ms to 0.18 ms, below the target). Met on `nvme`
-//!   and `sata-ssd`; `hdd` and `usb-flash` are ignored with the numbers and the
-//!   reason.
+//!   unlimited depth) within 2 simulated seconds (from then on, every window of
+//!   `judge_ms` stays at 90%), while 4 KiB reads beside it keep their p99 within
+//!   the latency target, or within the device's floor where the target is below
+//!   it (the floor: read p99 with the writes one small piece at a time,
+//!   `budget_us = 1`). Met on `nvme` and `sata-ssd`.
+//! - `hdd`, and why its check differs: a random read costs the disk ~13 ms of
+//!   seek and rotation (plus the way back to the stream), so at 20 reads/s the
+//!   reads alone take over a quarter of the disk and "writes at 90% of the
+//!   writer alone" is out of reach of any scheduler that serves those reads on
+//!   time. The issue's disk requirement is two checks: writes alone from no
+//!   profile reach 90% of the media rate within 2 s (Seastar #584: a fixed
+//!   sub-millisecond goal allows too little concurrency), and, with reads beside
+//!   them, read p99 within target or floor while writes keep 90% — at 4 reads/s
+//!   (~5% of the disk) over 12 s, so p99 rests on 40 reads. The latency
+//!   criterion is unchanged. Both are ignored for now, with the numbers.
+//! - `usb-flash` runs 20 s (90 reads at 5/s): its floor is set by 200–600 ms
+//!   stalls, and 10 reads (the old 4 s run) made p99 their maximum. Ignored for
+//!   now, with the numbers.
 //! - `scenarios/controller-slowdown.toml`: the controller reacts to a device slowed
 //!   to 30% within 1 s and recovers within 1 s after it speeds up again. (With
 //!   `controller = "fixed"` in that file the same test fails: reaction 2.0 s, so
@@ -65,10 +75,30 @@ fn p99_us(finished: &[FinishedRequest], class: usize, from: Nanos, to: Nanos) ->
 
 const SECOND: Nanos = NANOS_PER_SECOND;
 
-fn model_scenario(model: &str, block: &str, read_iops: f64, tailguard: &str) -> Scenario {
-    Scenario::from_toml(&format!(
+/// One model's check: a saturating sequential writer of `block` pieces and, when
+/// `read_iops > 0`, random 4 KiB reads at that rate beside it.
+#[derive(Clone, Copy)]
+struct Check {
+    model: &'static str,
+    block: &'static str,
+    read_iops: f64,
+    duration_s: u64,
+    /// Convergence is judged over windows this long: long enough to hold a few
+    /// reads' interruptions (a disk) or a stall (a USB stick).
+    judge_ms: u64,
+}
+
+fn model_scenario(check: Check, tailguard: &str) -> Scenario {
+    let Check {
+        model,
+        block,
+        read_iops,
+        duration_s,
+        ..
+    } = check;
+    let mut scenario = Scenario::from_toml(&format!(
         r#"
-duration_s = 4
+duration_s = {duration_s}
 seed = 5
 
 [[device]]
@@ -89,7 +119,7 @@ class = "reads"
 device = "dev"
 pattern = "randread"
 block_size = "4k"
-rate_iops = {read_iops:?}
+rate_iops = {:?}
 
 [[job]]
 name = "writer"
@@ -104,90 +134,137 @@ size = "8g"
 
 [policy.tailguard]
 {tailguard}
-"#
+"#,
+        read_iops.max(1.0)
     ))
-    .unwrap()
+    .unwrap();
+    if read_iops <= 0.0 {
+        scenario.jobs.retain(|job| job.name != "readers");
+    }
+    scenario
 }
 
-fn converges_on(model: &str, block: &str, read_iops: f64) {
-    let adaptive = model_scenario(
-        model,
-        block,
-        read_iops,
-        "controller = \"adaptive\"\nprofile = \"none\"",
-    );
+fn converges_on(check: Check) {
+    let adaptive = model_scenario(check, "controller = \"adaptive\"\nprofile = \"none\"");
+    let model = check.model;
+    let end = check.duration_s * SECOND;
     let target_us = adaptive.devices[0].profile.latency_target_us as f64;
-    let (reads, bulk) = (
-        class_index(&adaptive, "reads"),
-        class_index(&adaptive, "bulk"),
-    );
+    let bulk = class_index(&adaptive, "bulk");
     let mut alone = adaptive.clone();
     alone.jobs.retain(|job| job.name != "readers");
-    let max = rate(&observe(&alone, "fifo"), bulk, SECOND, 4 * SECOND);
-    let floor_scenario = model_scenario(
-        model,
-        block,
-        read_iops,
-        "controller = \"fixed\"\nbudget_us = 1",
-    );
-    let floor_us = p99_us(
-        &observe(&floor_scenario, "tailguard"),
-        reads,
-        2 * SECOND,
-        4 * SECOND,
-    );
+    let max = rate(&observe(&alone, "fifo"), bulk, SECOND, end);
 
     let finished = observe(&adaptive, "tailguard");
-    let got = rate(&finished, bulk, 2 * SECOND, 4 * SECOND);
-    let p99 = p99_us(&finished, reads, 2 * SECOND, 4 * SECOND);
-    // Convergence: the first 100 ms interval from which on throughput stays ≥ 90%.
+    let got = rate(&finished, bulk, 2 * SECOND, end);
+    // Convergence: the first 100 ms step from which on throughput stays ≥ 90% in
+    // every window of `judge_ms` (a single 100 ms interval of a disk or a USB
+    // stick holds a handful of pieces, too few to judge).
     let step = 100 * NANOS_PER_MILLISECOND;
-    let converged_at = (0..40)
+    let judge = check.judge_ms * NANOS_PER_MILLISECOND / step;
+    let converged_at = (0..=end / step - judge)
         .rev()
-        .take_while(|&i| rate(&finished, bulk, i * step, (i + 1) * step) >= 0.9 * max)
+        .take_while(|&i| rate(&finished, bulk, i * step, (i + judge) * step) >= 0.9 * max)
         .last()
         .map_or(f64::NAN, |i| (i * step) as f64 / 1e9);
-    println!(
-        "{model}: writes {:.1} MB/s of {:.1} MB/s max ({:.1}%), at 90% from {converged_at:.1} s; \
-         read p99 {p99:.0} µs, target {target_us:.0} µs, floor {floor_us:.0} µs",
+    print!(
+        "{model}: writes {:.1} MB/s of {:.1} MB/s max ({:.1}%), at 90% from {converged_at:.1} s",
         got / 1e6,
         max / 1e6,
         100.0 * got / max
     );
+    if check.read_iops > 0.0 {
+        let reads = class_index(&adaptive, "reads");
+        let floor_scenario = model_scenario(check, "controller = \"fixed\"\nbudget_us = 1");
+        let floor_us = p99_us(
+            &observe(&floor_scenario, "tailguard"),
+            reads,
+            2 * SECOND,
+            end,
+        );
+        let p99 = p99_us(&finished, reads, 2 * SECOND, end);
+        let samples = finished
+            .iter()
+            .filter(|r| r.class == reads && (2 * SECOND..end).contains(&r.completed_at))
+            .count();
+        println!(
+            "; read p99 {p99:.0} µs ({samples} reads), target {target_us:.0} µs, floor {floor_us:.0} µs"
+        );
+        let allowed = target_us.max(floor_us);
+        assert!(p99 <= allowed, "{model}: read p99 {p99} µs > {allowed} µs");
+    } else {
+        println!();
+    }
     assert!(got >= 0.9 * max, "{model}: {got} < 90% of {max}");
-    let allowed = target_us.max(floor_us);
-    assert!(p99 <= allowed, "{model}: read p99 {p99} µs > {allowed} µs");
+    assert!(
+        converged_at <= 2.0,
+        "{model}: at 90% only from {converged_at} s"
+    );
 }
 
 #[test]
 fn nvme_converges_without_a_profile() {
-    converges_on("nvme", "1m", 1000.0);
+    converges_on(Check {
+        model: "nvme",
+        block: "1m",
+        read_iops: 1000.0,
+        duration_s: 4,
+        judge_ms: 500,
+    });
 }
 
 #[test]
 fn sata_ssd_converges_without_a_profile() {
-    converges_on("sata-ssd", "1m", 1000.0);
+    converges_on(Check {
+        model: "sata-ssd",
+        block: "1m",
+        read_iops: 1000.0,
+        duration_s: 4,
+        judge_ms: 500,
+    });
+}
+
+/// The disk's media rate from no profile, writes alone: the Seastar #584 check.
+#[test]
+#[ignore = "not met yet: 90.6% of the media rate over 2-4 s, but at 90% (1 s windows) only \
+            from 2.7 s: slow start reaches 5.1 ms of budget in 70 ms, then downward probes \
+            (Little's law judges without reads) split pieces below the pipelining depth and \
+            each costly probe leaves small pieces queued for ~600 ms"]
+fn hdd_writes_alone_reach_the_media_rate() {
+    converges_on(Check {
+        model: "hdd",
+        block: "1m",
+        read_iops: 0.0,
+        duration_s: 4,
+        judge_ms: 500,
+    });
 }
 
 #[test]
-#[ignore = "not met yet: 97.6% of the media rate but read p99 1.29 s (target 50 ms). The \
-            disk's shortest-seek-first queue starves a read behind the sequential writes, and \
-            the controller judges the wait a floor (little work ahead). With the dispatcher's \
-            overdue hook on (slack target/6) it gave 69% and p99 56 ms, and cost the slowdown \
-            scenario its recovery. 20 random reads/s cost ~13 ms of seek and rotation each \
-            (26% of the disk), so 90% with a 50 ms p99 may be out of any scheduler's reach \
-            at that read rate"]
+#[ignore = "not met yet: read p99 22.5 ms = the floor (starvation detected, overdue rule on) \
+            and 90.6% over 2-12 s, but at 90% (1 s windows) only from 9.2 s: the same costly \
+            downward probes as the writer-alone check"]
 fn hdd_converges_without_a_profile() {
-    converges_on("hdd", "1m", 20.0);
+    converges_on(Check {
+        model: "hdd",
+        block: "1m",
+        read_iops: 4.0,
+        duration_s: 12,
+        judge_ms: 1000,
+    });
 }
 
 #[test]
-#[ignore = "not met yet: 112% of the maximum but read p99 2.04 s (target 500 ms, floor \
-            470 ms). The stick serves one command at a time and stalls 200-600 ms; windows of \
-            at most 200 ms see one read or none, so late reads never reach the classifier and \
-            Little's law, blind to stalls, lets the budget hold several 128 KiB writes"]
+#[ignore = "not met yet: 99.7% of the maximum but read p99 719 ms over 92 reads (target \
+            500 ms, floor 548 ms): stalls make a late read look like congestion or floor by \
+            chance (the window's rate), and upward probes add a 45 ms write each"]
 fn usb_flash_converges_without_a_profile() {
-    converges_on("usb-flash", "128k", 5.0);
+    converges_on(Check {
+        model: "usb-flash",
+        block: "128k",
+        read_iops: 5.0,
+        duration_s: 20,
+        judge_ms: 2000,
+    });
 }
 
 #[test]
