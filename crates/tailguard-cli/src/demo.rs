@@ -78,6 +78,9 @@ pub struct DemoArguments {
     /// below the dirty background threshold will not show writeback.
     #[arg(long, value_name = "MIB")]
     pub size_mib: Option<u64>,
+    /// How the tailguard run configures its scheduler.
+    #[command(flatten)]
+    pub scheduler: driver::SchedulerSettings,
 }
 
 /// The demo's sizes and durations.
@@ -152,9 +155,14 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         );
         let sectors_before = disk_sectors_written(&plan.device_name);
         let started = std::time::Instant::now();
-        let mut report = driver::run(scenario, plan, mode, scenario.seed, &mut |elapsed| {
-            bar.tick(elapsed)
-        })?;
+        let mut report = driver::run(
+            scenario,
+            plan,
+            mode,
+            &arguments.scheduler,
+            scenario.seed,
+            &mut |elapsed| bar.tick(elapsed),
+        )?;
         let elapsed_s = started.elapsed().as_secs_f64();
         drop(bar);
         let sectors_after = disk_sectors_written(&plan.device_name);

@@ -41,6 +41,7 @@ use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
@@ -48,7 +49,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tailguard::backend::threads::ThreadPool;
 use tailguard::backend::{self, Backend, BackendChoice, BackendConfig, EngineWaker, Op, OpKind};
-use tailguard::{AlignedBuffer, BufResult, IoClass, IoFuture, OpenOptions, Scheduler};
+use tailguard::{
+    AlignedBuffer, BufResult, IoClass, IoFuture, OpenOptions, Scheduler, SchedulerBuilder,
+};
 use tailguard_core::Nanos;
 use tailguard_sim::report::{ClassAccumulator, RunReport};
 use tailguard_sim::scenario::{Arrival, Scenario};
@@ -112,16 +115,46 @@ fn concurrency(scenario: &Scenario) -> usize {
 
 /// Runs the scenario once in `mode` against `plan`'s files, and calls
 /// `progress` with the run's elapsed time every [`PROGRESS_INTERVAL`] or so.
+/// How `tailguard` mode configures its scheduler (bench's and demo's
+/// `--profile` and `--latency-target-us`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct SchedulerSettings {
+    /// A device profile file for `tailguard` mode: what `tailguard tune` wrote
+    /// (TOML), or Seastar's io_properties.yaml. Default: the built-in guess for
+    /// the device's kind.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// The read latency the scheduler's budget aims at, in microseconds, for
+    /// `tailguard` mode. Default: the profile's.
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub latency_target_us: Option<u64>,
+}
+
+impl SchedulerSettings {
+    /// The scheduler builder these settings describe.
+    fn builder(&self) -> io::Result<SchedulerBuilder> {
+        let mut builder = Scheduler::builder();
+        if let Some(path) = &self.profile {
+            builder = builder.profile_file(path)?;
+        }
+        if let Some(target_us) = self.latency_target_us {
+            builder = builder.latency_target(Duration::from_micros(target_us));
+        }
+        Ok(builder)
+    }
+}
+
 pub fn run(
     scenario: &Scenario,
     plan: &Plan,
     mode: Mode,
+    settings: &SchedulerSettings,
     seed: u64,
     progress: &mut dyn FnMut(Nanos),
 ) -> Result<RunReport, BenchError> {
     let threads = concurrency(scenario);
     let mut executor: Box<dyn Executor> = match mode {
-        Mode::Tailguard => Box::new(SchedulerExecutor::new(scenario, plan, threads)?),
+        Mode::Tailguard => Box::new(SchedulerExecutor::new(scenario, plan, settings, threads)?),
         Mode::KernelDirect => Box::new(BackendExecutor::new(plan, true, threads)?),
         Mode::KernelBuffered => Box::new(BackendExecutor::new(plan, false, threads)?),
     };
@@ -351,9 +384,16 @@ impl Wake for TokenWaker {
 }
 
 impl SchedulerExecutor {
-    fn new(scenario: &Scenario, plan: &Plan, threads: usize) -> Result<Self, BenchError> {
+    fn new(
+        scenario: &Scenario,
+        plan: &Plan,
+        settings: &SchedulerSettings,
+        threads: usize,
+    ) -> Result<Self, BenchError> {
         let failed = |error: io::Error| BenchError::usage(format!("tailguard: {error}"));
-        let scheduler = Scheduler::builder()
+        let scheduler = settings
+            .builder()
+            .map_err(failed)?
             .threads(threads)
             .build()
             .map_err(failed)?;

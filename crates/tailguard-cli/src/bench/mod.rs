@@ -118,6 +118,9 @@ pub struct BenchArguments {
     /// percentiles per mode, IOPS and max latency per second) to FILE.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// How `tailguard` mode configures its scheduler.
+    #[command(flatten)]
+    pub scheduler: driver::SchedulerSettings,
 }
 
 /// Runs `tailguard bench`.
@@ -178,10 +181,14 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
                 &format!("run {}/{runs}: {}", reports.len() + 1, mode.name()),
                 scenario.duration_ns,
             );
-            let mut report =
-                driver::run(scenario, &plan, mode, scenario.seed, &mut |elapsed_ns| {
-                    bar.tick(elapsed_ns)
-                })?;
+            let mut report = driver::run(
+                scenario,
+                &plan,
+                mode,
+                &arguments.scheduler,
+                scenario.seed,
+                &mut |elapsed_ns| bar.tick(elapsed_ns),
+            )?;
             drop(bar);
             if !arguments.json && arguments.repeat > 1 {
                 report.policy = format!("{} #{}", mode.name(), repetition + 1);
