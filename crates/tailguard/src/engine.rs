@@ -41,9 +41,35 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Instant;
 use tailguard_core::{
-    ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
-    Nanos, RequestId,
+    AdaptiveBudget, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
+    DispatcherConfig, FixedBudget, IoRequest, LatencyController, Nanos, RequestId,
 };
+
+/// The `tracing` target of budget changes ([`ControllerChoice::Adaptive`]).
+pub const CONTROLLER_TARGET: &str = "tailguard::controller";
+
+/// Which policy sizes each device's in-flight budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ControllerChoice {
+    /// The budget the profile derives, unchanged (the core's `FixedBudget`).
+    #[default]
+    Fixed,
+    /// The core's `AdaptiveBudget`: resized online from what completions show.
+    /// Every change is logged at target [`CONTROLLER_TARGET`].
+    Adaptive,
+}
+
+impl ControllerChoice {
+    fn controller_for(self, profile: &DeviceProfile) -> Box<dyn LatencyController> {
+        match self {
+            Self::Fixed => Box::new(FixedBudget),
+            Self::Adaptive => Box::new(AdaptiveBudget::for_profile(profile)),
+        }
+    }
+}
+
+/// A device's dispatcher, with the budget policy chosen at run time.
+type DeviceDispatcher = Dispatcher<Box<dyn LatencyController>>;
 
 /// What a data request returns: the result and the buffer, whatever happened.
 pub type BufResult = (io::Result<usize>, AlignedBuffer);
@@ -123,7 +149,9 @@ pub(crate) enum Message {
 
 struct DeviceState {
     name: String,
-    dispatcher: Dispatcher,
+    dispatcher: DeviceDispatcher,
+    /// The budget last seen, to log each change once.
+    budget_ns: Nanos,
     /// This device's class for each global class number (dense), once used.
     classes: Vec<Option<ClassId>>,
     ops: u64,
@@ -193,6 +221,7 @@ impl<T> Slab<T> {
 pub(crate) struct Engine {
     backend: Box<dyn Backend>,
     backend_kind: BackendKind,
+    controller: ControllerChoice,
     handoff: Arc<Handoff<Message>>,
     epoch: Instant,
     devices: Vec<DeviceState>,
@@ -210,9 +239,14 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(backend: Box<dyn Backend>, handoff: Arc<Handoff<Message>>) -> Self {
+    pub(crate) fn new(
+        backend: Box<dyn Backend>,
+        handoff: Arc<Handoff<Message>>,
+        controller: ControllerChoice,
+    ) -> Self {
         Self {
             backend_kind: backend.kind(),
+            controller,
             backend,
             handoff,
             epoch: Instant::now(),
@@ -317,17 +351,24 @@ impl Engine {
         if self.device_ids.contains(&device) {
             return;
         }
-        let dispatcher = match Dispatcher::new(DispatcherConfig::new(profile.clone())) {
+        let build = |profile: &DeviceProfile| {
+            Dispatcher::with_controller(
+                DispatcherConfig::new(profile.clone()),
+                self.controller.controller_for(profile),
+            )
+        };
+        let dispatcher = match build(&profile) {
             Ok(dispatcher) => dispatcher,
             Err(error) => {
                 tracing::error!(%error, device = %name, "invalid profile; using defaults");
-                Dispatcher::new(DispatcherConfig::new(crate::DEFAULT_SSD_PROFILE.clone()))
-                    .expect("the default profile is valid")
+                build(&crate::DEFAULT_SSD_PROFILE).expect("the default profile is valid")
             }
         };
+        let budget_ns = dispatcher.budget().limit_ns();
         tracing::info!(
             device = %name,
-            budget_ns = dispatcher.budget().limit_ns(),
+            budget_ns,
+            controller = ?self.controller,
             ?profile,
             "tailguard: new device dispatcher"
         );
@@ -335,6 +376,7 @@ impl Engine {
         self.devices.push(DeviceState {
             name,
             dispatcher,
+            budget_ns,
             classes: Vec::new(),
             ops: 0,
             bytes: 0,
@@ -496,6 +538,36 @@ impl Engine {
         for completion in std::mem::take(&mut self.completions) {
             self.complete_piece(now, completion);
         }
+        self.log_budget_changes();
+    }
+
+    /// Emits one event per device whose controller resized its budget since the
+    /// last look (never for `Fixed`, whose budget does not move).
+    fn log_budget_changes(&mut self) {
+        for device in &mut self.devices {
+            let budget_ns = device.dispatcher.budget().limit_ns();
+            if budget_ns == device.budget_ns {
+                continue;
+            }
+            let stats = device.dispatcher.stats();
+            let controller = stats.controller;
+            tracing::info!(
+                target: CONTROLLER_TARGET,
+                device = %device.name,
+                old_budget_ns = device.budget_ns,
+                new_budget_ns = budget_ns,
+                budget_changes = stats.budget_changes,
+                windows = controller.windows,
+                grows = controller.grows,
+                shrinks = controller.shrinks,
+                holds = controller.holds,
+                congested = controller.congested,
+                situation = ?controller.last,
+                rate_milli = controller.rate_milli,
+                "tailguard: device budget changed"
+            );
+            device.budget_ns = budget_ns;
+        }
     }
 
     fn complete_piece(&mut self, now: Nanos, completion: OpResult) {
@@ -590,6 +662,8 @@ impl Engine {
                         in_flight_ns: counters.in_flight_ns,
                         budget_ns: counters.budget_ns,
                         queued_pieces: counters.queued_pieces,
+                        budget_changes: counters.budget_changes,
+                        controller: counters.controller,
                         profile: device.dispatcher.profile().clone(),
                     }
                 })

@@ -21,7 +21,9 @@ use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, EngineWake
 use crate::buffer::{check_alignment, AlignedBuffer};
 use crate::completion::{IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
-use crate::engine::{self, BufResult, ClassNumber, Engine, IoKind, IoMessage, Message, Reply};
+use crate::engine::{
+    self, BufResult, ClassNumber, ControllerChoice, Engine, IoKind, IoMessage, Message, Reply,
+};
 use crate::handoff::{Handoff, Wake};
 use crate::stats::StatsSnapshot;
 use std::collections::{HashMap, HashSet};
@@ -46,6 +48,7 @@ pub struct SchedulerBuilder {
     threads: usize,
     profiles: HashMap<String, DeviceProfile>,
     default_profile: Option<DeviceProfile>,
+    controller: ControllerChoice,
 }
 
 impl Default for SchedulerBuilder {
@@ -57,6 +60,7 @@ impl Default for SchedulerBuilder {
             threads: 4,
             profiles: HashMap::new(),
             default_profile: None,
+            controller: ControllerChoice::Fixed,
         }
     }
 }
@@ -100,6 +104,15 @@ impl SchedulerBuilder {
         self
     }
 
+    /// How each device's in-flight budget is sized: `Fixed` (default) keeps the
+    /// budget the profile derives; `Adaptive` lets the core's latency controller
+    /// resize it online, logging every change at target
+    /// [`engine::CONTROLLER_TARGET`].
+    pub fn controller(mut self, choice: ControllerChoice) -> Self {
+        self.controller = choice;
+        self
+    }
+
     /// Starts the engine thread.
     pub fn build(self) -> io::Result<Scheduler> {
         for (device, profile) in &self.profiles {
@@ -115,6 +128,7 @@ impl SchedulerBuilder {
             threads: self.threads,
         };
         let engine_handoff = handoff.clone();
+        let controller = self.controller;
         let thread = std::thread::Builder::new()
             .name("tailguard-engine".into())
             .spawn(move || {
@@ -123,7 +137,7 @@ impl SchedulerBuilder {
                 match backend::open_backend(config) {
                     Ok(backend) => {
                         let _ = sender.send(Ok((backend.kind(), backend.waker())));
-                        Engine::new(backend, engine_handoff).run();
+                        Engine::new(backend, engine_handoff, controller).run();
                     }
                     Err(error) => {
                         let _ = sender.send(Err(error));
