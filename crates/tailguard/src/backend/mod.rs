@@ -149,6 +149,10 @@ pub struct BackendConfig {
     pub ring_depth: u32,
     /// Worker threads of the thread-pool backend.
     pub threads: usize,
+    /// Whether threads other than the creator may drive the backend (waiters
+    /// that run the engine): the io_uring ring is then set up without
+    /// `SINGLE_ISSUER`/`DEFER_TASKRUN` (see [`uring`]).
+    pub shared_ring: bool,
 }
 
 /// Builds the backend `config` asks for; see the module docs for `auto`.
@@ -172,7 +176,11 @@ pub fn open_backend(config: BackendConfig) -> io::Result<Box<dyn Backend>> {
             config.threads,
             config.ring_depth,
         )?)),
+        BackendChoice::IoUring if config.shared_ring => {
+            Ok(Box::new(uring::Uring::new_shared(config.ring_depth)?))
+        }
         BackendChoice::IoUring => Ok(Box::new(uring::Uring::new(config.ring_depth)?)),
+        BackendChoice::Auto if config.shared_ring => auto(config, uring::Uring::new_shared),
         BackendChoice::Auto => auto(config, uring::Uring::new),
     }
 }
