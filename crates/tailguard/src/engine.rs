@@ -22,9 +22,9 @@
 //!
 //! # Who runs the loop
 //!
-//! The engine sits behind a mutex in [`Shared`], and one thread at a time runs
+//! The engine sits behind a mutex in `Shared`, and one thread at a time runs
 //! the loop above: the dedicated engine thread, or a *helping* waiter
-//! ([`crate::completion`]): a thread about to block on a result that finds the
+//! (`completion` module, [`crate::IoFuture::wait`]): a thread about to block on a result that finds the
 //! engine free runs the loop itself until its result is in, so a request
 //! waited on at low depth is submitted, waited for and completed by the thread
 //! that asked for it, with no wake-up of another thread on its path. The engine
@@ -44,7 +44,7 @@
 //! nothing is dropped, and the thread exits only when the kernel is done.
 //!
 //! Should the engine ever panic (a bug, on whichever thread runs it), nobody waits
-//! forever: while unwinding, the runner takes the engine out of [`Shared`] (the
+//! forever: while unwinding, the runner takes the engine out of `Shared` (the
 //! engine thread then exits), closes the handoff and fails every request it holds or that is still queued,
 //! and it *leaks* the buffers of requests it had accepted, since the kernel may
 //! still be writing into them.

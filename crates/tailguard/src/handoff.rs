@@ -212,6 +212,14 @@ impl<T> Handoff<T> {
         }
     }
 
+    /// Whether a message waits with the engine thread parked and nobody helping:
+    /// never true once every submitter has finished its push protocol.
+    #[cfg(test)]
+    pub(crate) fn stranded(&self) -> bool {
+        let queue = self.queue.lock().expect("handoff lock poisoned");
+        queue.parked && !queue.helping && !queue.messages.is_empty()
+    }
+
     /// Refuses every later push; messages already queued stay for `take_all`.
     /// Also unparks the engine thread, which must see that it is closed.
     pub fn close(&self) {
@@ -280,7 +288,9 @@ mod tests {
         handoff.wait_unparked(); // returns at once: work left behind unparked it
         assert!(handoff.try_park());
         assert_eq!(handoff.push(3, &waker), Ok(Pushed::Deferred));
+        assert!(handoff.stranded(), "until the kick");
         handoff.kick();
+        assert!(!handoff.stranded());
         handoff.wait_unparked(); // returns at once: kicked
         assert_eq!(waker.0.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
@@ -352,11 +362,14 @@ mod loom_tests {
         });
     }
 
-    /// The engine thread parks when idle; each of two submitters pushes, and on
-    /// a deferred push either runs the engine itself (when its lock is free) or
-    /// kicks. Every message must reach the engine under every interleaving: a
-    /// message left queued while the engine thread parks for good shows up as a
-    /// deadlock (the engine thread exits only once it holds both messages).
+    /// The engine thread parks when idle. Two submitters push one message each
+    /// to a possibly parked engine: one (spawned) runs the engine itself when
+    /// its push was deferred and the engine's lock is free, else kicks; the
+    /// other (the model's main thread) always kicks, as a future polled on
+    /// another executor does. Every message must reach the engine under every
+    /// interleaving: a message left queued while the engine thread parks for
+    /// good is caught by `stranded` once both submitters are done (the final
+    /// `close`, which ends the model, would otherwise hand it over).
     #[test]
     fn a_deferred_push_is_taken_by_its_submitter_or_kicked_to_the_engine_thread() {
         loom::model(|| {
@@ -384,31 +397,30 @@ mod loom_tests {
                     handoff.wait_unparked();
                 })
             };
-            let submitters: Vec<_> = (0..2)
-                .map(|value| {
-                    let (handoff, engine, event) = (handoff.clone(), engine.clone(), event.clone());
-                    loom::thread::spawn(move || {
-                        if handoff.push(value, &*event).unwrap() == Pushed::Seen {
-                            return;
+            let helper = {
+                let (handoff, engine, event) = (handoff.clone(), engine.clone(), event.clone());
+                loom::thread::spawn(move || {
+                    if handoff.push(0, &*event).unwrap() == Pushed::Seen {
+                        return;
+                    }
+                    match engine.try_lock() {
+                        Ok(mut received) => {
+                            handoff.begin_helping();
+                            let mut batch = Vec::new();
+                            handoff.take_all(&mut batch);
+                            received.append(&mut batch);
+                            handoff.end_helping(false);
                         }
-                        match engine.try_lock() {
-                            Ok(mut received) => {
-                                handoff.begin_helping();
-                                let mut batch = Vec::new();
-                                handoff.take_all(&mut batch);
-                                received.append(&mut batch);
-                                handoff.end_helping(false);
-                            }
-                            Err(_) => handoff.kick(),
-                        }
-                    })
+                        Err(_) => handoff.kick(),
+                    }
                 })
-                .collect();
-            for submitter in submitters {
-                submitter.join().unwrap();
+            };
+            if handoff.push(1, &*event).unwrap() == Pushed::Deferred {
+                handoff.kick();
             }
-            // Unparks an idle engine thread for good; it exits only if it holds
-            // both messages, and parks again (a deadlock) if one was lost.
+            helper.join().unwrap();
+            assert!(!handoff.stranded(), "a message waits for a parked engine");
+            // Unparks an idle engine thread for good: it exits once it holds both.
             handoff.close();
             engine_thread.join().unwrap();
             let mut received = engine.lock().unwrap().clone();
