@@ -49,8 +49,14 @@ use std::task::{Context, Poll, Wake, Waker};
 pub(crate) trait Driver: Send + Sync {
     /// Returns once `parker` is notified (or spuriously: callers re-check): runs
     /// the engine on this thread meanwhile if nobody else does, else pays any
-    /// deferred kick and blocks on the parker.
-    fn drive_until_notified(&self, parker: &Parker);
+    /// deferred kick and blocks on the parker. `session` (false at first) says
+    /// whether this `block_on` holds a helping session (see
+    /// [`crate::handoff`]); it is kept across calls while the thread only
+    /// leaves the engine to poll its future.
+    fn drive_until_notified(&self, parker: &Parker, session: &mut bool);
+
+    /// Ends a helping session that `drive_until_notified` left open.
+    fn end_session(&self);
 
     /// Pays deferred pushes: makes sure the engine thread looks at the queue.
     fn kick(&self);
@@ -77,12 +83,19 @@ fn thread_token() -> usize {
 /// Polls `future` to completion on this thread, running the engine of `driver`
 /// while it is pending (see the module docs).
 pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Output {
-    struct Restore(usize, Arc<dyn Driver>);
+    struct Restore {
+        previous: usize,
+        driver: Arc<dyn Driver>,
+        session: bool,
+    }
     impl Drop for Restore {
         fn drop(&mut self) {
-            DRIVING.set(self.0);
+            DRIVING.set(self.previous);
+            if self.session {
+                self.driver.end_session();
+            }
             // Pushes deferred in here and not taken by this thread.
-            self.1.kick();
+            self.driver.kick();
         }
     }
     let parker = Arc::new(Parker {
@@ -94,12 +107,16 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
     let waker = Waker::from(parker.clone());
     let mut context = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
-    let _restore = Restore(DRIVING.replace(driver_id(driver)), driver.clone());
+    let mut restore = Restore {
+        previous: DRIVING.replace(driver_id(driver)),
+        driver: driver.clone(),
+        session: false,
+    };
     loop {
         if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
             return value;
         }
-        driver.drive_until_notified(&parker);
+        driver.drive_until_notified(&parker, &mut restore.session);
     }
 }
 

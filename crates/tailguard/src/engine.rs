@@ -824,7 +824,8 @@ impl Shared {
 
     /// Runs the loop on this waiting thread until `parker` is notified or there
     /// is nothing left to do here; returns false if the engine was not free.
-    fn help(&self, parker: &Parker) -> bool {
+    /// Opens a helping session the first time (see [`crate::handoff`]).
+    fn help(&self, parker: &Parker, session: &mut bool) -> bool {
         let mut guard = match self.engine.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::WouldBlock) => return false,
@@ -833,7 +834,9 @@ impl Shared {
         let Some(engine) = guard.as_mut() else {
             return true;
         };
-        self.handoff.begin_helping();
+        if !std::mem::replace(session, true) {
+            self.handoff.begin_helping();
+        }
         parker.set_running_engine(true);
         let done = || parker.is_notified();
         // A panic in the engine's code (a bug) must not unwind into the caller's
@@ -850,12 +853,12 @@ impl Shared {
         }));
         parker.set_running_engine(false);
         match outcome {
-            Ok(work_left) => self.handoff.end_helping(work_left),
+            Ok(work_left) => self.handoff.leave_engine(work_left),
             Err(_) => {
                 if let Some(mut engine) = guard.take() {
                     engine.crash();
                 }
-                self.handoff.end_helping(false);
+                self.handoff.leave_engine(false);
             }
         }
         true
@@ -863,17 +866,27 @@ impl Shared {
 }
 
 impl Driver for Shared {
-    fn drive_until_notified(&self, parker: &Parker) {
+    fn drive_until_notified(&self, parker: &Parker, session: &mut bool) {
         if parker.take_notified() {
             return;
         }
-        if !self.helpers_allowed || !self.help(parker) {
-            // Somebody else runs the engine (or must): make sure it looks.
-            self.handoff.kick();
+        if self.helpers_allowed && self.help(parker, session) && parker.take_notified() {
+            // Back to poll the future; the session stays open.
+            return;
         }
+        // About to block: end the session (the engine thread takes over any
+        // work left) and make sure the engine looks at the queue.
+        if std::mem::take(session) {
+            self.handoff.end_helping();
+        }
+        self.handoff.kick();
         if !parker.take_notified() {
             parker.park();
         }
+    }
+
+    fn end_session(&self) {
+        self.handoff.end_helping();
     }
 
     fn kick(&self) {

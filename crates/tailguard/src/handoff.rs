@@ -19,7 +19,12 @@
 //!   the thread pool's condition variable), woken by the backend's waker;
 //! - `parked`: the engine thread has nothing in flight and waits on the
 //!   handoff's condition variable, outside the engine;
-//! - `helping`: a waiter runs the engine, and looks at the queue before it leaves.
+//! - `helpers`: waiters in a helping *session* (a `block_on` that has run the
+//!   engine and will run it again before it returns, or looks at the queue and
+//!   unparks the engine thread when it returns): while there is one, nobody
+//!   needs to wake the engine thread;
+//! - `work_left`: whether the last runner to leave the engine left operations
+//!   in flight (or a shutdown to finish).
 //!
 //! The protocol, every step under the queue's mutex:
 //!
@@ -34,8 +39,11 @@
 //!    by another executor, a dropped future, a waiter that found the engine busy).
 //!    A thread that is going to run the engine itself saves the kick and the
 //!    thread hop: that is the point of deferring it;
-//! 3. a helper leaving the engine unparks the engine thread if it leaves work
-//!    behind (messages queued, operations in flight).
+//! 3. the last helper to end its session unparks the engine thread if work is
+//!    left (messages queued, operations in flight). A session spans the polls
+//!    of the waiter's future between two runs of the engine, so a thread that
+//!    drives many requests keeps the engine to itself instead of handing it to
+//!    the engine thread and back each time it looks at a result.
 //!
 //! Because the flags live under the queue's mutex, the check-then-sleep and the
 //! push-then-wake cannot interleave: either the runner's check sees the message,
@@ -71,7 +79,8 @@ struct Queue<T> {
     closed: bool,
     sleeping: bool,
     parked: bool,
-    helping: bool,
+    helpers: usize,
+    work_left: bool,
 }
 
 /// A push was refused because the engine is shutting down.
@@ -104,7 +113,8 @@ impl<T> Handoff<T> {
                 closed: false,
                 sleeping: false,
                 parked: false,
-                helping: false,
+                helpers: 0,
+                work_left: false,
             }),
             unparked: Condvar::new(),
         }
@@ -118,7 +128,7 @@ impl<T> Handoff<T> {
                 return Err(Closed(message));
             }
             queue.messages.push(message);
-            let pushed = if queue.parked && !queue.helping {
+            let pushed = if queue.parked && queue.helpers == 0 {
                 Pushed::Deferred
             } else {
                 Pushed::Seen
@@ -136,7 +146,7 @@ impl<T> Handoff<T> {
     /// nothing to do.
     pub fn kick(&self) {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
-        if queue.parked && !queue.helping && !queue.messages.is_empty() {
+        if queue.parked && queue.helpers == 0 && !queue.messages.is_empty() {
             queue.parked = false;
             drop(queue);
             self.unparked.notify_one();
@@ -182,6 +192,9 @@ impl<T> Handoff<T> {
     pub fn try_park(&self) -> bool {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
         queue.parked = queue.messages.is_empty();
+        if queue.parked {
+            queue.work_left = false;
+        }
         queue.parked
     }
 
@@ -194,18 +207,23 @@ impl<T> Handoff<T> {
         }
     }
 
-    /// A waiter starts running the engine (it holds the engine's lock).
+    /// A waiter starts a helping session (it holds the engine's lock).
     pub fn begin_helping(&self) {
-        self.queue.lock().expect("handoff lock poisoned").helping = true;
+        self.queue.lock().expect("handoff lock poisoned").helpers += 1;
     }
 
-    /// The helper leaves the engine; with `work_left` (operations in flight, or
-    /// a shutdown to finish), or messages still queued, the engine thread is
-    /// unparked to carry on.
-    pub fn end_helping(&self, work_left: bool) {
+    /// A helper releases the engine's lock, leaving `work_left` (operations in
+    /// flight, or a shutdown to finish) or not.
+    pub fn leave_engine(&self, work_left: bool) {
+        self.queue.lock().expect("handoff lock poisoned").work_left = work_left;
+    }
+
+    /// A helping session ends; the last one unparks the engine thread if work
+    /// is left or messages are queued.
+    pub fn end_helping(&self) {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
-        queue.helping = false;
-        if queue.parked && (work_left || !queue.messages.is_empty()) {
+        queue.helpers -= 1;
+        if queue.helpers == 0 && queue.parked && (queue.work_left || !queue.messages.is_empty()) {
             queue.parked = false;
             drop(queue);
             self.unparked.notify_one();
@@ -217,7 +235,7 @@ impl<T> Handoff<T> {
     #[cfg(test)]
     pub(crate) fn stranded(&self) -> bool {
         let queue = self.queue.lock().expect("handoff lock poisoned");
-        queue.parked && !queue.helping && !queue.messages.is_empty()
+        queue.parked && queue.helpers == 0 && !queue.messages.is_empty()
     }
 
     /// Refuses every later push; messages already queued stay for `take_all`.
@@ -278,13 +296,15 @@ mod tests {
         assert_eq!(handoff.push(1, &waker), Ok(Pushed::Deferred));
         handoff.begin_helping();
         assert_eq!(handoff.push(2, &waker), Ok(Pushed::Seen), "a helper looks");
-        handoff.end_helping(false);
+        handoff.leave_engine(false);
+        handoff.end_helping();
         let mut taken = Vec::new();
         assert!(!handoff.try_park(), "messages queued: no parking");
         handoff.take_all(&mut taken);
         assert!(handoff.try_park());
         handoff.begin_helping();
-        handoff.end_helping(true);
+        handoff.leave_engine(true);
+        handoff.end_helping();
         handoff.wait_unparked(); // returns at once: work left behind unparked it
         assert!(handoff.try_park());
         assert_eq!(handoff.push(3, &waker), Ok(Pushed::Deferred));
@@ -409,7 +429,8 @@ mod loom_tests {
                             let mut batch = Vec::new();
                             handoff.take_all(&mut batch);
                             received.append(&mut batch);
-                            handoff.end_helping(false);
+                            handoff.leave_engine(false);
+                            handoff.end_helping();
                         }
                         Err(_) => handoff.kick(),
                     }
