@@ -3,7 +3,7 @@
 //! ```text
 //! cargo bench -p tailguard --bench engine -- nop [--secs 1] [--reps 3] [--depth 256]
 //! cargo bench -p tailguard --bench engine -- nop-uring [--secs 1] [--depth 256]   # profiling
-//! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5] [--driver block-on|engine-thread]
+//! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5] [--driver block-on|engine-thread|dedicated]
 //! ```
 //!
 //! Both modes drive their requests from one thread, as fio does, with one of two
@@ -13,7 +13,9 @@
 //! the library); `engine-thread` runs the same loop on a minimal executor that
 //! parks the thread while pending, so the engine thread does all the engine work
 //! and every completion is a cross-thread wake-up (the way a request awaited on
-//! another async runtime, such as tokio, is served).
+//! another async runtime, such as tokio, is served); `dedicated` is
+//! `engine-thread` on a scheduler built with `waiters_run_engine(false)`, whose
+//! ring keeps `SINGLE_ISSUER`/`DEFER_TASKRUN` (the previous design).
 //!
 //! `nop`: in one run, interleaved A B C A B C ..., (a) raw io_uring NOPs with the
 //! `io-uring` crate (push 32, `submit_and_wait(32)`, drain), (b) `Scheduler::nop`
@@ -94,6 +96,7 @@ fn main() {
 enum Driver {
     BlockOn,
     EngineThread,
+    Dedicated,
 }
 
 impl Driver {
@@ -101,7 +104,8 @@ impl Driver {
         match name {
             "block-on" => Self::BlockOn,
             "engine-thread" => Self::EngineThread,
-            other => panic!("unknown driver {other}; use block-on or engine-thread"),
+            "dedicated" => Self::Dedicated,
+            other => panic!("unknown driver {other}; use block-on, engine-thread or dedicated"),
         }
     }
 
@@ -109,6 +113,7 @@ impl Driver {
         match self {
             Self::BlockOn => "block-on",
             Self::EngineThread => "engine-thread",
+            Self::Dedicated => "dedicated",
         }
     }
 
@@ -116,7 +121,7 @@ impl Driver {
     fn run<F: Future>(self, scheduler: &Scheduler, future: F) -> F::Output {
         match self {
             Self::BlockOn => scheduler.block_on(future),
-            Self::EngineThread => park_on(future),
+            Self::EngineThread | Self::Dedicated => park_on(future),
         }
     }
 }
@@ -399,6 +404,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64, driver: Driver) -> io::Res
         .backend(BackendChoice::IoUring)
         .ring_depth(256)
         .default_profile(profile)
+        .waiters_run_engine(driver != Driver::Dedicated)
         .build()?;
     let class = scheduler.add_class("reads", 100)?;
     let file = tailguard::OpenOptions::new()
