@@ -1,11 +1,12 @@
 //! Backends: what actually performs the I/O the dispatchers let go.
 //!
-//! The engine thread owns exactly one backend and talks to it through
-//! [`Backend`]: it [`push`](Backend::push)es the operations of one loop iteration,
+//! The engine owns exactly one backend, driven by one thread at a time (the
+//! engine thread, or a waiter running the engine; see [`crate::engine`]), and
+//! talks to it through [`Backend`]: it [`push`](Backend::push)es the operations of one loop iteration,
 //! makes one [`submit`](Backend::submit) call (which also sleeps when there is
 //! nothing to do), and [`reap`](Backend::reap)s every completion available, in
-//! batches. Submitters on other threads never touch the backend; they wake the
-//! sleeping engine through its [`EngineWaker`].
+//! batches. Submitters never touch the backend outside the engine; they wake
+//! whoever sleeps in it through its [`EngineWaker`].
 //!
 //! - [`uring`]: io_uring, the default. One ring, owned by the engine thread.
 //! - [`threads`]: a pool of threads doing `pread`/`pwrite`/`fsync`, for kernels or
