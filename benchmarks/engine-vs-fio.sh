@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # tailguard engine benchmarks: NOP overhead, then 4 KiB O_DIRECT random reads vs fio.
 #
-#   benchmarks/engine-vs-fio.sh            # everything, ~2.5 minutes
-#   DEPTHS="1 16" REPS=5 benchmarks/engine-vs-fio.sh
+#   benchmarks/engine-vs-fio.sh            # everything, ~4 minutes
+#   DEPTHS="1 16" REPS=5 DRIVERS=block-on benchmarks/engine-vs-fio.sh
 #
 # Builds the `engine` bench binary once (release), runs `engine nop`, then creates a
-# real (non-sparse) test file, and for each queue depth runs REPS interleaved pairs
-# of fio (io_uring, O_DIRECT) and `engine randread` (alternating which goes first),
-# and prints per-depth min/median/max of IOPS, p50, and the tailguard/fio ratios
-# computed within each pair. The test file is deleted on exit, failure included.
+# real (non-sparse) test file, and for each queue depth runs REPS interleaved rounds
+# of fio (io_uring, O_DIRECT) and `engine randread` with each of DRIVERS (the order
+# rotates from round to round), and prints per-depth min/median/max of IOPS, p50,
+# and the tailguard/fio ratios computed within each round. The test file is
+# deleted on exit, failure included.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/work/target-enginebench}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 BENCH_DIR=${BENCH_DIR:-$CARGO_TARGET_DIR/bench}
 SIZE_MB=${SIZE_MB:-1024}
 SECS=${SECS:-5}
 REPS=${REPS:-3}
 DEPTHS=${DEPTHS:-"1 16 64"}
+DRIVERS=${DRIVERS:-"block-on engine-thread"}
 NOP_SECS=${NOP_SECS:-1}
 FIO=${FIO:-/usr/bin/fio}
 RESULTS=${RESULTS:-$CARGO_TARGET_DIR/bench-results/$(date +%Y%m%d-%H%M%S)}
@@ -67,49 +69,57 @@ run_fio() { # depth rep
     "$RESULTS/fio-qd$1-rep$2.json" | tee -a "$RESULTS/randread.tsv"
 }
 
-run_tailguard() { # depth rep
-  line=$("$BIN" randread --file "$FILE" --depth "$1" --secs "$SECS" | grep '^RESULT')
+run_tailguard() { # depth rep driver
+  line=$("$BIN" randread --file "$FILE" --depth "$1" --secs "$SECS" --driver "$3" | grep '^RESULT')
   echo "$line" >>"$RESULTS/tailguard-raw.txt"
   val() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
-  printf 'tailguard\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$(val iops)" "$(val p50_us)" "$(val p99_us)" \
+  printf 'tailguard-%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$3" "$1" "$2" "$(val iops)" "$(val p50_us)" "$(val p99_us)" \
     "$(val engine_p50_us)" "$(val cpu)" | tee -a "$RESULTS/randread.tsv"
   [ "$(val errors)" = 0 ] || { echo "tailguard reported read errors: $line" >&2; exit 1; }
 }
 
 printf 'tool\tdepth\trep\tiops\tp50_us\tp99_us\tp50b_us\tcpu\n' | tee "$RESULTS/randread.tsv"
 echo "(fio p50b = clat p50; tailguard p50b = engine latency_ns p50; cpu = CPU-seconds per second: fio job usr+sys, tailguard whole process)"
+run_one() { # tool depth rep
+  if [ "$1" = fio ]; then run_fio "$2" "$3"; else run_tailguard "$2" "$3" "$1"; fi
+}
+
+read -r -a tools <<<"fio $DRIVERS"
 for depth in $DEPTHS; do
   for rep in $(seq 1 "$REPS"); do
-    if [ $((rep % 2)) = 1 ]; then
-      run_fio "$depth" "$rep"; run_tailguard "$depth" "$rep"
-    else
-      run_tailguard "$depth" "$rep"; run_fio "$depth" "$rep"
-    fi
+    # Rotate the order: round r starts with tool r mod n.
+    n=${#tools[@]}
+    for i in $(seq 0 $((n - 1))); do
+      run_one "${tools[$(((rep + i) % n))]}" "$depth" "$rep"
+    done
   done
 done
 
-echo "== summary (ratios are tailguard / fio within the same interleaved pair)"
+echo "== summary (ratios are tailguard / fio within the same interleaved round)"
 python3 - "$RESULTS/randread.tsv" <<'EOF' | tee "$RESULTS/summary.md"
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 def mmm(values, fmt):
     values = sorted(values)
     return " / ".join(format(v, fmt) for v in (values[0], statistics.median(values), values[-1]))
-print("| QD | fio IOPS | tailguard IOPS | IOPS ratio | fio p50 µs | tailguard p50 µs | p50 ratio "
+tools = sorted({r["tool"] for r in rows if r["tool"] != "fio"})
+print("| QD | driver | fio IOPS | tailguard IOPS | IOPS ratio | fio p50 µs | tailguard p50 µs | p50 ratio "
       "| fio p99 µs | tailguard p99 µs | engine latency_ns p50 µs | fio CPU | tailguard CPU |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for depth in sorted({int(r["depth"]) for r in rows}):
-    pick = lambda tool: {r["rep"]: r for r in rows if r["tool"] == tool and int(r["depth"]) == depth}
-    fio, tg = pick("fio"), pick("tailguard")
-    reps = sorted(set(fio) & set(tg))
-    col = lambda d, k: [float(d[r][k]) for r in reps]
-    ratio = lambda k: [float(tg[r][k]) / float(fio[r][k]) for r in reps]
-    print(f"| {depth} | {mmm(col(fio,'iops'),'.0f')} | {mmm(col(tg,'iops'),'.0f')} | {mmm(ratio('iops'),'.3f')} "
-          f"| {mmm(col(fio,'p50_us'),'.1f')} | {mmm(col(tg,'p50_us'),'.1f')} | {mmm(ratio('p50_us'),'.3f')} "
-          f"| {mmm(col(fio,'p99_us'),'.0f')} | {mmm(col(tg,'p99_us'),'.0f')} | {mmm(col(tg,'p50b_us'),'.1f')} "
-          f"| {mmm(col(fio,'cpu'),'.2f')} | {mmm(col(tg,'cpu'),'.2f')} |")
-print(f"\n(min / median / max over {len(reps)} interleaved repetitions; ratios are tailguard / fio within "
-      "each pair; p50/p99 are submission to completion: fio lat_ns, tailguard measured by its driver; "
+    for tool in tools:
+        pick = lambda name: {r["rep"]: r for r in rows if r["tool"] == name and int(r["depth"]) == depth}
+        fio, tg = pick("fio"), pick(tool)
+        reps = sorted(set(fio) & set(tg))
+        col = lambda d, k: [float(d[r][k]) for r in reps]
+        ratio = lambda k: [float(tg[r][k]) / float(fio[r][k]) for r in reps]
+        print(f"| {depth} | {tool.removeprefix('tailguard-')} | {mmm(col(fio,'iops'),'.0f')} | {mmm(col(tg,'iops'),'.0f')} "
+              f"| {mmm(ratio('iops'),'.3f')} "
+              f"| {mmm(col(fio,'p50_us'),'.1f')} | {mmm(col(tg,'p50_us'),'.1f')} | {mmm(ratio('p50_us'),'.3f')} "
+              f"| {mmm(col(fio,'p99_us'),'.0f')} | {mmm(col(tg,'p99_us'),'.0f')} | {mmm(col(tg,'p50b_us'),'.1f')} "
+              f"| {mmm(col(fio,'cpu'),'.2f')} | {mmm(col(tg,'cpu'),'.2f')} |")
+print(f"\n(min / median / max over {len(reps)} interleaved rounds; ratios are tailguard / fio within "
+      "each round; p50/p99 are submission to completion: fio lat_ns, tailguard measured by its driver; "
       "CPU is CPU-seconds per second: fio's job usr+sys, tailguard's whole process)")
 EOF
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$RESULTS/machine.txt"

@@ -3,29 +3,41 @@
 //! ```text
 //! cargo bench -p tailguard --bench engine -- nop [--secs 1] [--reps 3] [--depth 256]
 //! cargo bench -p tailguard --bench engine -- nop-uring [--secs 1] [--depth 256]   # profiling
-//! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5]
+//! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5] [--driver block-on|engine-thread|dedicated]
 //! ```
+//!
+//! Both modes drive their requests from one thread, as fio does, with one of two
+//! drivers: `block-on` (the default) runs the driver loop inside
+//! `Scheduler::block_on`, so the driving thread runs the engine itself whenever
+//! it would otherwise wait (the way a blocking caller or `IoFuture::wait` uses
+//! the library); `engine-thread` runs the same loop on a minimal executor that
+//! parks the thread while pending, so the engine thread does all the engine work
+//! and every completion is a cross-thread wake-up (the way a request awaited on
+//! another async runtime, such as tokio, is served); `dedicated` is
+//! `engine-thread` on a scheduler built with `waiters_run_engine(false)`, whose
+//! ring keeps `SINGLE_ISSUER`/`DEFER_TASKRUN` (the previous design).
 //!
 //! `nop`: in one run, interleaved A B C A B C ..., (a) raw io_uring NOPs with the
 //! `io-uring` crate (push 32, `submit_and_wait(32)`, drain), (b) `Scheduler::nop`
 //! through the io_uring backend, (c) the same through the thread-pool backend.
 //! The scheduler runs use one submitter thread that keeps `--depth` requests
-//! outstanding (a sliding window: wait on the oldest with `.wait()`, submit a new
-//! one). Prints requests/s, process CPU seconds per wall second, requests per
+//! outstanding (a sliding window: await the oldest, submit a new one), with the
+//! `block-on` driver. Prints requests/s, process CPU seconds per wall second, requests per
 //! CPU-second, and min/median/max of each and of the ratio to raw NOPs.
 //!
 //! `randread`: 4 KiB reads at random 4 KiB-aligned offsets of `--file` (O_DIRECT),
 //! one submitter thread keeping `--depth` requests outstanding through one class,
 //! for `--secs`. Latency is measured by the driver from just before `read_at` to
 //! the moment the driver sees the completion (a waker per slot tells it which
-//! request finished, so out-of-order completions are not delayed behind older
-//! ones). Prints one `RESULT` line with IOPS, driver p50/p99 and the engine's own
+//! requests finished, so out-of-order completions are not delayed behind older
+//! ones; it resubmits as soon as any has finished, like fio's default
+//! `iodepth_batch_complete_min=1`). Prints one `RESULT` line with IOPS, driver p50/p99 and the engine's own
 //! `latency_ns` p50/p99 for the class.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use tailguard::{AlignedBuffer, BackendChoice, IoFuture, Profile, Scheduler};
@@ -63,13 +75,80 @@ fn main() {
         }
         "randread" => {
             let file = opt("--file").expect("--file PATH");
-            randread_mode(&file, num("--depth", 1.0) as usize, num("--secs", 5.0))
-                .expect("randread");
+            let driver = Driver::parse(opt("--driver").as_deref().unwrap_or("block-on"));
+            randread_mode(
+                &file,
+                num("--depth", 1.0) as usize,
+                num("--secs", 5.0),
+                driver,
+            )
+            .expect("randread");
         }
         other => {
             eprintln!("unknown mode {other}; use `nop` or `randread`");
             std::process::exit(2);
         }
+    }
+}
+
+/// Who runs the engine while the driver waits; see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Driver {
+    BlockOn,
+    EngineThread,
+    Dedicated,
+}
+
+impl Driver {
+    fn parse(name: &str) -> Self {
+        match name {
+            "block-on" => Self::BlockOn,
+            "engine-thread" => Self::EngineThread,
+            "dedicated" => Self::Dedicated,
+            other => panic!("unknown driver {other}; use block-on, engine-thread or dedicated"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::BlockOn => "block-on",
+            Self::EngineThread => "engine-thread",
+            Self::Dedicated => "dedicated",
+        }
+    }
+
+    /// Runs `future` to completion on this thread.
+    fn run<F: Future>(self, scheduler: &Scheduler, future: F) -> F::Output {
+        match self {
+            Self::BlockOn => scheduler.block_on(future),
+            Self::EngineThread | Self::Dedicated => park_on(future),
+        }
+    }
+}
+
+/// Unparks the driving thread (`Thread::unpark` makes no system call unless
+/// the thread is parked).
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A minimal executor: poll, park the thread while pending.
+fn park_on<F: Future>(future: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
+            return value;
+        }
+        std::thread::park();
     }
 }
 
@@ -133,21 +212,33 @@ fn scheduler_nops(choice: BackendChoice, secs: f64, depth: usize) -> Sample {
         .build()
         .expect("scheduler");
     let class = scheduler.add_class("nop", 100).expect("class");
-    let mut window: VecDeque<IoFuture<io::Result<()>>> = VecDeque::with_capacity(depth);
-    for _ in 0..depth {
-        window.push_back(scheduler.nop(&class));
-    }
-    let sample = measure(secs, || {
-        for _ in 0..1024 {
-            let oldest = window.pop_front().expect("window is full");
-            oldest.wait().expect("nop");
+    let sample = scheduler.block_on(async {
+        let mut window: VecDeque<IoFuture<io::Result<()>>> = VecDeque::with_capacity(depth);
+        for _ in 0..depth {
             window.push_back(scheduler.nop(&class));
         }
-        1024
+        let deadline = Duration::from_secs_f64(secs);
+        let cpu0 = cpu_seconds();
+        let start = Instant::now();
+        let mut done = 0u64;
+        while start.elapsed() < deadline {
+            for _ in 0..1024 {
+                let oldest = window.pop_front().expect("window is full");
+                oldest.await.expect("nop");
+                window.push_back(scheduler.nop(&class));
+            }
+            done += 1024;
+        }
+        let wall = start.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu0;
+        for future in window.drain(..) {
+            future.await.expect("nop");
+        }
+        Sample {
+            rate: done as f64 / wall,
+            cpu_per_wall: cpu / wall,
+        }
     });
-    for future in window.drain(..) {
-        future.wait().expect("nop");
-    }
     scheduler.shutdown();
     sample
 }
@@ -242,12 +333,26 @@ fn nop_mode(secs: f64, reps: usize, depth: usize) {
     );
 }
 
-/// Which slots have completed: filled by wakers on the engine thread.
-/// `waiting` is set while the driver sleeps, so that a completion costs a futex
-/// wake only when the driver is asleep (as the handoff does for the engine).
+/// Which slots have completed (filled by their wakers), and the driver's waker
+/// while it waits for one.
+#[derive(Default)]
 struct Ready {
-    slots: Mutex<(Vec<usize>, bool)>,
-    condvar: Condvar,
+    slots: Mutex<(Vec<usize>, Option<Waker>)>,
+}
+
+impl Ready {
+    /// Resolves with every slot completed so far (at least one).
+    fn batch<'a>(&'a self, out: &'a mut Vec<usize>) -> impl Future<Output = ()> + 'a {
+        std::future::poll_fn(move |context| {
+            let mut slots = self.slots.lock().expect("ready lock");
+            if slots.0.is_empty() {
+                slots.1 = Some(context.waker().clone());
+                return Poll::Pending;
+            }
+            std::mem::swap(&mut slots.0, out);
+            Poll::Ready(())
+        })
+    }
 }
 
 struct SlotWaker {
@@ -260,13 +365,13 @@ impl Wake for SlotWaker {
         self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        let waiting = {
+        let waiter = {
             let mut slots = self.ready.slots.lock().expect("ready lock");
             slots.0.push(self.slot);
-            std::mem::replace(&mut slots.1, false)
+            slots.1.take()
         };
-        if waiting {
-            self.ready.condvar.notify_one();
+        if let Some(waiter) = waiter {
+            waiter.wake();
         }
     }
 }
@@ -283,7 +388,7 @@ impl Rng {
     }
 }
 
-fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
+fn randread_mode(path: &str, depth: usize, secs: f64, driver: Driver) -> io::Result<()> {
     const BLOCK: u64 = 4096;
     // A profile that cannot throttle this device: 1 M read IOPS, 4 GB/s, a 10 ms
     // latency target, 1 MiB pieces.
@@ -299,6 +404,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
         .backend(BackendChoice::IoUring)
         .ring_depth(256)
         .default_profile(profile)
+        .waiters_run_engine(driver != Driver::Dedicated)
         .build()?;
     let class = scheduler.add_class("reads", 100)?;
     let file = tailguard::OpenOptions::new()
@@ -307,10 +413,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
     let blocks = std::fs::metadata(path)?.len() / BLOCK;
     assert!(blocks > 0, "the file is empty");
     let alignment = (file.alignment().memory_bytes as usize).max(4096);
-    let ready = Arc::new(Ready {
-        slots: Mutex::new((Vec::with_capacity(depth), false)),
-        condvar: Condvar::new(),
-    });
+    let ready = Arc::new(Ready::default());
     let wakers: Vec<Waker> = (0..depth)
         .map(|slot| {
             Waker::from(Arc::new(SlotWaker {
@@ -332,77 +435,71 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
     let deadline = Duration::from_secs_f64(secs);
     let cpu0 = cpu_seconds();
     let start = Instant::now();
-    let mut todo: Vec<usize> = (0..depth).collect();
-    let mut batch = Vec::with_capacity(depth);
-    let mut stopping = false;
-    let mut outstanding = 0usize;
-    loop {
-        // Submit a new read in each free slot (or, if the future is ready at
-        // once, account for it and go round again).
-        while let Some(slot) = todo.pop() {
-            if stopping {
-                continue;
-            }
-            let buffer = spare[slot].take().expect("a free slot has its buffer");
-            let offset = (rng.next() % blocks) * BLOCK;
-            let submitted = Instant::now();
-            let mut future = file.read_at(&class, buffer, offset);
-            let mut context = Context::from_waker(&wakers[slot]);
-            match std::pin::Pin::new(&mut future).poll(&mut context) {
-                Poll::Ready((result, buffer)) => {
-                    histogram.saturating_record(submitted.elapsed().as_nanos() as u64);
-                    completed += 1;
-                    errors += u64::from(result.is_err());
-                    spare[slot] = Some(buffer);
-                    todo.push(slot);
+    driver.run(&scheduler, async {
+        let mut todo: Vec<usize> = (0..depth).collect();
+        let mut batch = Vec::with_capacity(depth);
+        let mut stopping = false;
+        let mut outstanding = 0usize;
+        loop {
+            // Submit a new read in each free slot (or, if the future is ready
+            // at once, account for it and go round again).
+            while let Some(slot) = todo.pop() {
+                if stopping {
+                    continue;
                 }
-                Poll::Pending => {
-                    inflight[slot] = Some((future, submitted));
-                    outstanding += 1;
+                let buffer = spare[slot].take().expect("a free slot has its buffer");
+                let offset = (rng.next() % blocks) * BLOCK;
+                let submitted = Instant::now();
+                let mut future = file.read_at(&class, buffer, offset);
+                let mut context = Context::from_waker(&wakers[slot]);
+                match std::pin::Pin::new(&mut future).poll(&mut context) {
+                    Poll::Ready((result, buffer)) => {
+                        histogram.saturating_record(submitted.elapsed().as_nanos() as u64);
+                        completed += 1;
+                        errors += u64::from(result.is_err());
+                        spare[slot] = Some(buffer);
+                        todo.push(slot);
+                    }
+                    Poll::Pending => {
+                        inflight[slot] = Some((future, submitted));
+                        outstanding += 1;
+                    }
+                }
+                if start.elapsed() >= deadline {
+                    stopping = true;
                 }
             }
-            if start.elapsed() >= deadline {
+            if outstanding == 0 {
+                break;
+            }
+            ready.batch(&mut batch).await;
+            for slot in batch.drain(..) {
+                let Some((mut future, submitted)) = inflight[slot].take() else {
+                    continue; // a stale wake
+                };
+                let mut context = Context::from_waker(&wakers[slot]);
+                match std::pin::Pin::new(&mut future).poll(&mut context) {
+                    Poll::Ready((result, buffer)) => {
+                        histogram.saturating_record(submitted.elapsed().as_nanos() as u64);
+                        outstanding -= 1;
+                        completed += 1;
+                        if let Err(error) = &result {
+                            if errors == 0 {
+                                eprintln!("read error: {error}");
+                            }
+                            errors += 1;
+                        }
+                        spare[slot] = Some(buffer);
+                        todo.push(slot);
+                    }
+                    Poll::Pending => inflight[slot] = Some((future, submitted)),
+                }
+            }
+            if !stopping && start.elapsed() >= deadline {
                 stopping = true;
             }
         }
-        if outstanding == 0 {
-            break;
-        }
-        {
-            let mut slots = ready.slots.lock().expect("ready lock");
-            while slots.0.is_empty() {
-                slots.1 = true;
-                slots = ready.condvar.wait(slots).expect("ready lock");
-            }
-            slots.1 = false;
-            std::mem::swap(&mut slots.0, &mut batch);
-        }
-        for slot in batch.drain(..) {
-            let Some((mut future, submitted)) = inflight[slot].take() else {
-                continue; // a stale wake
-            };
-            let mut context = Context::from_waker(&wakers[slot]);
-            match std::pin::Pin::new(&mut future).poll(&mut context) {
-                Poll::Ready((result, buffer)) => {
-                    histogram.saturating_record(submitted.elapsed().as_nanos() as u64);
-                    outstanding -= 1;
-                    completed += 1;
-                    if let Err(error) = &result {
-                        if errors == 0 {
-                            eprintln!("read error: {error}");
-                        }
-                        errors += 1;
-                    }
-                    spare[slot] = Some(buffer);
-                    todo.push(slot);
-                }
-                Poll::Pending => inflight[slot] = Some((future, submitted)),
-            }
-        }
-        if !stopping && start.elapsed() >= deadline {
-            stopping = true;
-        }
-    }
+    });
     let wall = start.elapsed().as_secs_f64();
     let cpu = (cpu_seconds() - cpu0) / wall;
     let stats = scheduler.stats()?;
@@ -415,7 +512,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
     println!(
         "RESULT mode=randread depth={depth} iops={:.0} p50_us={:.1} p99_us={:.1} engine_p50_us={:.1} \
          engine_p99_us={:.1} device_p50_us={:.1} queue_wait_p50_us={:.1} ops={completed} errors={errors} \
-         wall_s={wall:.2} cpu={cpu:.3} backend={:?}",
+         wall_s={wall:.2} cpu={cpu:.3} backend={:?} driver={}",
         completed as f64 / wall,
         us(histogram.value_at_quantile(0.5)),
         us(histogram.value_at_quantile(0.99)),
@@ -424,6 +521,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64) -> io::Result<()> {
         us(class_stats.device_time_ns.value_at_quantile(0.5)),
         us(class_stats.queue_wait_ns.value_at_quantile(0.5)),
         scheduler.backend(),
+        driver.name(),
     );
     scheduler.shutdown();
     Ok(())

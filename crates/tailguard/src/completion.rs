@@ -16,15 +16,179 @@
 //! while a panicking engine unwinds), answers with its fallback error instead, so
 //! no waiter can block forever.
 //!
+//! # Waiters that run the engine
+//!
+//! A future made by a [`crate::Scheduler`] carries the engine's [`Driver`].
+//! [`IoFuture::wait`] (and `Scheduler::block_on`, its general form) does not
+//! just sleep: while the result is pending and nobody else runs the engine, the
+//! waiting thread runs the engine's loop itself (submit, sleep in the backend,
+//! reap) until its [`Parker`] is notified. A request waited on this way costs no
+//! thread hop at all: at queue depth 1 one `io_uring_enter` submits it and
+//! sleeps until it completes, as a program driving its own ring does. Where the
+//! engine is busy (run by the engine thread or another waiter), the waiter
+//! blocks on its parker as before.
+//!
+//! A request pushed while the engine thread is parked owes a *kick* (see
+//! [`crate::handoff`]): the future pays it when it is polled by some other
+//! executor and is pending, or dropped; a `block_on` of the same engine takes
+//! the debt over and settles it on exit. So a thread that submits and then waits
+//! never wakes the engine thread only to do the work itself.
+//!
 //! Completing is cheap: the condition variable is signalled only when a thread is
 //! actually blocked in [`IoFuture::wait`] (a flag under the slot's mutex), so an
 //! `.await`ing caller costs the engine no system call. Signalling unconditionally
 //! cost a `futex` call per request, half the engine's time in the NOP benchmark.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// Runs the engine on behalf of a thread that would otherwise block.
+pub(crate) trait Driver: Send + Sync {
+    /// Returns once `parker` is notified (or spuriously: callers re-check): runs
+    /// the engine on this thread meanwhile if nobody else does, else pays any
+    /// deferred kick and blocks on the parker. `session` (false at first) says
+    /// whether this `block_on` holds a helping session (see
+    /// [`crate::handoff`]); it is kept across calls while the thread only
+    /// leaves the engine to poll its future.
+    fn drive_until_notified(&self, parker: &Parker, session: &mut bool);
+
+    /// Ends a helping session that `drive_until_notified` left open.
+    fn end_session(&self);
+
+    /// Pays deferred pushes: makes sure the engine thread looks at the queue.
+    fn kick(&self);
+
+    /// Wakes whoever runs the engine if it sleeps in the backend.
+    fn interrupt(&self);
+}
+
+thread_local! {
+    /// The driver whose `block_on` runs on this thread (0: none).
+    static DRIVING: Cell<usize> = const { Cell::new(0) };
+    /// Its address identifies the thread.
+    static THREAD_TOKEN: u8 = const { 0 };
+}
+
+fn driver_id(driver: &Arc<dyn Driver>) -> usize {
+    Arc::as_ptr(driver).cast::<()>() as usize
+}
+
+fn thread_token() -> usize {
+    THREAD_TOKEN.with(|token| std::ptr::from_ref(token) as usize)
+}
+
+/// Polls `future` to completion on this thread, running the engine of `driver`
+/// while it is pending (see the module docs).
+pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Output {
+    struct Restore {
+        previous: usize,
+        driver: Arc<dyn Driver>,
+        session: bool,
+    }
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DRIVING.set(self.previous);
+            if self.session {
+                self.driver.end_session();
+            }
+            // Pushes deferred in here and not taken by this thread.
+            self.driver.kick();
+        }
+    }
+    let parker = Arc::new(Parker {
+        state: Mutex::new(ParkerState::default()),
+        ready: Condvar::new(),
+        owner: thread_token(),
+        driver: driver.clone(),
+    });
+    let waker = Waker::from(parker.clone());
+    let mut context = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    let mut restore = Restore {
+        previous: DRIVING.replace(driver_id(driver)),
+        driver: driver.clone(),
+        session: false,
+    };
+    loop {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
+            return value;
+        }
+        driver.drive_until_notified(&parker, &mut restore.session);
+    }
+}
+
+/// A thread's wake-up flag for [`block_on`]: the waker of the future it polls.
+pub(crate) struct Parker {
+    state: Mutex<ParkerState>,
+    ready: Condvar,
+    /// The thread that waits ([`thread_token`]).
+    owner: usize,
+    driver: Arc<dyn Driver>,
+}
+
+#[derive(Default)]
+struct ParkerState {
+    notified: bool,
+    /// The owner sleeps on `ready`.
+    blocked: bool,
+    /// The owner runs the engine (and may sleep in the backend).
+    running_engine: bool,
+}
+
+impl Parker {
+    /// Whether a wake-up came; consumes it.
+    pub(crate) fn take_notified(&self) -> bool {
+        std::mem::take(&mut self.state.lock().expect("parker lock poisoned").notified)
+    }
+
+    /// Whether a wake-up came, without consuming it.
+    pub(crate) fn is_notified(&self) -> bool {
+        self.state.lock().expect("parker lock poisoned").notified
+    }
+
+    /// The owner starts or stops running the engine: a wake from another thread
+    /// meanwhile must interrupt its sleep in the backend.
+    pub(crate) fn set_running_engine(&self, running: bool) {
+        self.state
+            .lock()
+            .expect("parker lock poisoned")
+            .running_engine = running;
+    }
+
+    /// Blocks until notified; consumes the wake-up.
+    pub(crate) fn park(&self) {
+        let mut state = self.state.lock().expect("parker lock poisoned");
+        while !state.notified {
+            state.blocked = true;
+            state = self.ready.wait(state).expect("parker lock poisoned");
+        }
+        state.blocked = false;
+        state.notified = false;
+    }
+}
+
+impl Wake for Parker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let (blocked, running_engine) = {
+            let mut state = self.state.lock().expect("parker lock poisoned");
+            state.notified = true;
+            (state.blocked, state.running_engine)
+        };
+        if blocked {
+            self.ready.notify_one();
+        }
+        if running_engine && thread_token() != self.owner {
+            self.driver.interrupt();
+        }
+    }
+}
 
 enum State<T> {
     Pending(Option<Waker>),
@@ -157,6 +321,10 @@ impl<T> Drop for Responder<T> {
 #[must_use = "an IoFuture does nothing unless awaited or waited on; dropping it abandons the result"]
 pub struct IoFuture<T> {
     inner: Inner<T>,
+    /// The engine this request went to (`None`: answered at once).
+    driver: Option<Arc<dyn Driver>>,
+    /// The push was deferred and nobody has kicked the engine thread yet.
+    kick_owed: bool,
 }
 
 enum Inner<T> {
@@ -169,23 +337,51 @@ impl<T> IoFuture<T> {
     fn pending(slot: Arc<Slot<T>>) -> Self {
         Self {
             inner: Inner::Slot(slot, false),
+            driver: None,
+            kick_owed: false,
         }
     }
 
     pub(crate) fn ready(value: T) -> Self {
         Self {
             inner: Inner::Immediate(Some(value)),
+            driver: None,
+            kick_owed: false,
         }
     }
 
-    /// Blocks the current thread until the request completes. For plain threads;
+    /// Ties the future to the engine its request went to; `kick_owed`: the push
+    /// was deferred (see the module docs).
+    pub(crate) fn attach(&mut self, driver: Arc<dyn Driver>, kick_owed: bool) {
+        self.driver = Some(driver);
+        self.kick_owed = kick_owed;
+    }
+
+    /// Blocks the current thread until the request completes, running the engine
+    /// meanwhile when nobody else does (see the module docs). For plain threads;
     /// in async code, `.await` the future instead.
     pub fn wait(mut self) -> T {
+        if let (Inner::Slot(..), Some(driver)) = (&self.inner, self.driver.clone()) {
+            return block_on(&driver, &mut self);
+        }
         match &mut self.inner {
             Inner::Immediate(value) => value.take().expect("IoFuture used after completion"),
             Inner::Slot(slot, done) => {
                 *done = true;
                 slot.wait()
+            }
+        }
+    }
+
+    /// Pays the deferred kick, unless this thread runs a `block_on` of the same
+    /// engine, which takes the debt over.
+    fn settle_kick(&mut self) {
+        if !std::mem::take(&mut self.kick_owed) {
+            return;
+        }
+        if let Some(driver) = &self.driver {
+            if DRIVING.get() != driver_id(driver) {
+                driver.kick();
             }
         }
     }
@@ -202,19 +398,24 @@ impl<T> Future for IoFuture<T> {
         let this = self.get_mut();
         match &mut this.inner {
             Inner::Immediate(value) => {
-                Poll::Ready(value.take().expect("IoFuture polled after completion"))
+                return Poll::Ready(value.take().expect("IoFuture polled after completion"));
             }
             Inner::Slot(slot, done) => {
                 let poll = slot.poll(context);
                 *done = poll.is_ready();
-                poll
+                if poll.is_ready() {
+                    return poll;
+                }
             }
         }
+        this.settle_kick();
+        Poll::Pending
     }
 }
 
 impl<T> Drop for IoFuture<T> {
     fn drop(&mut self) {
+        self.settle_kick();
         if let Inner::Slot(slot, false) = &self.inner {
             slot.abandon();
         }

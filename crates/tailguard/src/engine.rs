@@ -20,30 +20,79 @@
 //! (the contiguous bytes transferred from its start), or the first error its
 //! pieces met.
 //!
+//! # Who runs the loop
+//!
+//! The engine sits behind a mutex in `Shared`, and one thread at a time runs
+//! the loop above: the dedicated engine thread, or a *helping* waiter
+//! (`completion` module, [`crate::IoFuture::wait`]): a thread about to block on a result that finds the
+//! engine free runs the loop itself until its result is in, so a request
+//! waited on at low depth is submitted, waited for and completed by the thread
+//! that asked for it, with no wake-up of another thread on its path. The engine
+//! thread sleeps in the backend while operations are in flight and it runs the
+//! loop; when everything is done it *parks* outside the engine, and is unparked
+//! by a kick (a deferred push), by a helper leaving work behind, or by close.
+//! The rules for who wakes whom live in [`crate::handoff`]; the engine thread
+//! alone finishes a shutdown and drops the engine.
+//!
+//! Helping needs a backend any thread may drive: an io_uring ring set up without
+//! `SINGLE_ISSUER`/`DEFER_TASKRUN` (see [`crate::backend::uring`]). With
+//! helpers off (`SchedulerBuilder::waiters_run_engine(false)`), the engine
+//! thread alone runs the loop and the ring keeps those features.
+//!
 //! Shutdown closes the handoff, then keeps looping until every dispatcher is idle
 //! and the backend has nothing in flight: everything accepted is completed,
 //! nothing is dropped, and the thread exits only when the kernel is done.
 //!
-//! Should the engine ever panic (a bug), nobody waits forever: while unwinding it
-//! closes the handoff and fails every request it holds or that is still queued,
+//! Should the engine ever panic (a bug, on whichever thread runs it), nobody waits
+//! forever: while unwinding, the runner takes the engine out of `Shared` (the
+//! engine thread then exits), closes the handoff and fails every request it holds or that is still queued,
 //! and it *leaks* the buffers of requests it had accepted, since the kernel may
 //! still be writing into them.
 
+use crate::backend::EngineWaker;
 use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult};
 use crate::buffer::AlignedBuffer;
 use crate::completion::Responder;
+use crate::completion::{Driver, Parker};
 use crate::device::DeviceId;
 use crate::handoff::Handoff;
+use crate::handoff::Wake;
 use crate::stats::{self, ClassStats, DeviceStats, StatsSnapshot};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 use tailguard_core::{
-    ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
-    Nanos, RequestId,
+    AdaptiveBudget, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
+    DispatcherConfig, FixedBudget, IoRequest, LatencyController, Nanos, RequestId,
 };
+
+/// The `tracing` target of budget changes ([`ControllerChoice::Adaptive`]).
+pub const CONTROLLER_TARGET: &str = "tailguard::controller";
+
+/// Which policy sizes each device's in-flight budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ControllerChoice {
+    /// The budget the profile derives, unchanged (the core's `FixedBudget`).
+    #[default]
+    Fixed,
+    /// The core's `AdaptiveBudget`: resized online from what completions show.
+    /// Every change is logged at target [`CONTROLLER_TARGET`].
+    Adaptive,
+}
+
+impl ControllerChoice {
+    fn controller_for(self, profile: &DeviceProfile) -> Box<dyn LatencyController> {
+        match self {
+            Self::Fixed => Box::new(FixedBudget),
+            Self::Adaptive => Box::new(AdaptiveBudget::for_profile(profile)),
+        }
+    }
+}
+
+/// A device's dispatcher, with the budget policy chosen at run time.
+type DeviceDispatcher = Dispatcher<Box<dyn LatencyController>>;
 
 /// What a data request returns: the result and the buffer, whatever happened.
 pub type BufResult = (io::Result<usize>, AlignedBuffer);
@@ -123,7 +172,9 @@ pub(crate) enum Message {
 
 struct DeviceState {
     name: String,
-    dispatcher: Dispatcher,
+    dispatcher: DeviceDispatcher,
+    /// The budget last seen, to log each change once.
+    budget_ns: Nanos,
     /// This device's class for each global class number (dense), once used.
     classes: Vec<Option<ClassId>>,
     ops: u64,
@@ -193,6 +244,7 @@ impl<T> Slab<T> {
 pub(crate) struct Engine {
     backend: Box<dyn Backend>,
     backend_kind: BackendKind,
+    controller: ControllerChoice,
     handoff: Arc<Handoff<Message>>,
     epoch: Instant,
     devices: Vec<DeviceState>,
@@ -210,9 +262,14 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(backend: Box<dyn Backend>, handoff: Arc<Handoff<Message>>) -> Self {
+    pub(crate) fn new(
+        backend: Box<dyn Backend>,
+        handoff: Arc<Handoff<Message>>,
+        controller: ControllerChoice,
+    ) -> Self {
         Self {
             backend_kind: backend.kind(),
+            controller,
             backend,
             handoff,
             epoch: Instant::now(),
@@ -237,25 +294,30 @@ impl Engine {
         instant.saturating_duration_since(self.epoch).as_nanos() as Nanos
     }
 
-    /// Runs until shutdown has drained everything.
-    pub(crate) fn run(mut self) {
-        loop {
-            self.take_messages();
-            self.dispatch_all();
-            if self.shutting_down && self.drained() {
-                break;
-            }
-            let sleep = self.handoff.prepare_to_sleep();
-            if let Err(error) = self.backend.submit(sleep) {
-                tracing::error!(%error, "tailguard engine: submit failed");
-                self.fail_unsubmitted(&error);
-            }
-            if sleep {
-                self.handoff.awake();
-            }
-            self.reap();
+    /// One loop iteration: take the queue, dispatch, submit (sleeping in the
+    /// backend when operations are in flight, nothing is queued and `done` is
+    /// still false), reap.
+    fn turn(&mut self, done: &dyn Fn() -> bool) {
+        self.take_messages();
+        self.dispatch_all();
+        // Announce the sleep before the last look at `done`: a wake from another
+        // thread either is seen by that look or finds the flag and interrupts
+        // the sleep (see `crate::handoff`).
+        let announced = !self.drained() && self.handoff.prepare_to_sleep();
+        let sleep = announced && !done();
+        if let Err(error) = self.backend.submit(sleep) {
+            tracing::error!(%error, "tailguard engine: submit failed");
+            self.fail_unsubmitted(&error);
         }
-        tracing::debug!("tailguard engine: drained, exiting");
+        if announced {
+            self.handoff.awake();
+        }
+        self.reap();
+    }
+
+    /// Whether shutdown has drained everything: the engine may be dropped.
+    fn finished(&self) -> bool {
+        self.shutting_down && self.drained()
     }
 
     fn drained(&self) -> bool {
@@ -317,17 +379,24 @@ impl Engine {
         if self.device_ids.contains(&device) {
             return;
         }
-        let dispatcher = match Dispatcher::new(DispatcherConfig::new(profile.clone())) {
+        let build = |profile: &DeviceProfile| {
+            Dispatcher::with_controller(
+                DispatcherConfig::new(profile.clone()),
+                self.controller.controller_for(profile),
+            )
+        };
+        let dispatcher = match build(&profile) {
             Ok(dispatcher) => dispatcher,
             Err(error) => {
                 tracing::error!(%error, device = %name, "invalid profile; using defaults");
-                Dispatcher::new(DispatcherConfig::new(crate::DEFAULT_SSD_PROFILE.clone()))
-                    .expect("the default profile is valid")
+                build(&crate::DEFAULT_SSD_PROFILE).expect("the default profile is valid")
             }
         };
+        let budget_ns = dispatcher.budget().limit_ns();
         tracing::info!(
             device = %name,
-            budget_ns = dispatcher.budget().limit_ns(),
+            budget_ns,
+            controller = ?self.controller,
             ?profile,
             "tailguard: new device dispatcher"
         );
@@ -335,6 +404,7 @@ impl Engine {
         self.devices.push(DeviceState {
             name,
             dispatcher,
+            budget_ns,
             classes: Vec::new(),
             ops: 0,
             bytes: 0,
@@ -496,6 +566,36 @@ impl Engine {
         for completion in std::mem::take(&mut self.completions) {
             self.complete_piece(now, completion);
         }
+        self.log_budget_changes();
+    }
+
+    /// Emits one event per device whose controller resized its budget since the
+    /// last look (never for `Fixed`, whose budget does not move).
+    fn log_budget_changes(&mut self) {
+        for device in &mut self.devices {
+            let budget_ns = device.dispatcher.budget().limit_ns();
+            if budget_ns == device.budget_ns {
+                continue;
+            }
+            let stats = device.dispatcher.stats();
+            let controller = stats.controller;
+            tracing::info!(
+                target: CONTROLLER_TARGET,
+                device = %device.name,
+                old_budget_ns = device.budget_ns,
+                new_budget_ns = budget_ns,
+                budget_changes = stats.budget_changes,
+                windows = controller.windows,
+                grows = controller.grows,
+                shrinks = controller.shrinks,
+                holds = controller.holds,
+                congested = controller.congested,
+                situation = ?controller.last,
+                rate_milli = controller.rate_milli,
+                "tailguard: device budget changed"
+            );
+            device.budget_ns = budget_ns;
+        }
     }
 
     fn complete_piece(&mut self, now: Nanos, completion: OpResult) {
@@ -590,6 +690,8 @@ impl Engine {
                         in_flight_ns: counters.in_flight_ns,
                         budget_ns: counters.budget_ns,
                         queued_pieces: counters.queued_pieces,
+                        budget_changes: counters.budget_changes,
+                        controller: counters.controller,
                         profile: device.dispatcher.profile().clone(),
                     }
                 })
@@ -601,9 +703,16 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
+        if std::thread::panicking() {
+            self.crash();
         }
+    }
+}
+
+impl Engine {
+    /// After a panic in the engine's code: fails every request it holds or that
+    /// is still queued, and closes the handoff.
+    fn crash(&mut self) {
         tracing::error!("the tailguard engine panicked; failing every pending request");
         // Queued messages are dropped unanswered: their responders answer with
         // an error (their buffers never reached the kernel, so they are freed).
@@ -615,6 +724,177 @@ impl Drop for Engine {
             // The kernel may still be transferring into this buffer: leak it.
             std::mem::forget(record.message.buffer.take());
         }
+    }
+}
+
+/// The backend's waker, as the handoff's.
+pub(crate) struct BackendWaker(pub(crate) Arc<dyn EngineWaker>);
+
+impl Wake for BackendWaker {
+    fn wake(&self) {
+        self.0.wake();
+    }
+}
+
+/// The engine, shared by the engine thread and helping waiters; see the module
+/// docs.
+pub(crate) struct Shared {
+    pub(crate) handoff: Arc<Handoff<Message>>,
+    pub(crate) waker: BackendWaker,
+    /// `None` once the engine thread finished a shutdown, or after a crash.
+    engine: Mutex<Option<Engine>>,
+    /// Whether waiters may run the engine (false: the backend is bound to the
+    /// engine thread).
+    helpers_allowed: bool,
+    backend: BackendKind,
+}
+
+/// Drops the engine if the thread running it panics, so that its `Drop` fails
+/// every pending request (see the module docs), and unparks the engine thread
+/// (by closing the handoff) so that it sees the engine gone and exits.
+struct CrashGuard<'a, 'b> {
+    engine: &'a mut MutexGuard<'b, Option<Engine>>,
+    handoff: &'a Handoff<Message>,
+}
+
+impl Drop for CrashGuard<'_, '_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            drop(self.engine.take());
+            self.handoff.close();
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(engine: Engine, helpers_allowed: bool) -> Arc<Self> {
+        Arc::new(Self {
+            handoff: engine.handoff.clone(),
+            waker: BackendWaker(engine.backend.waker()),
+            backend: engine.backend_kind,
+            engine: Mutex::new(Some(engine)),
+            helpers_allowed,
+        })
+    }
+
+    pub(crate) fn backend_kind(&self) -> BackendKind {
+        self.backend
+    }
+
+    fn lock_engine(&self) -> MutexGuard<'_, Option<Engine>> {
+        // A poisoned lock means the engine crashed; the crash guard left `None`.
+        self.engine
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The engine thread's body: run the loop while there is work, park when
+    /// there is none, exit when shutdown has drained everything (or after a
+    /// crash).
+    pub(crate) fn run_engine_thread(&self) {
+        loop {
+            let mut guard = self.lock_engine();
+            let crash = CrashGuard {
+                engine: &mut guard,
+                handoff: &self.handoff,
+            };
+            let Some(engine) = crash.engine.as_mut() else {
+                return;
+            };
+            let finished = loop {
+                engine.turn(&|| false);
+                if engine.finished() {
+                    break true;
+                }
+                if engine.drained() && self.handoff.try_park() {
+                    break false;
+                }
+            };
+            if finished {
+                // Everything is drained: dropping the engine closes the backend.
+                drop(crash.engine.take());
+                tracing::debug!("tailguard engine: drained, exiting");
+                return;
+            }
+            drop(crash);
+            drop(guard);
+            self.handoff.wait_unparked();
+        }
+    }
+
+    /// Runs the loop on this waiting thread until `parker` is notified or there
+    /// is nothing left to do here; returns false if the engine was not free.
+    /// Opens a helping session the first time (see [`crate::handoff`]).
+    fn help(&self, parker: &Parker, session: &mut bool) -> bool {
+        let mut guard = match self.engine.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::WouldBlock) => return false,
+            Err(TryLockError::Poisoned(_)) => return true,
+        };
+        let Some(engine) = guard.as_mut() else {
+            return true;
+        };
+        if !std::mem::replace(session, true) {
+            self.handoff.begin_helping();
+        }
+        parker.set_running_engine(true);
+        let done = || parker.is_notified();
+        // A panic in the engine's code (a bug) must not unwind into the caller's
+        // thread with the engine half-updated: it crashes the engine, which
+        // fails every pending request, and the waiter gets its answer.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            loop {
+                engine.turn(&done);
+                if done() || engine.drained() {
+                    break;
+                }
+            }
+            !engine.drained() || engine.shutting_down
+        }));
+        parker.set_running_engine(false);
+        match outcome {
+            Ok(work_left) => self.handoff.leave_engine(work_left),
+            Err(_) => {
+                if let Some(mut engine) = guard.take() {
+                    engine.crash();
+                }
+                self.handoff.leave_engine(false);
+            }
+        }
+        true
+    }
+}
+
+impl Driver for Shared {
+    fn drive_until_notified(&self, parker: &Parker, session: &mut bool) {
+        if parker.take_notified() {
+            return;
+        }
+        if self.helpers_allowed && self.help(parker, session) && parker.take_notified() {
+            // Back to poll the future; the session stays open.
+            return;
+        }
+        // About to block: end the session (the engine thread takes over any
+        // work left) and make sure the engine looks at the queue.
+        if std::mem::take(session) {
+            self.handoff.end_helping();
+        }
+        self.handoff.kick();
+        if !parker.take_notified() {
+            parker.park();
+        }
+    }
+
+    fn end_session(&self) {
+        self.handoff.end_helping();
+    }
+
+    fn kick(&self) {
+        self.handoff.kick();
+    }
+
+    fn interrupt(&self) {
+        self.handoff.interrupt(&self.waker);
     }
 }
 

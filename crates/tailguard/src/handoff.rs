@@ -8,32 +8,58 @@
 //! behind the engine's per-request work and the engine takes the lock once per
 //! loop iteration, whatever the load.
 //!
-//! ## Sleeping without losing a wake-up
+//! ## Who runs the engine, and sleeping without losing a wake-up
 //!
-//! When the engine has nothing to do it sleeps in the backend (io_uring's
-//! `submit_and_wait`, or a condition variable for the thread pool). The protocol:
+//! The engine (dispatchers and backend) is run by one thread at a time: the
+//! engine thread, or a *helping* waiter, a thread that would otherwise block on
+//! a result and runs the engine itself instead (see [`crate::engine`]). The
+//! handoff's mutex also guards who is where:
 //!
-//! 1. engine, under the lock: if the queue is empty, set `sleeping` (and go to
-//!    sleep); otherwise take the messages first;
-//! 2. submitter, under the same lock: push, and take the `sleeping` flag (clear
-//!    it, remembering whether it was set); after unlocking, wake the engine
-//!    through the backend's waker if it was;
-//! 3. engine: sleeps; on return, clears the flag under the lock.
+//! - `sleeping`: the runner sleeps in the backend (io_uring's `submit_and_wait`,
+//!   the thread pool's condition variable), woken by the backend's waker;
+//! - `parked`: the engine thread has nothing in flight and waits on the
+//!   handoff's condition variable, outside the engine;
+//! - `helpers`: waiters in a helping *session* (a `block_on` that has run the
+//!   engine and will run it again before it returns, or looks at the queue and
+//!   unparks the engine thread when it returns): while there is one, nobody
+//!   needs to wake the engine thread;
+//! - `work_left`: whether the last runner to leave the engine left operations
+//!   in flight (or a shutdown to finish).
 //!
-//! Because the flag lives under the queue's mutex, the check-then-sleep and the
-//! push-then-wake cannot interleave: either the engine's check sees the message,
-//! or the submitter sees the flag and wakes it. A wake that arrives before the
-//! engine actually blocks is not lost: the waker is level-triggered (an eventfd's
-//! counter, a condition flag). Wakes go only to a sleeping engine, so a busy
-//! engine costs a submitter one short critical section and no system call. (A
-//! first version kept the flag in a separate atomic and relied on sequential
-//! consistency between the flag and the mutex; the loom test below found a lost
-//! wake-up in loom's memory model, and this version needs no such argument.)
+//! The protocol, every step under the queue's mutex:
+//!
+//! 1. a runner about to sleep in the backend sets `sleeping` only if the queue
+//!    is empty (otherwise it takes the messages first); the engine thread parks
+//!    only if the queue is empty;
+//! 2. a submitter pushes and takes the `sleeping` flag; after unlocking, it wakes
+//!    the runner through the backend's waker if the flag was set. If instead
+//!    the engine thread is parked and nobody helps, the push is
+//!    [`Pushed::Deferred`]: the submitter owes a [`Handoff::kick`], which it pays
+//!    when it is about to wait without running the engine itself (a future polled
+//!    by another executor, a dropped future, a waiter that found the engine busy).
+//!    A thread that is going to run the engine itself saves the kick and the
+//!    thread hop: that is the point of deferring it;
+//! 3. the last helper to end its session unparks the engine thread if work is
+//!    left (messages queued, operations in flight). A session spans the polls
+//!    of the waiter's future between two runs of the engine, so a thread that
+//!    drives many requests keeps the engine to itself instead of handing it to
+//!    the engine thread and back each time it looks at a result.
+//!
+//! Because the flags live under the queue's mutex, the check-then-sleep and the
+//! push-then-wake cannot interleave: either the runner's check sees the message,
+//! or the submitter sees the flag and wakes it (or owes the kick). A wake that
+//! arrives before the runner actually blocks is not lost: the waker is
+//! level-triggered (an eventfd's counter, a condition flag), and so is `parked`.
+//! Wakes go only to a sleeper, so a busy engine costs a submitter one short
+//! critical section and no system call. (A first version kept the flag in a
+//! separate atomic and relied on sequential consistency between the flag and
+//! the mutex; the loom test below found a lost wake-up in loom's memory model,
+//! and this version needs no such argument.)
 //!
 //! After [`Handoff::close`] pushes are refused, so nothing is accepted that the
 //! engine would never see.
 
-use crate::sync::Mutex;
+use crate::sync::{Condvar, Mutex};
 
 /// Wakes a sleeping consumer (the backend's waker in production).
 pub trait Wake: Send + Sync {
@@ -44,17 +70,33 @@ pub trait Wake: Send + Sync {
 /// The handoff queue; see the module docs.
 pub struct Handoff<T> {
     queue: Mutex<Queue<T>>,
+    /// The parked engine thread waits here.
+    unparked: Condvar,
 }
 
 struct Queue<T> {
     messages: Vec<T>,
     closed: bool,
     sleeping: bool,
+    parked: bool,
+    helpers: usize,
+    work_left: bool,
 }
 
 /// A push was refused because the engine is shutting down.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Closed<T>(pub T);
+
+/// What a successful push leaves to the submitter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a deferred push owes a kick unless the caller runs the engine itself"]
+pub enum Pushed {
+    /// The engine's runner will see the message (it was woken if it slept).
+    Seen,
+    /// The engine thread is parked and nobody runs the engine: call
+    /// [`Handoff::kick`] before waiting, unless this thread runs the engine.
+    Deferred,
+}
 
 impl<T> Default for Handoff<T> {
     fn default() -> Self {
@@ -70,24 +112,57 @@ impl<T> Handoff<T> {
                 messages: Vec::new(),
                 closed: false,
                 sleeping: false,
+                parked: false,
+                helpers: 0,
+                work_left: false,
             }),
+            unparked: Condvar::new(),
         }
     }
 
-    /// Appends a message and wakes the consumer if it sleeps.
-    pub fn push(&self, message: T, waker: &dyn Wake) -> Result<(), Closed<T>> {
-        let was_sleeping = {
+    /// Appends a message and wakes the runner if it sleeps in the backend.
+    pub fn push(&self, message: T, waker: &dyn Wake) -> Result<Pushed, Closed<T>> {
+        let (was_sleeping, pushed) = {
             let mut queue = self.queue.lock().expect("handoff lock poisoned");
             if queue.closed {
                 return Err(Closed(message));
             }
             queue.messages.push(message);
-            std::mem::replace(&mut queue.sleeping, false)
+            let pushed = if queue.parked && queue.helpers == 0 {
+                Pushed::Deferred
+            } else {
+                Pushed::Seen
+            };
+            (std::mem::replace(&mut queue.sleeping, false), pushed)
         };
         if was_sleeping {
             waker.wake();
         }
-        Ok(())
+        Ok(pushed)
+    }
+
+    /// Pays a deferred push: unparks the engine thread if messages wait and
+    /// nobody runs the engine. Cheap (one uncontended lock) when there is
+    /// nothing to do.
+    pub fn kick(&self) {
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        if queue.parked && queue.helpers == 0 && !queue.messages.is_empty() {
+            queue.parked = false;
+            drop(queue);
+            self.unparked.notify_one();
+        }
+    }
+
+    /// Wakes the runner if it sleeps in the backend (for a helper whose wait
+    /// ended for a reason other than a completion).
+    pub fn interrupt(&self, waker: &dyn Wake) {
+        let was_sleeping = std::mem::replace(
+            &mut self.queue.lock().expect("handoff lock poisoned").sleeping,
+            false,
+        );
+        if was_sleeping {
+            waker.wake();
+        }
     }
 
     /// Takes every queued message at once, leaving `spare` (emptied) in its place.
@@ -97,22 +172,80 @@ impl<T> Handoff<T> {
         std::mem::swap(&mut queue.messages, spare);
     }
 
-    /// Step 1 of going to sleep: announces the intent and returns whether the
-    /// consumer may sleep (`false`: messages arrived, take them first).
+    /// Step 1 of sleeping in the backend: announces the intent and returns
+    /// whether the runner may sleep (`false`: messages arrived, take them first).
     pub fn prepare_to_sleep(&self) -> bool {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
         queue.sleeping = queue.messages.is_empty();
         queue.sleeping
     }
 
-    /// Step 3: the consumer is awake again.
+    /// The runner is awake again (after sleeping in the backend, or after
+    /// deciding not to).
     pub fn awake(&self) {
         self.queue.lock().expect("handoff lock poisoned").sleeping = false;
     }
 
+    /// The engine thread, idle, marks itself parked if nothing is queued;
+    /// returns whether it did. It then leaves the engine and calls
+    /// [`Handoff::wait_unparked`].
+    pub fn try_park(&self) -> bool {
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        queue.parked = queue.messages.is_empty();
+        if queue.parked {
+            queue.work_left = false;
+        }
+        queue.parked
+    }
+
+    /// Blocks the parked engine thread until a kick, a push it must see, or a
+    /// helper leaving work behind unparks it.
+    pub fn wait_unparked(&self) {
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        while queue.parked {
+            queue = self.unparked.wait(queue).expect("handoff lock poisoned");
+        }
+    }
+
+    /// A waiter starts a helping session (it holds the engine's lock).
+    pub fn begin_helping(&self) {
+        self.queue.lock().expect("handoff lock poisoned").helpers += 1;
+    }
+
+    /// A helper releases the engine's lock, leaving `work_left` (operations in
+    /// flight, or a shutdown to finish) or not.
+    pub fn leave_engine(&self, work_left: bool) {
+        self.queue.lock().expect("handoff lock poisoned").work_left = work_left;
+    }
+
+    /// A helping session ends; the last one unparks the engine thread if work
+    /// is left or messages are queued.
+    pub fn end_helping(&self) {
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        queue.helpers -= 1;
+        if queue.helpers == 0 && queue.parked && (queue.work_left || !queue.messages.is_empty()) {
+            queue.parked = false;
+            drop(queue);
+            self.unparked.notify_one();
+        }
+    }
+
+    /// Whether a message waits with the engine thread parked and nobody helping:
+    /// never true once every submitter has finished its push protocol.
+    #[cfg(test)]
+    pub(crate) fn stranded(&self) -> bool {
+        let queue = self.queue.lock().expect("handoff lock poisoned");
+        queue.parked && queue.helpers == 0 && !queue.messages.is_empty()
+    }
+
     /// Refuses every later push; messages already queued stay for `take_all`.
+    /// Also unparks the engine thread, which must see that it is closed.
     pub fn close(&self) {
-        self.queue.lock().expect("handoff lock poisoned").closed = true;
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        queue.closed = true;
+        queue.parked = false;
+        drop(queue);
+        self.unparked.notify_one();
     }
 }
 
@@ -132,7 +265,7 @@ mod tests {
     fn wakes_only_a_sleeping_consumer_and_refuses_after_close() {
         let handoff = Handoff::new();
         let waker = Counter(Default::default());
-        handoff.push(1, &waker).unwrap();
+        assert_eq!(handoff.push(1, &waker), Ok(Pushed::Seen));
         assert_eq!(
             waker.0.load(std::sync::atomic::Ordering::SeqCst),
             0,
@@ -143,7 +276,7 @@ mod tests {
         handoff.take_all(&mut taken);
         assert_eq!(taken, vec![1]);
         assert!(handoff.prepare_to_sleep());
-        handoff.push(2, &waker).unwrap();
+        assert_eq!(handoff.push(2, &waker), Ok(Pushed::Seen));
         assert_eq!(
             waker.0.load(std::sync::atomic::Ordering::SeqCst),
             1,
@@ -153,6 +286,33 @@ mod tests {
         assert_eq!(handoff.push(3, &waker), Err(Closed(3)));
         handoff.take_all(&mut taken);
         assert_eq!(taken, vec![2], "queued before close, still delivered");
+    }
+
+    #[test]
+    fn a_push_to_a_parked_engine_is_deferred_unless_someone_helps() {
+        let handoff = Handoff::new();
+        let waker = Counter(Default::default());
+        assert!(handoff.try_park(), "empty: the engine thread may park");
+        assert_eq!(handoff.push(1, &waker), Ok(Pushed::Deferred));
+        handoff.begin_helping();
+        assert_eq!(handoff.push(2, &waker), Ok(Pushed::Seen), "a helper looks");
+        handoff.leave_engine(false);
+        handoff.end_helping();
+        let mut taken = Vec::new();
+        assert!(!handoff.try_park(), "messages queued: no parking");
+        handoff.take_all(&mut taken);
+        assert!(handoff.try_park());
+        handoff.begin_helping();
+        handoff.leave_engine(true);
+        handoff.end_helping();
+        handoff.wait_unparked(); // returns at once: work left behind unparked it
+        assert!(handoff.try_park());
+        assert_eq!(handoff.push(3, &waker), Ok(Pushed::Deferred));
+        assert!(handoff.stranded(), "until the kick");
+        handoff.kick();
+        assert!(!handoff.stranded());
+        handoff.wait_unparked(); // returns at once: kicked
+        assert_eq!(waker.0.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }
 
@@ -199,7 +359,9 @@ mod loom_tests {
             let submitters: Vec<_> = (0..2)
                 .map(|value| {
                     let (handoff, event) = (handoff.clone(), event.clone());
-                    loom::thread::spawn(move || handoff.push(value, &*event).unwrap())
+                    loom::thread::spawn(move || {
+                        assert_eq!(handoff.push(value, &*event), Ok(Pushed::Seen))
+                    })
                 })
                 .collect();
             let mut received = Vec::new();
@@ -215,6 +377,74 @@ mod loom_tests {
             for submitter in submitters {
                 submitter.join().unwrap();
             }
+            received.sort_unstable();
+            assert_eq!(received, vec![0, 1]);
+        });
+    }
+
+    /// The engine thread parks when idle. Two submitters push one message each
+    /// to a possibly parked engine: one (spawned) runs the engine itself when
+    /// its push was deferred and the engine's lock is free, else kicks; the
+    /// other (the model's main thread) always kicks, as a future polled on
+    /// another executor does. Every message must reach the engine under every
+    /// interleaving: a message left queued while the engine thread parks for
+    /// good is caught by `stranded` once both submitters are done (the final
+    /// `close`, which ends the model, would otherwise hand it over).
+    #[test]
+    fn a_deferred_push_is_taken_by_its_submitter_or_kicked_to_the_engine_thread() {
+        loom::model(|| {
+            let handoff = Arc::new(Handoff::new());
+            let engine = Arc::new(Mutex::new(Vec::new()));
+            let event = Arc::new(Event {
+                signalled: Mutex::new(false),
+                condvar: Condvar::new(),
+            });
+            let engine_thread = {
+                let (handoff, engine) = (handoff.clone(), engine.clone());
+                loom::thread::spawn(move || loop {
+                    {
+                        let mut received = engine.lock().unwrap();
+                        let mut batch = Vec::new();
+                        handoff.take_all(&mut batch);
+                        received.append(&mut batch);
+                        if received.len() == 2 {
+                            return;
+                        }
+                        if !handoff.try_park() {
+                            continue;
+                        }
+                    }
+                    handoff.wait_unparked();
+                })
+            };
+            let helper = {
+                let (handoff, engine, event) = (handoff.clone(), engine.clone(), event.clone());
+                loom::thread::spawn(move || {
+                    if handoff.push(0, &*event).unwrap() == Pushed::Seen {
+                        return;
+                    }
+                    match engine.try_lock() {
+                        Ok(mut received) => {
+                            handoff.begin_helping();
+                            let mut batch = Vec::new();
+                            handoff.take_all(&mut batch);
+                            received.append(&mut batch);
+                            handoff.leave_engine(false);
+                            handoff.end_helping();
+                        }
+                        Err(_) => handoff.kick(),
+                    }
+                })
+            };
+            if handoff.push(1, &*event).unwrap() == Pushed::Deferred {
+                handoff.kick();
+            }
+            helper.join().unwrap();
+            assert!(!handoff.stranded(), "a message waits for a parked engine");
+            // Unparks an idle engine thread for good: it exits once it holds both.
+            handoff.close();
+            engine_thread.join().unwrap();
+            let mut received = engine.lock().unwrap().clone();
             received.sort_unstable();
             assert_eq!(received, vec![0, 1]);
         });

@@ -5,9 +5,11 @@
 //! sync names an [`IoClass`] with shares, and goes through the dispatcher of the
 //! file's device: a weighted fair queue by device-time cost between classes, and
 //! an in-flight budget derived from the device's profile and latency target
-//! (see `tailguard-core`). A dedicated engine thread owns the io_uring ring (or a
-//! thread pool where io_uring is unavailable), takes submissions in batches,
-//! submits once per loop iteration and reaps completions in batches.
+//! (see `tailguard-core`). An engine thread runs the io_uring ring (or a thread
+//! pool where io_uring is unavailable), takes submissions in batches, submits
+//! once per loop iteration and reaps completions in batches; a thread that
+//! blocks on a result ([`IoFuture::wait`], [`Scheduler::block_on`]) runs that
+//! loop itself while the engine is free, so it waits without a thread hop.
 //!
 //! ```no_run
 //! use tailguard::{AlignedBuffer, Scheduler};

@@ -17,14 +17,18 @@
 //! buffer, length or offset names the alignment the device needs; a filesystem that
 //! refuses O_DIRECT says so and how to open the file instead.
 
-use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, EngineWaker};
+use crate::backend::{self, BackendChoice, BackendConfig, BackendKind};
 use crate::buffer::{check_alignment, AlignedBuffer};
-use crate::completion::{IoFuture, Responder};
+use crate::completion::{Driver, IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
-use crate::engine::{self, BufResult, ClassNumber, Engine, IoKind, IoMessage, Message, Reply};
-use crate::handoff::{Handoff, Wake};
+use crate::engine::{
+    self, BufResult, ClassNumber, ControllerChoice, Engine, IoKind, IoMessage, Message, Reply,
+    Shared,
+};
+use crate::handoff::{Closed, Handoff, Pushed};
 use crate::stats::StatsSnapshot;
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -46,6 +50,8 @@ pub struct SchedulerBuilder {
     threads: usize,
     profiles: HashMap<String, DeviceProfile>,
     default_profile: Option<DeviceProfile>,
+    controller: ControllerChoice,
+    waiters_run_engine: bool,
 }
 
 impl Default for SchedulerBuilder {
@@ -57,6 +63,8 @@ impl Default for SchedulerBuilder {
             threads: 4,
             profiles: HashMap::new(),
             default_profile: None,
+            controller: ControllerChoice::Fixed,
+            waiters_run_engine: true,
         }
     }
 }
@@ -100,6 +108,27 @@ impl SchedulerBuilder {
         self
     }
 
+    /// How each device's in-flight budget is sized: `Fixed` (default) keeps the
+    /// budget the profile derives; `Adaptive` lets the core's latency controller
+    /// resize it online, logging every change at target
+    /// [`engine::CONTROLLER_TARGET`].
+    pub fn controller(mut self, choice: ControllerChoice) -> Self {
+        self.controller = choice;
+        self
+    }
+
+    /// Whether a thread blocked on a result ([`IoFuture::wait`],
+    /// [`Scheduler::block_on`]) runs the engine itself while nobody else does
+    /// (default true): a request waited on at low depth then costs no thread
+    /// hop. The io_uring ring is then set up without `SINGLE_ISSUER` and
+    /// `DEFER_TASKRUN`, which bind it to one thread. With false, only the engine
+    /// thread runs the engine, on a ring with those features where the kernel
+    /// has them.
+    pub fn waiters_run_engine(mut self, enabled: bool) -> Self {
+        self.waiters_run_engine = enabled;
+        self
+    }
+
     /// Starts the engine thread.
     pub fn build(self) -> io::Result<Scheduler> {
         for (device, profile) in &self.profiles {
@@ -109,12 +138,14 @@ impl SchedulerBuilder {
         }
         let handoff = Arc::new(Handoff::new());
         let (sender, receiver) = std::sync::mpsc::channel();
+        let helpers = self.waiters_run_engine;
         let config = BackendConfig {
             choice: self.backend,
             ring_depth: self.ring_depth,
             threads: self.threads,
+            shared_ring: helpers,
         };
-        let engine_handoff = handoff.clone();
+        let controller = self.controller;
         let thread = std::thread::Builder::new()
             .name("tailguard-engine".into())
             .spawn(move || {
@@ -122,15 +153,17 @@ impl SchedulerBuilder {
                 // set up with SINGLE_ISSUER must be used by the thread that made it.
                 match backend::open_backend(config) {
                     Ok(backend) => {
-                        let _ = sender.send(Ok((backend.kind(), backend.waker())));
-                        Engine::new(backend, engine_handoff).run();
+                        let shared =
+                            Shared::new(Engine::new(backend, handoff, controller), helpers);
+                        let _ = sender.send(Ok(shared.clone()));
+                        shared.run_engine_thread();
                     }
                     Err(error) => {
                         let _ = sender.send(Err(error));
                     }
                 }
             })?;
-        let (backend_kind, waker) = match receiver.recv() {
+        let shared = match receiver.recv() {
             Ok(Ok(started)) => started,
             Ok(Err(error)) => {
                 let _ = thread.join();
@@ -143,9 +176,10 @@ impl SchedulerBuilder {
                 ));
             }
         };
+        let backend_kind = shared.backend_kind();
         let inner = Arc::new(Inner {
-            handoff,
-            waker: BackendWaker(waker),
+            driver: shared.clone(),
+            shared,
             thread: Mutex::new(Some(thread)),
             backend: backend_kind,
             registry: Mutex::new(Registry::default()),
@@ -168,14 +202,6 @@ impl SchedulerBuilder {
     }
 }
 
-struct BackendWaker(Arc<dyn EngineWaker>);
-
-impl Wake for BackendWaker {
-    fn wake(&self) {
-        self.0.wake();
-    }
-}
-
 #[derive(Default)]
 struct Registry {
     classes: Vec<(String, bool)>,
@@ -183,8 +209,9 @@ struct Registry {
 }
 
 struct Inner {
-    handoff: Arc<Handoff<Message>>,
-    waker: BackendWaker,
+    shared: Arc<Shared>,
+    /// The same engine, as futures see it.
+    driver: Arc<dyn Driver>,
     thread: Mutex<Option<JoinHandle<()>>>,
     backend: BackendKind,
     registry: Mutex<Registry>,
@@ -192,21 +219,40 @@ struct Inner {
 }
 
 impl Inner {
-    fn send(&self, message: Message) -> io::Result<()> {
-        self.handoff
-            .push(message, &self.waker)
-            .map_err(|_| shut_down())
+    fn handoff(&self) -> &Handoff<Message> {
+        &self.shared.handoff
     }
 
-    /// Sends a request; when the engine is shut down, hands the request back so
-    /// its buffer returns to the caller.
-    fn send_io(&self, message: IoMessage) -> Result<(), Box<IoMessage>> {
+    /// Sends a control message; the engine looks at once.
+    fn send(&self, message: Message) -> io::Result<()> {
+        match self.handoff().push(message, &self.shared.waker) {
+            Ok(Pushed::Seen) => Ok(()),
+            Ok(Pushed::Deferred) => {
+                self.handoff().kick();
+                Ok(())
+            }
+            Err(_) => Err(shut_down()),
+        }
+    }
+
+    /// Sends a request whose result `future` will carry; a deferred push
+    /// becomes the future's kick to pay (see `crate::completion`). When the
+    /// engine is shut down, hands the request back so its buffer returns to
+    /// the caller.
+    fn send_io<T>(
+        &self,
+        message: IoMessage,
+        future: &mut IoFuture<T>,
+    ) -> Result<(), Box<IoMessage>> {
         match self
-            .handoff
-            .push(Message::Io(Box::new(message)), &self.waker)
+            .handoff()
+            .push(Message::Io(Box::new(message)), &self.shared.waker)
         {
-            Ok(()) => Ok(()),
-            Err(crate::handoff::Closed(Message::Io(message))) => Err(message),
+            Ok(pushed) => {
+                future.attach(self.driver.clone(), pushed == Pushed::Deferred);
+                Ok(())
+            }
+            Err(Closed(Message::Io(message))) => Err(message),
             Err(_) => unreachable!("the handoff returns the message it refused"),
         }
     }
@@ -293,7 +339,7 @@ impl Scheduler {
     /// A request that does nothing, through a dispatcher like any other: for
     /// measuring the engine's own overhead.
     pub fn nop(&self, class: &IoClass) -> IoFuture<io::Result<()>> {
-        let (responder, future) = Responder::new(engine::stopped);
+        let (responder, mut future) = Responder::new(engine::stopped);
         let message = IoMessage {
             class: class.number,
             device: NULL_DEVICE,
@@ -304,16 +350,37 @@ impl Scheduler {
             submitted_at: Instant::now(),
             reply: Reply::Unit(responder),
         };
-        match self.inner.send_io(message) {
+        match self.inner.send_io(message, &mut future) {
             Ok(()) => future,
             Err(_) => IoFuture::ready(Err(shut_down())),
         }
     }
 
+    /// Polls `future` to completion on this thread. While it is pending and
+    /// nobody else runs the engine, this thread runs the engine's loop itself
+    /// (submits, sleeps in the backend until a completion, reaps) instead of
+    /// sleeping while another thread does: a program that drives many requests
+    /// from one thread (keep N reads in flight, `.await` whichever is next)
+    /// gets them without a thread hop per request, as with its own ring.
+    /// [`IoFuture::wait`] is `block_on` of one request.
+    ///
+    /// The future may await anything (another scheduler's requests, timers,
+    /// channels): a wake-up from another thread interrupts the engine's sleep.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        crate::completion::block_on(&self.inner.driver, future)
+    }
+
     /// A consistent snapshot of every counter and histogram.
     pub fn stats(&self) -> io::Result<StatsSnapshot> {
-        let (responder, future) = Responder::new(engine::stopped);
-        self.inner.send(Message::Stats(responder))?;
+        let (responder, mut future) = Responder::new(engine::stopped);
+        match self
+            .inner
+            .handoff()
+            .push(Message::Stats(responder), &self.inner.shared.waker)
+        {
+            Ok(pushed) => future.attach(self.inner.driver.clone(), pushed == Pushed::Deferred),
+            Err(_) => return Err(shut_down()),
+        }
         future.wait()
     }
 
@@ -630,7 +697,7 @@ impl File {
             );
             return IoFuture::ready((Err(error), buffer));
         }
-        let (responder, future) = Responder::new(engine::stopped_data);
+        let (responder, mut future) = Responder::new(engine::stopped_data);
         let message = IoMessage {
             class: class.number,
             device: self.device.id,
@@ -641,7 +708,7 @@ impl File {
             submitted_at: Instant::now(),
             reply: Reply::Data(responder),
         };
-        match self.scheduler.inner.send_io(message) {
+        match self.scheduler.inner.send_io(message, &mut future) {
             Ok(()) => future,
             Err(mut message) => IoFuture::ready((
                 Err(shut_down()),
@@ -651,7 +718,7 @@ impl File {
     }
 
     fn sync_request(&self, kind: IoKind, class: &IoClass) -> IoFuture<io::Result<()>> {
-        let (responder, future) = Responder::new(engine::stopped);
+        let (responder, mut future) = Responder::new(engine::stopped);
         let message = IoMessage {
             class: class.number,
             device: self.device.id,
@@ -662,7 +729,7 @@ impl File {
             submitted_at: Instant::now(),
             reply: Reply::Unit(responder),
         };
-        match self.scheduler.inner.send_io(message) {
+        match self.scheduler.inner.send_io(message, &mut future) {
             Ok(()) => future,
             Err(_) => IoFuture::ready(Err(shut_down())),
         }

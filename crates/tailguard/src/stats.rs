@@ -44,6 +44,10 @@ pub struct DeviceStats {
     pub budget_ns: u64,
     /// Pieces waiting in the fair queue.
     pub queued_pieces: usize,
+    /// Times the budget policy resized the budget (0 under `Fixed`).
+    pub budget_changes: u64,
+    /// The budget policy's decision counters (all zero under `Fixed`).
+    pub controller: tailguard_core::ControllerStats,
     /// The profile the dispatcher uses.
     pub profile: tailguard_core::DeviceProfile,
 }

@@ -6,7 +6,7 @@
 //! checker, as tokio does. Nothing else in the crate needs to know.
 
 #[cfg(tailguard_loom)]
-pub(crate) use loom::sync::Mutex;
+pub(crate) use loom::sync::{Condvar, Mutex};
 
 #[cfg(not(tailguard_loom))]
-pub(crate) use std::sync::Mutex;
+pub(crate) use std::sync::{Condvar, Mutex};

@@ -494,6 +494,7 @@ fn auto_falls_back_to_threads_when_io_uring_is_forbidden() {
         choice: BackendChoice::Auto,
         ring_depth: 16,
         threads: 2,
+        shared_ring: true,
     };
     let refused = || io::Error::from_raw_os_error(libc::EPERM);
     let mut backend =

@@ -37,7 +37,16 @@ fn open_scratch(scheduler: &Scheduler, name: &str) -> (tailguard::File, PathBuf)
 /// A scheduler on `choice`, or `None` (with the reason printed) when this
 /// machine refuses io_uring.
 fn scheduler(choice: BackendChoice) -> Option<Scheduler> {
-    match Scheduler::builder().backend(choice).build() {
+    scheduler_with(choice, true)
+}
+
+/// As [`scheduler`], choosing whether waiters run the engine themselves.
+fn scheduler_with(choice: BackendChoice, waiters_run_engine: bool) -> Option<Scheduler> {
+    match Scheduler::builder()
+        .backend(choice)
+        .waiters_run_engine(waiters_run_engine)
+        .build()
+    {
         Ok(scheduler) => Some(scheduler),
         Err(error) if choice == BackendChoice::IoUring => {
             println!(
@@ -50,11 +59,19 @@ fn scheduler(choice: BackendChoice) -> Option<Scheduler> {
     }
 }
 
+/// Every backend, io_uring twice: with waiters running the engine (a shared
+/// ring) and with the engine thread alone (a single-issuer ring).
 fn backends() -> Vec<(BackendChoice, Scheduler)> {
-    [BackendChoice::IoUring, BackendChoice::Threads]
-        .into_iter()
-        .filter_map(|choice| scheduler(choice).map(|scheduler| (choice, scheduler)))
-        .collect()
+    [
+        (BackendChoice::IoUring, true),
+        (BackendChoice::IoUring, false),
+        (BackendChoice::Threads, true),
+    ]
+    .into_iter()
+    .filter_map(|(choice, helpers)| {
+        scheduler_with(choice, helpers).map(|scheduler| (choice, scheduler))
+    })
+    .collect()
 }
 
 /// Block `index`'s content: its index and a salt in every 8 bytes.
@@ -469,6 +486,80 @@ fn a_tiny_ring_still_completes_every_request() {
                 &pattern(index as u64, 9)[..]
             );
         }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// A one-shot value set by another thread: a future that is not I/O.
+#[derive(Default)]
+struct Oneshot(std::sync::Mutex<(Option<u64>, Option<std::task::Waker>)>);
+
+impl Oneshot {
+    fn send(&self, value: u64) {
+        let waker = {
+            let mut state = self.0.lock().unwrap();
+            state.0 = Some(value);
+            state.1.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn recv(&self) -> impl std::future::Future<Output = u64> + '_ {
+        std::future::poll_fn(|context| {
+            let mut state = self.0.lock().unwrap();
+            match state.0 {
+                Some(value) => std::task::Poll::Ready(value),
+                None => {
+                    state.1 = Some(context.waker().clone());
+                    std::task::Poll::Pending
+                }
+            }
+        })
+    }
+}
+
+#[test]
+fn block_on_drives_many_requests_from_one_thread_and_wakes_for_other_futures() {
+    for (choice, scheduler) in backends() {
+        let (file, path) = open_scratch(&scheduler, &format!("block-on-{choice:?}"));
+        let class = scheduler.add_class("c", 100).unwrap();
+        let blocks = 64u64;
+        let oneshot = Arc::new(Oneshot::default());
+        let sum = scheduler.block_on(async {
+            let writes: Vec<_> = (0..blocks)
+                .map(|index| file.write_at(&class, pattern(index, 3), index * BLOCK as u64))
+                .collect();
+            // Awaited newest first: completions in any order reach their futures.
+            for write in writes.into_iter().rev() {
+                assert_eq!(write.await.0.unwrap(), BLOCK);
+            }
+            // Reads in flight while this thread waits for a value from another
+            // thread: the engine runs meanwhile, and the foreign wake-up ends the
+            // wait even if this thread sleeps in the backend.
+            let reads: Vec<_> = (0..blocks)
+                .map(|index| {
+                    let buffer = AlignedBuffer::new(BLOCK, BLOCK).unwrap();
+                    file.read_at(&class, buffer, index * BLOCK as u64)
+                })
+                .collect();
+            let sender = {
+                let oneshot = oneshot.clone();
+                std::thread::spawn(move || oneshot.send(41))
+            };
+            let value = oneshot.recv().await;
+            sender.join().unwrap();
+            for (index, read) in reads.into_iter().enumerate() {
+                let (result, buffer) = read.await;
+                assert_eq!(result.unwrap(), BLOCK);
+                assert_eq!(&buffer[..], &pattern(index as u64, 3)[..], "{choice:?}");
+            }
+            value + 1
+        });
+        assert_eq!(sum, 42);
+        let stats = scheduler.stats().unwrap();
+        assert_eq!(stats.class("c").unwrap().ops, 2 * blocks, "{choice:?}");
         std::fs::remove_file(&path).unwrap();
     }
 }

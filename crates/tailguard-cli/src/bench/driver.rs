@@ -598,6 +598,7 @@ impl BackendExecutor {
                 choice: BackendChoice::Auto,
                 ring_depth: RING_DEPTH,
                 threads,
+                shared_ring: false,
             })
             .map_err(failed)?
         } else {

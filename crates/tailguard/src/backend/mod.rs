@@ -1,11 +1,12 @@
 //! Backends: what actually performs the I/O the dispatchers let go.
 //!
-//! The engine thread owns exactly one backend and talks to it through
-//! [`Backend`]: it [`push`](Backend::push)es the operations of one loop iteration,
+//! The engine owns exactly one backend, driven by one thread at a time (the
+//! engine thread, or a waiter running the engine; see [`crate::engine`]), and
+//! talks to it through [`Backend`]: it [`push`](Backend::push)es the operations of one loop iteration,
 //! makes one [`submit`](Backend::submit) call (which also sleeps when there is
 //! nothing to do), and [`reap`](Backend::reap)s every completion available, in
-//! batches. Submitters on other threads never touch the backend; they wake the
-//! sleeping engine through its [`EngineWaker`].
+//! batches. Submitters never touch the backend outside the engine; they wake
+//! whoever sleeps in it through its [`EngineWaker`].
 //!
 //! - [`uring`]: io_uring, the default. One ring, owned by the engine thread.
 //! - [`threads`]: a pool of threads doing `pread`/`pwrite`/`fsync`, for kernels or
@@ -149,6 +150,10 @@ pub struct BackendConfig {
     pub ring_depth: u32,
     /// Worker threads of the thread-pool backend.
     pub threads: usize,
+    /// Whether threads other than the creator may drive the backend (waiters
+    /// that run the engine): the io_uring ring is then set up without
+    /// `SINGLE_ISSUER`/`DEFER_TASKRUN` (see [`uring`]).
+    pub shared_ring: bool,
 }
 
 /// Builds the backend `config` asks for; see the module docs for `auto`.
@@ -172,7 +177,11 @@ pub fn open_backend(config: BackendConfig) -> io::Result<Box<dyn Backend>> {
             config.threads,
             config.ring_depth,
         )?)),
+        BackendChoice::IoUring if config.shared_ring => {
+            Ok(Box::new(uring::Uring::new_shared(config.ring_depth)?))
+        }
         BackendChoice::IoUring => Ok(Box::new(uring::Uring::new(config.ring_depth)?)),
+        BackendChoice::Auto if config.shared_ring => auto(config, uring::Uring::new_shared),
         BackendChoice::Auto => auto(config, uring::Uring::new),
     }
 }

@@ -10,6 +10,17 @@
 //! Any other setup error (ENOSYS, EPERM, ENOMEM) is returned as is, raw errno
 //! intact, so that [`super::auto`] can name the reason and fall back.
 //!
+//! [`Uring::new_shared`] sets none of them, for a ring that waiters running the
+//! engine drive in turn (see [`crate::engine`]): `SINGLE_ISSUER` would refuse
+//! their `io_uring_enter` (EEXIST); `DEFER_TASKRUN` (which needs it) posts
+//! completions only when the submitting task enters again; and
+//! `COOP_TASKRUN` leaves the completion work of a request queued on the task that
+//! submitted it, without interrupting it, so a helper that submitted other
+//! threads' requests and then went to sleep elsewhere would hold their
+//! completions back from whoever waits in the ring. Without them the kernel
+//! interrupts the submitting task to post a completion, which costs little
+//! where, as at low queue depth, the submitter is the waiter.
+//!
 //! With `SINGLE_ISSUER` the kernel binds the ring to the thread that created it:
 //! `io_uring_enter` from any other thread fails with EEXIST. The engine creates its
 //! backend on its own thread and never lets it leave, so this holds; [`Uring`] is
@@ -72,6 +83,14 @@ use std::sync::Arc;
 
 /// The user data of the backend's own eventfd read. Engine ops must not use it.
 pub const WAKE_USER_DATA: u64 = u64::MAX;
+
+/// A ring any thread may enter (waiters that run the engine): none of the
+/// features that bind the ring or its completions to one task.
+const SHARED_SETUP: [Features; 1] = [Features {
+    single_issuer: false,
+    defer_taskrun: false,
+    coop_taskrun: false,
+}];
 
 /// The optional setup flags, most wanted first; each step drops one more feature.
 const SETUP_ATTEMPTS: [Features; 4] = [
@@ -160,7 +179,18 @@ impl Uring {
     ///
     /// Errors from the ring's setup keep their raw errno (ENOSYS, EPERM, ENOMEM…).
     pub fn new(depth: u32) -> io::Result<Self> {
-        let (ring, features) = build_ring(depth)?;
+        Self::with_attempts(depth, &SETUP_ATTEMPTS)
+    }
+
+    /// A ring that any thread may drive, one at a time (the caller serialises
+    /// access): set up without `SINGLE_ISSUER`, `DEFER_TASKRUN` and
+    /// `COOP_TASKRUN` (see the module docs).
+    pub fn new_shared(depth: u32) -> io::Result<Self> {
+        Self::with_attempts(depth, &SHARED_SETUP)
+    }
+
+    fn with_attempts(depth: u32, attempts: &[Features]) -> io::Result<Self> {
+        let (ring, features) = build_ring(depth, attempts)?;
         let waker = Arc::new(EventFdWaker::new()?);
         let mut uring = Self {
             ring,
@@ -256,9 +286,9 @@ impl Uring {
 }
 
 /// Builds the ring with the best features the kernel accepts.
-fn build_ring(depth: u32) -> io::Result<(IoUring, Features)> {
+fn build_ring(depth: u32, attempts: &[Features]) -> io::Result<(IoUring, Features)> {
     let mut last_error = None;
-    for features in SETUP_ATTEMPTS {
+    for &features in attempts {
         let mut builder = IoUring::builder();
         if features.single_issuer {
             builder.setup_single_issuer();
@@ -272,7 +302,8 @@ fn build_ring(depth: u32) -> io::Result<(IoUring, Features)> {
         match builder.build(depth) {
             Ok(ring) => {
                 let dropped = features.dropped_from_best();
-                if !FEATURES_LOGGED.swap(true, Ordering::Relaxed) {
+                let wanted_all = attempts[0] == SETUP_ATTEMPTS[0];
+                if wanted_all && !FEATURES_LOGGED.swap(true, Ordering::Relaxed) {
                     if dropped.is_empty() {
                         tracing::debug!(
                             "tailguard io_uring: single_issuer, defer_taskrun and coop_taskrun accepted"

@@ -1,0 +1,146 @@
+//! The budget policy is selectable: `Fixed` never resizes, `Adaptive` runs the
+//! core's latency controller on real completions, and every budget change it makes
+//! is logged at target `tailguard::controller`.
+//!
+//! A test binary of its own: it installs a process-wide `tracing` subscriber
+//! (the engine thread logs, so a thread-local one would miss its events).
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tailguard::engine::{ControllerChoice, CONTROLLER_TARGET};
+use tailguard::{AlignedBuffer, OpenOptions, Scheduler};
+
+const BLOCK: usize = 4096;
+const BLOCKS: u64 = 256;
+
+/// Counts events at the controller's target; ignores everything else.
+struct CountControllerEvents(Arc<AtomicU64>);
+
+impl tracing::Subscriber for CountControllerEvents {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target() == CONTROLLER_TARGET
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if event.metadata().target() == CONTROLLER_TARGET {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let directory = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("engine-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    directory.join(format!("{name}-{}", std::process::id()))
+}
+
+/// Writes a numbered pattern, then reads it back in batches of 32 until the
+/// device's controller has judged at least `windows` windows (or a generous
+/// cap of batches, so a stalled controller fails instead of hanging), checking
+/// every block. Returns the device's stats.
+fn run(
+    choice: ControllerChoice,
+    name: &str,
+    windows: u64,
+) -> io::Result<tailguard::stats::DeviceStats> {
+    // A profile far slower than any disk (2000 IOPS, 2 ms target): its budget
+    // admits a handful of reads, so batches of 32 queue behind it, and the real
+    // device completes faster than predicted: the adaptive controller has
+    // something to act on.
+    let profile = tailguard::Profile {
+        read_iops: 2_000.0,
+        write_iops: 2_000.0,
+        read_bandwidth: 1e9,
+        write_bandwidth: 1e9,
+        max_request_bytes: 1 << 20,
+        latency_target_us: 2_000,
+    };
+    let scheduler = Scheduler::builder()
+        .controller(choice)
+        .default_profile(profile)
+        .build()?;
+    let class = scheduler.add_class("c", 100)?;
+    let path = scratch(name);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(&scheduler, &path)?;
+    let alignment = (file.alignment().memory_bytes as usize).max(BLOCK);
+    for block in 0..BLOCKS {
+        let mut buffer = AlignedBuffer::new(BLOCK, alignment).unwrap();
+        buffer.fill(block as u8);
+        let (result, _) = file.write_at(&class, buffer, block * BLOCK as u64).wait();
+        assert_eq!(result?, BLOCK);
+    }
+    let device = file.device().name.clone();
+    let mut stats = None;
+    for round in 0..20_000u64 {
+        let reads: Vec<_> = (0..32u64)
+            .map(|i| {
+                let block = (round * 32 + i) % BLOCKS;
+                let buffer = AlignedBuffer::new(BLOCK, alignment).unwrap();
+                (block, file.read_at(&class, buffer, block * BLOCK as u64))
+            })
+            .collect();
+        for (block, read) in reads {
+            let (result, buffer) = read.wait();
+            assert_eq!(result?, BLOCK);
+            assert!(
+                buffer.iter().all(|&byte| byte == block as u8),
+                "block {block}"
+            );
+        }
+        let device_stats = scheduler.stats()?.device(&device).cloned().unwrap();
+        let done = device_stats.controller.windows >= windows;
+        stats = Some(device_stats);
+        if done {
+            break;
+        }
+    }
+    scheduler.shutdown();
+    let _ = std::fs::remove_file(&path);
+    Ok(stats.unwrap())
+}
+
+#[test]
+fn fixed_never_resizes_and_adaptive_runs_its_controller_and_logs_each_change() {
+    let events = Arc::new(AtomicU64::new(0));
+    tracing::subscriber::set_global_default(CountControllerEvents(events.clone())).unwrap();
+
+    let fixed = run(ControllerChoice::Fixed, "fixed", 0).unwrap();
+    assert_eq!(fixed.budget_changes, 0);
+    assert_eq!(
+        fixed.controller,
+        Default::default(),
+        "Fixed decides nothing"
+    );
+    assert_eq!(events.load(Ordering::SeqCst), 0, "no change, no event");
+
+    let adaptive = run(ControllerChoice::Adaptive, "adaptive", 3).unwrap();
+    println!(
+        "adaptive: {:?}, {} budget changes",
+        adaptive.controller, adaptive.budget_changes
+    );
+    assert!(
+        adaptive.controller.windows >= 3,
+        "the adaptive controller judged no windows: {:?}",
+        adaptive.controller
+    );
+    assert!(
+        adaptive.budget_changes <= adaptive.controller.windows,
+        "at most one change per window: {adaptive:?}"
+    );
+    assert_eq!(
+        events.load(Ordering::SeqCst),
+        adaptive.budget_changes,
+        "one event per budget change"
+    );
+}
