@@ -46,7 +46,7 @@ mod sync;
 pub use backend::{BackendChoice, BackendKind};
 pub use buffer::AlignedBuffer;
 pub use completion::IoFuture;
-pub use engine::BufResult;
+pub use engine::{BufResult, ControllerChoice};
 pub use profile_file::{ProfileFile, ProfileFileError};
 pub use scheduler::{File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
 pub use stats::StatsSnapshot;

@@ -50,7 +50,8 @@ use std::time::{Duration, Instant};
 use tailguard::backend::threads::ThreadPool;
 use tailguard::backend::{self, Backend, BackendChoice, BackendConfig, EngineWaker, Op, OpKind};
 use tailguard::{
-    AlignedBuffer, BufResult, IoClass, IoFuture, OpenOptions, Scheduler, SchedulerBuilder,
+    AlignedBuffer, BufResult, ControllerChoice, IoClass, IoFuture, OpenOptions, Scheduler,
+    SchedulerBuilder,
 };
 use tailguard_core::Nanos;
 use tailguard_sim::report::{ClassAccumulator, RunReport};
@@ -128,6 +129,11 @@ pub struct SchedulerSettings {
     /// `tailguard` mode. Default: the profile's.
     #[arg(long, value_name = "MICROSECONDS")]
     pub latency_target_us: Option<u64>,
+    /// How `tailguard` mode sizes each device's in-flight budget: `fixed` (from
+    /// the profile and the latency target) or `adaptive` (resized online from
+    /// completion times; see the README's "online latency controller").
+    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = ["fixed", "adaptive"])]
+    pub controller: String,
 }
 
 impl SchedulerSettings {
@@ -136,6 +142,9 @@ impl SchedulerSettings {
         let mut builder = Scheduler::builder();
         if let Some(path) = &self.profile {
             builder = builder.profile_file(path)?;
+        }
+        if self.controller == "adaptive" {
+            builder = builder.controller(ControllerChoice::Adaptive);
         }
         if let Some(target_us) = self.latency_target_us {
             builder = builder.latency_target(Duration::from_micros(target_us));

@@ -90,6 +90,7 @@ impl Prober {
             choice: BackendChoice::Auto,
             ring_depth: RING_DEPTH,
             threads: 16,
+            shared_ring: false,
         })?;
         Ok(Self {
             backend,
