@@ -7,6 +7,7 @@
 #
 #   sudo benchmarks/demo-xfs-loop.sh                # 3 repetitions of 3 x 20 s, ~4 minutes
 #   REPS=1 DURATION_S=10 benchmarks/demo-xfs-loop.sh
+#   TAILGUARD_FLAGS="--controller adaptive" benchmarks/demo-xfs-loop.sh
 #
 # Needs root, losetup, mkfs.xfs (apt-get install -y xfsprogs) and python3. Sets
 # up a sparse image file under $IMAGE_DIR (default: target/demo-xfs in the
@@ -27,6 +28,8 @@ IMAGE_GB=${IMAGE_GB:-24}
 DATA_GB=${DATA_GB:-18}
 READ_REGION_MB=${READ_REGION_MB:-2048}
 REPS=${REPS:-3}
+# Extra bench flags for the tailguard column (--profile, --controller, ...).
+TAILGUARD_FLAGS=${TAILGUARD_FLAGS:-}
 DURATION_S=${DURATION_S:-20}
 RESULTS=${RESULTS:-$CARGO_TARGET_DIR/bench-results/demo-xfs-$(date +%Y%m%d-%H%M%S)}
 
@@ -86,14 +89,14 @@ for job in demo-scenario demo-readers; do
 done
 
 run_column() { # column rep: one run of one column, JSON to $RESULTS/COLUMN-REP.json
-  local column=$1 rep=$2 job mode
+  local column=$1 rep=$2 job mode flags=()
   case "$column" in
     solo) job=demo-readers; mode=tailguard ;;
     buffered) job=demo-scenario; mode=kernel-buffered ;;
-    tailguard) job=demo-scenario; mode=tailguard ;;
+    tailguard) job=demo-scenario; mode=tailguard; read -r -a flags <<<"$TAILGUARD_FLAGS" ;;
   esac
   echo "-- rep $rep: $column ($DURATION_S s)"
-  "$BIN" bench "$RESULTS/$job.toml" --target "$DATA" --mode "$mode" --json \
+  "$BIN" bench "$RESULTS/$job.toml" --target "$DATA" --mode "$mode" "${flags[@]}" --json \
     >"$RESULTS/$column-$rep.json" 2>>"$RESULTS/bench-stderr.txt"
 }
 
