@@ -3,24 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{tailguard, tailguard_ok};
+use common::{any_block_device, entries, interrupt_and_wait, json_stdout, tailguard, tailguard_ok};
 
-/// A fresh, empty directory under the target's temporary directory (which is
-/// on a disk, not tmpfs, so O_DIRECT works).
+/// A fresh, empty directory for a bench test.
 fn scratch_dir(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "bench-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&directory);
-    std::fs::create_dir_all(&directory).unwrap();
-    directory
+    common::scratch_dir("bench", name)
 }
 
 fn write_job(directory: &Path, text: &str) -> PathBuf {
@@ -34,13 +24,6 @@ fn write_job(directory: &Path, text: &str) -> PathBuf {
 fn remove(directory: &Path) {
     let _ = std::fs::remove_dir_all(directory);
     let _ = std::fs::remove_file(directory.with_extension("toml"));
-}
-
-fn entries(directory: &Path) -> Vec<String> {
-    std::fs::read_dir(directory)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
 }
 
 const TINY: &str = r#"
@@ -160,16 +143,7 @@ fn a_missing_or_unusable_target_is_refused_clearly() {
     }
 
     // Block devices need --allow-device.
-    let device = std::fs::read_dir("/dev").unwrap().find_map(|entry| {
-        use std::os::unix::fs::FileTypeExt;
-        let entry = entry.ok()?;
-        entry
-            .file_type()
-            .ok()?
-            .is_block_device()
-            .then(|| entry.path())
-    });
-    match device {
+    match any_block_device() {
         Some(device) => {
             let error = failure(TINY, &["--target", device.to_str().unwrap()]);
             assert!(error.contains("--allow-device"), "{error}");
@@ -193,7 +167,7 @@ fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
         "--json",
     ]);
     assert!(started.elapsed() < Duration::from_secs(10));
-    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = json_stdout(&output);
     let runs = runs.as_array().expect("an array of runs");
     let policies: Vec<&str> = runs
         .iter()
@@ -263,22 +237,7 @@ fn ctrl_c_mid_run_removes_the_data_files_and_fails() {
     }
     assert_eq!(entries(&directory).len(), 2, "the data files were laid out");
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: a plain kill(2) of the child we started.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("bench did not stop within 10 s of SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = interrupt_and_wait(&mut child, Duration::from_secs(10), "bench");
     assert!(!status.success(), "{status:?}");
     assert_eq!(status.code(), Some(130));
     assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
@@ -372,7 +331,7 @@ fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_pag
         report.to_str().unwrap(),
     ]);
     // Not a terminal: one plain line per run, no bar, no control characters.
-    let stderr = String::from_utf8(output.stderr).unwrap();
+    let stderr = String::from_utf8(output.stderr.clone()).unwrap();
     assert!(
         stderr.contains("run 1/2") && stderr.contains("run 2/2"),
         "{stderr}"
@@ -381,7 +340,7 @@ fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_pag
         !stderr.contains('\u{1b}') && !stderr.contains('\r'),
         "{stderr:?}"
     );
-    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = json_stdout(&output);
     for run in runs.as_array().unwrap() {
         for class in run["classes"].as_array().unwrap() {
             check_class_detail(class, 1.2);
