@@ -2,11 +2,14 @@
 //! and cleanup of the data files after a run and after Ctrl-C.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{any_block_device, entries, interrupt_and_wait, json_stdout, tailguard, tailguard_ok};
+use common::{
+    any_block_device, assert_empty, entries, interrupt_and_wait, json_stdout, tailguard,
+    tailguard_ok,
+};
 
 /// A fresh, empty directory for a bench test.
 fn scratch_dir(name: &str) -> PathBuf {
@@ -18,6 +21,19 @@ fn write_job(directory: &Path, text: &str) -> PathBuf {
     let path = directory.with_extension("toml");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// Runs the job file at `path` against `directory` with `extra` arguments and
+/// asserts it succeeded.
+fn bench_ok(path: &Path, directory: &Path, extra: &[&str]) -> Output {
+    let mut arguments = vec![
+        "bench",
+        path.to_str().unwrap(),
+        "--target",
+        directory.to_str().unwrap(),
+    ];
+    arguments.extend_from_slice(extra);
+    tailguard_ok(&arguments)
 }
 
 /// Removes a scratch directory and its job file once a test has checked it.
@@ -62,7 +78,7 @@ fn failure(job: &str, extra: &[&str]) -> String {
     }
     let output = tailguard(&arguments);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory);
     String::from_utf8(output.stderr).unwrap()
 }
@@ -157,15 +173,11 @@ fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
     let directory = scratch_dir("run");
     let path = write_job(&directory, TINY);
     let started = Instant::now();
-    let output = tailguard_ok(&[
-        "bench",
-        path.to_str().unwrap(),
-        "--target",
-        directory.to_str().unwrap(),
-        "--mode",
-        "tailguard,kernel-direct",
-        "--json",
-    ]);
+    let output = bench_ok(
+        &path,
+        &directory,
+        &["--mode", "tailguard,kernel-direct", "--json"],
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     let runs = json_stdout(&output);
     let runs = runs.as_array().expect("an array of runs");
@@ -207,7 +219,7 @@ fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
             assert_eq!(class["outstanding"], 0);
         }
     }
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory);
 }
 
@@ -240,7 +252,7 @@ fn ctrl_c_mid_run_removes_the_data_files_and_fails() {
     let status = interrupt_and_wait(&mut child, Duration::from_secs(10), "bench");
     assert!(!status.success(), "{status:?}");
     assert_eq!(status.code(), Some(130));
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory);
 }
 
@@ -319,17 +331,17 @@ fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_pag
         &TINY.replace("duration_s = 0.3", "duration_s = 1.2"),
     );
     let report = directory.with_extension("html");
-    let output = tailguard_ok(&[
-        "bench",
-        path.to_str().unwrap(),
-        "--target",
-        directory.to_str().unwrap(),
-        "--mode",
-        "kernel-direct,tailguard",
-        "--json",
-        "--report",
-        report.to_str().unwrap(),
-    ]);
+    let output = bench_ok(
+        &path,
+        &directory,
+        &[
+            "--mode",
+            "kernel-direct,tailguard",
+            "--json",
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
     // Not a terminal: one plain line per run, no bar, no control characters.
     let stderr = String::from_utf8(output.stderr.clone()).unwrap();
     assert!(
@@ -361,7 +373,7 @@ fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_pag
         assert!(!page.contains(external), "{external}");
     }
     assert!(page.contains("kernel-direct") && page.contains("reads@"));
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory);
 }
 
@@ -372,14 +384,7 @@ fn the_terminal_output_has_the_table_histograms_and_timeline() {
         &directory,
         &TINY.replace("duration_s = 0.3", "duration_s = 1"),
     );
-    let output = tailguard_ok(&[
-        "bench",
-        path.to_str().unwrap(),
-        "--target",
-        directory.to_str().unwrap(),
-        "--mode",
-        "kernel-direct",
-    ]);
+    let output = bench_ok(&path, &directory, &["--mode", "kernel-direct"]);
     let text = String::from_utf8(output.stdout).unwrap();
     for expected in [
         "worst0.5s",

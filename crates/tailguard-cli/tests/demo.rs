@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{entries, interrupt_and_wait, tailguard, tailguard_ok};
+use common::{assert_empty, entries, interrupt_and_wait, tailguard, tailguard_ok};
 
 /// A fresh, empty directory on disk for a demo test.
 fn scratch_dir(name: &str) -> PathBuf {
@@ -109,7 +109,7 @@ fn bad_arguments_fail_clearly_and_leave_nothing() {
         assert_eq!(output.status.code(), Some(2), "{flag} {value}");
         let error = String::from_utf8_lossy(&output.stderr);
         assert!(error.contains(flag), "{error}");
-        assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+        assert_empty(&directory);
     }
     let _ = std::fs::remove_dir_all(&directory);
 }
@@ -148,7 +148,7 @@ fn ctrl_c_mid_demo_removes_its_directory_and_fails() {
     std::thread::sleep(Duration::from_millis(500));
     let status = interrupt_and_wait(&mut child, Duration::from_secs(20), "demo");
     assert_eq!(status.code(), Some(130), "{status:?}");
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     assert!(!report.exists(), "no report for an interrupted demo");
     let _ = std::fs::remove_dir_all(&directory);
 }

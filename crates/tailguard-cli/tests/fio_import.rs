@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{any_block_device, entries, json_stdout, tailguard, tailguard_ok};
+use common::{any_block_device, assert_empty, entries, json_stdout, tailguard, tailguard_ok};
 
 /// A fresh, empty directory (on a disk, so O_DIRECT works), and beside it the
 /// path for a fio file.
@@ -33,7 +33,7 @@ fn refused(text: &str) -> String {
         directory.to_str().unwrap(),
     ]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory, &fio);
     String::from_utf8(output.stderr).unwrap()
 }
@@ -166,7 +166,7 @@ fn an_imported_job_runs_reports_its_classes_and_cleans_up() {
         assert_eq!(bytes_per_op(&classes[0]), 4096.0);
         assert!(bytes_per_op(&classes[1]) > 4096.0, "{}", classes[1]);
     }
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory, &fio);
 }
 

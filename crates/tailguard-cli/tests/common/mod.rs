@@ -54,6 +54,12 @@ pub fn entries(directory: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Asserts `directory` is empty: a run left nothing behind.
+pub fn assert_empty(directory: &Path) {
+    let left = entries(directory);
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// The run's stdout parsed as JSON.
 pub fn json_stdout(output: &Output) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).unwrap()
