@@ -2,25 +2,18 @@
 //! and cleanup of the data files after a run and after Ctrl-C.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{tailguard, tailguard_ok};
+use common::{
+    any_block_device, assert_empty, entries, interrupt_and_wait, json_stdout, tailguard,
+    tailguard_ok,
+};
 
-/// A fresh, empty directory under the target's temporary directory (which is
-/// on a disk, not tmpfs, so O_DIRECT works).
+/// A fresh, empty directory for a bench test.
 fn scratch_dir(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "bench-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&directory);
-    std::fs::create_dir_all(&directory).unwrap();
-    directory
+    common::scratch_dir("bench", name)
 }
 
 fn write_job(directory: &Path, text: &str) -> PathBuf {
@@ -30,17 +23,23 @@ fn write_job(directory: &Path, text: &str) -> PathBuf {
     path
 }
 
+/// Runs the job file at `path` against `directory` with `extra` arguments and
+/// asserts it succeeded.
+fn bench_ok(path: &Path, directory: &Path, extra: &[&str]) -> Output {
+    let mut arguments = vec![
+        "bench",
+        path.to_str().unwrap(),
+        "--target",
+        directory.to_str().unwrap(),
+    ];
+    arguments.extend_from_slice(extra);
+    tailguard_ok(&arguments)
+}
+
 /// Removes a scratch directory and its job file once a test has checked it.
 fn remove(directory: &Path) {
     let _ = std::fs::remove_dir_all(directory);
     let _ = std::fs::remove_file(directory.with_extension("toml"));
-}
-
-fn entries(directory: &Path) -> Vec<String> {
-    std::fs::read_dir(directory)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
 }
 
 const TINY: &str = r#"
@@ -79,7 +78,7 @@ fn failure(job: &str, extra: &[&str]) -> String {
     }
     let output = tailguard(&arguments);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory);
     String::from_utf8(output.stderr).unwrap()
 }
@@ -160,16 +159,7 @@ fn a_missing_or_unusable_target_is_refused_clearly() {
     }
 
     // Block devices need --allow-device.
-    let device = std::fs::read_dir("/dev").unwrap().find_map(|entry| {
-        use std::os::unix::fs::FileTypeExt;
-        let entry = entry.ok()?;
-        entry
-            .file_type()
-            .ok()?
-            .is_block_device()
-            .then(|| entry.path())
-    });
-    match device {
+    match any_block_device() {
         Some(device) => {
             let error = failure(TINY, &["--target", device.to_str().unwrap()]);
             assert!(error.contains("--allow-device"), "{error}");
@@ -183,17 +173,13 @@ fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
     let directory = scratch_dir("run");
     let path = write_job(&directory, TINY);
     let started = Instant::now();
-    let output = tailguard_ok(&[
-        "bench",
-        path.to_str().unwrap(),
-        "--target",
-        directory.to_str().unwrap(),
-        "--mode",
-        "tailguard,kernel-direct",
-        "--json",
-    ]);
+    let output = bench_ok(
+        &path,
+        &directory,
+        &["--mode", "tailguard,kernel-direct", "--json"],
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
-    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = json_stdout(&output);
     let runs = runs.as_array().expect("an array of runs");
     let policies: Vec<&str> = runs
         .iter()
@@ -233,7 +219,7 @@ fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
             assert_eq!(class["outstanding"], 0);
         }
     }
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory);
 }
 
@@ -263,25 +249,10 @@ fn ctrl_c_mid_run_removes_the_data_files_and_fails() {
     }
     assert_eq!(entries(&directory).len(), 2, "the data files were laid out");
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: a plain kill(2) of the child we started.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("bench did not stop within 10 s of SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = interrupt_and_wait(&mut child, Duration::from_secs(10), "bench");
     assert!(!status.success(), "{status:?}");
     assert_eq!(status.code(), Some(130));
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory);
 }
 
@@ -360,19 +331,19 @@ fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_pag
         &TINY.replace("duration_s = 0.3", "duration_s = 1.2"),
     );
     let report = directory.with_extension("html");
-    let output = tailguard_ok(&[
-        "bench",
-        path.to_str().unwrap(),
-        "--target",
-        directory.to_str().unwrap(),
-        "--mode",
-        "kernel-direct,tailguard",
-        "--json",
-        "--report",
-        report.to_str().unwrap(),
-    ]);
+    let output = bench_ok(
+        &path,
+        &directory,
+        &[
+            "--mode",
+            "kernel-direct,tailguard",
+            "--json",
+            "--report",
+            report.to_str().unwrap(),
+        ],
+    );
     // Not a terminal: one plain line per run, no bar, no control characters.
-    let stderr = String::from_utf8(output.stderr).unwrap();
+    let stderr = String::from_utf8(output.stderr.clone()).unwrap();
     assert!(
         stderr.contains("run 1/2") && stderr.contains("run 2/2"),
         "{stderr}"
@@ -381,7 +352,7 @@ fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_pag
         !stderr.contains('\u{1b}') && !stderr.contains('\r'),
         "{stderr:?}"
     );
-    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = json_stdout(&output);
     for run in runs.as_array().unwrap() {
         for class in run["classes"].as_array().unwrap() {
             check_class_detail(class, 1.2);
@@ -402,7 +373,7 @@ fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_pag
         assert!(!page.contains(external), "{external}");
     }
     assert!(page.contains("kernel-direct") && page.contains("reads@"));
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory);
 }
 
@@ -413,14 +384,7 @@ fn the_terminal_output_has_the_table_histograms_and_timeline() {
         &directory,
         &TINY.replace("duration_s = 0.3", "duration_s = 1"),
     );
-    let output = tailguard_ok(&[
-        "bench",
-        path.to_str().unwrap(),
-        "--target",
-        directory.to_str().unwrap(),
-        "--mode",
-        "kernel-direct",
-    ]);
+    let output = bench_ok(&path, &directory, &["--mode", "kernel-direct"]);
     let text = String::from_utf8(output.stdout).unwrap();
     for expected in [
         "worst0.5s",

@@ -1,6 +1,6 @@
 //! `tailguard bench` on block devices: loop devices over image files that the
 //! tests create, checked, and detach again (even when an assertion fails: the
-//! [`LoopDevice`] guard unmounts and detaches on drop).
+//! `common::LoopDevice` guard unmounts and detaches on drop).
 //!
 //! Loop devices need root and `losetup`; without them every test prints why it
 //! skipped and passes. The checks: refusal without `--allow-device` (naming the
@@ -10,112 +10,9 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod common;
-use common::{tailguard, tailguard_ok};
-
-/// A loop device over a fresh image file; detached and removed on drop.
-struct LoopDevice {
-    device: PathBuf,
-    image: PathBuf,
-    mount_point: Option<PathBuf>,
-}
-
-impl LoopDevice {
-    /// Attaches a zeroed image of `bytes`, or says why it cannot.
-    fn attach(name: &str, bytes: u64) -> Result<Self, String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("not root: loop devices need root".into());
-        }
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let image = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "device-{name}-{}-{}.img",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::File::create(&image)
-            .and_then(|file| file.set_len(bytes))
-            .map_err(|error| format!("cannot create {}: {error}", image.display()))?;
-        let output = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(&image)
-            .output();
-        let output = match output {
-            Ok(output) if output.status.success() => output,
-            Ok(output) => {
-                let _ = std::fs::remove_file(&image);
-                return Err(format!(
-                    "losetup failed: {}",
-                    String::from_utf8_lossy(&output.stderr).trim()
-                ));
-            }
-            Err(error) => {
-                let _ = std::fs::remove_file(&image);
-                return Err(format!("cannot run losetup: {error}"));
-            }
-        };
-        let device = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-        Ok(Self {
-            device,
-            image,
-            mount_point: None,
-        })
-    }
-
-    fn path(&self) -> &str {
-        self.device.to_str().unwrap()
-    }
-
-    /// Puts ext4 on it and mounts it, or says why it cannot.
-    fn mount(&mut self) -> Result<(), String> {
-        let formatted = Command::new("mkfs.ext4")
-            .args(["-q", "-F"])
-            .arg(&self.device)
-            .output()
-            .map_err(|error| format!("cannot run mkfs.ext4: {error}"))?;
-        if !formatted.status.success() {
-            return Err("mkfs.ext4 failed".into());
-        }
-        let point = self.image.with_extension("mnt");
-        std::fs::create_dir_all(&point).map_err(|error| error.to_string())?;
-        let mounted = Command::new("mount")
-            .arg(&self.device)
-            .arg(&point)
-            .status()
-            .map_err(|error| format!("cannot run mount: {error}"))?;
-        if !mounted.success() {
-            let _ = std::fs::remove_dir(&point);
-            return Err("mount failed".into());
-        }
-        self.mount_point = Some(point);
-        Ok(())
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        if let Some(point) = &self.mount_point {
-            let _ = Command::new("umount").arg(point).status();
-            let _ = std::fs::remove_dir(point);
-        }
-        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
-        let _ = std::fs::remove_file(&self.image);
-    }
-}
-
-/// Attaches a loop device, or prints why the test skips and returns `None`.
-fn loop_device(test: &str, bytes: u64) -> Option<LoopDevice> {
-    match LoopDevice::attach(test, bytes) {
-        Ok(device) => Some(device),
-        Err(reason) => {
-            eprintln!("skipped {test}: {reason}");
-            None
-        }
-    }
-}
+use common::{json_stdout, loop_device, tailguard, tailguard_ok};
 
 fn write_file(name: &str, text: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -178,7 +75,7 @@ fn a_device_needs_allow_device_and_then_gets_its_regions_back_to_back() {
         "kernel-direct,tailguard",
         "--json",
     ]);
-    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = json_stdout(&output);
     for run in runs.as_array().unwrap() {
         let classes = run["classes"].as_array().unwrap();
         assert_eq!(classes.len(), 2, "{run}");
@@ -267,7 +164,7 @@ fn a_fio_file_naming_the_device_takes_its_size() {
     ]);
     let notes = String::from_utf8_lossy(&output.stderr);
     assert!(notes.contains(&format!("{} bytes", 8 << 20)), "{notes}");
-    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = json_stdout(&output);
     let class = &runs[0]["classes"][0];
     assert_eq!(class["name"], "reads");
     assert!(class["ops"].as_u64().unwrap() > 0, "{class}");

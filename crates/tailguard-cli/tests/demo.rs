@@ -4,30 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{tailguard, tailguard_ok};
+use common::{assert_empty, entries, interrupt_and_wait, tailguard, tailguard_ok};
 
-/// A fresh, empty directory on disk (the target's temporary directory).
+/// A fresh, empty directory on disk for a demo test.
 fn scratch_dir(name: &str) -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "demo-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&directory);
-    std::fs::create_dir_all(&directory).unwrap();
-    directory
-}
-
-fn entries(directory: &Path) -> Vec<String> {
-    std::fs::read_dir(directory)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
+    common::scratch_dir("demo", name)
 }
 
 #[test]
@@ -125,7 +109,7 @@ fn bad_arguments_fail_clearly_and_leave_nothing() {
         assert_eq!(output.status.code(), Some(2), "{flag} {value}");
         let error = String::from_utf8_lossy(&output.stderr);
         assert!(error.contains(flag), "{error}");
-        assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+        assert_empty(&directory);
     }
     let _ = std::fs::remove_dir_all(&directory);
 }
@@ -162,24 +146,9 @@ fn ctrl_c_mid_demo_removes_its_directory_and_fails() {
     }
     assert_eq!(entries(&directory).len(), 1, "the demo made its directory");
     std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: a plain kill(2) of the child we started.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("demo did not stop within 20 s of SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = interrupt_and_wait(&mut child, Duration::from_secs(20), "demo");
     assert_eq!(status.code(), Some(130), "{status:?}");
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     assert!(!report.exists(), "no report for an interrupted demo");
     let _ = std::fs::remove_dir_all(&directory);
 }

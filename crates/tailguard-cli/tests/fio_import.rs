@@ -3,22 +3,14 @@
 //! laid out for it, and block devices refused without `--allow-device`.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod common;
-use common::{tailguard, tailguard_ok};
+use common::{any_block_device, assert_empty, entries, json_stdout, tailguard, tailguard_ok};
 
-/// A fresh, empty directory under the target's temporary directory (on a
-/// disk, so O_DIRECT works), and beside it the path for a fio file.
+/// A fresh, empty directory (on a disk, so O_DIRECT works), and beside it the
+/// path for a fio file.
 fn scratch(name: &str) -> (PathBuf, PathBuf) {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "fio-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&directory);
-    std::fs::create_dir_all(&directory).unwrap();
+    let directory = common::scratch_dir("fio", name);
     let fio = directory.with_extension("fio");
     (directory, fio)
 }
@@ -26,13 +18,6 @@ fn scratch(name: &str) -> (PathBuf, PathBuf) {
 fn remove(directory: &Path, fio: &Path) {
     let _ = std::fs::remove_dir_all(directory);
     let _ = std::fs::remove_file(fio);
-}
-
-fn entries(directory: &Path) -> Vec<String> {
-    std::fs::read_dir(directory)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
 }
 
 /// Runs bench on `text` as a fio file against a scratch directory; expects
@@ -48,7 +33,7 @@ fn refused(text: &str) -> String {
         directory.to_str().unwrap(),
     ]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory, &fio);
     String::from_utf8(output.stderr).unwrap()
 }
@@ -150,7 +135,7 @@ fn an_imported_job_runs_reports_its_classes_and_cleans_up() {
     );
     assert!(notes.contains("class `ingest` (shares 25)"), "{notes}");
 
-    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = json_stdout(&output);
     let runs = runs.as_array().expect("an array of runs");
     let modes: Vec<&str> = runs
         .iter()
@@ -181,7 +166,7 @@ fn an_imported_job_runs_reports_its_classes_and_cleans_up() {
         assert_eq!(bytes_per_op(&classes[0]), 4096.0);
         assert!(bytes_per_op(&classes[1]) > 4096.0, "{}", classes[1]);
     }
-    assert!(entries(&directory).is_empty(), "{:?}", entries(&directory));
+    assert_empty(&directory);
     remove(&directory, &fio);
 }
 
@@ -209,7 +194,7 @@ fn a_fio_filename_is_used_in_place_and_kept() {
     let notes = String::from_utf8_lossy(&output.stderr);
     // No size=: the file's own size.
     assert!(notes.contains(&format!("{} bytes", 1 << 20)), "{notes}");
-    let runs: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = json_stdout(&output);
     assert!(runs[0]["classes"][0]["ops"].as_u64().unwrap() > 0);
     assert_eq!(entries(&directory), ["existing.dat"]);
     assert_eq!(std::fs::read(&file).unwrap(), vec![7u8; 1 << 20]);
@@ -218,16 +203,7 @@ fn a_fio_filename_is_used_in_place_and_kept() {
 
 #[test]
 fn a_block_device_is_refused_without_allow_device() {
-    let device = std::fs::read_dir("/dev").unwrap().find_map(|entry| {
-        use std::os::unix::fs::FileTypeExt;
-        let entry = entry.ok()?;
-        entry
-            .file_type()
-            .ok()?
-            .is_block_device()
-            .then(|| entry.path())
-    });
-    let Some(device) = device else {
+    let Some(device) = any_block_device() else {
         eprintln!("skipped: no block device in /dev");
         return;
     };

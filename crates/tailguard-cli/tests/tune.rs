@@ -14,11 +14,7 @@ struct TempDirectory(PathBuf);
 
 impl TempDirectory {
     fn new(name: &str) -> Self {
-        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("tune-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create the temporary directory");
-        Self(path)
+        Self(common::scratch_dir("tune", name))
     }
 }
 

@@ -15,7 +15,8 @@
 //!   address their `offset..offset + size` of it directly.
 //! - A **block device** is accepted only with `--allow-device`, since bench
 //!   writes to it, and only when nothing has it mounted or claimed: its number
-//!   must not appear in `/proc/self/mountinfo` (nor its partitions'), and it is
+//!   must not appear in `/proc/self/mountinfo` (nor its partitions', by number
+//!   or by source; [`mount_of`], which tune uses too), and it is
 //!   opened with `O_EXCL`, which the kernel refuses while a filesystem, LVM,
 //!   RAID or swap holds it; that exclusive descriptor is kept in the
 //!   [`Layout`] for the whole run so nobody mounts it meanwhile. Its size comes
@@ -322,12 +323,11 @@ fn place_on_device(
 /// reading and writing.
 fn claim_device(path: &Path, device_number: u64) -> Result<File, BenchError> {
     let shown = path.display();
-    let mut numbers = vec![device_number];
-    numbers.extend(partition_numbers(device_number));
-    if let Some(mount_point) = mount_point_of(&numbers) {
+    if let Some(mount) = mount_of(device_number) {
         return Err(usage(format!(
-            "target {shown} (or a partition of it) is mounted at {mount_point}; bench would \
-             overwrite the filesystem: unmount it first, or give a directory on it instead"
+            "target {shown} (or a partition of it) is mounted at {}; bench would overwrite the \
+             filesystem: unmount it first, or give a directory on it instead",
+            mount.mount_point
         )));
     }
     std::fs::OpenOptions::new()
@@ -373,17 +373,42 @@ fn parse_device_number(text: &str) -> Option<u64> {
     Some(libc::makedev(major.parse().ok()?, minor.parse().ok()?))
 }
 
-/// The mount point of the first mount of any of `numbers` in
-/// `/proc/self/mountinfo` (field 3 is the device number, field 5 the mount
-/// point).
-fn mount_point_of(numbers: &[u64]) -> Option<String> {
+/// A mounted filesystem: what `/proc/self/mountinfo` says of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    /// The mount source, `/dev/sda1` for a disk filesystem.
+    pub source: String,
+    /// Where it is mounted.
+    pub mount_point: String,
+}
+
+/// The first mount of the block device `device_number` or of one of its
+/// partitions, if any: the check bench and tune share before touching a raw
+/// device.
+///
+/// A mount matches by the device number in `/proc/self/mountinfo` (field 3)
+/// or by its source naming a device node of one of those numbers; the second
+/// catches filesystems such as btrfs whose field 3 is an anonymous number.
+pub fn mount_of(device_number: u64) -> Option<Mount> {
+    let mut numbers = vec![device_number];
+    numbers.extend(partition_numbers(device_number));
     let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     text.lines().find_map(|line| {
         let fields: Vec<&str> = line.split(' ').collect();
-        let number = parse_device_number(fields.get(2)?)?;
-        numbers
-            .contains(&number)
-            .then(|| fields.get(4).map(|point| point.to_string()))?
+        let mount_point = fields.get(4)?;
+        // The source follows the ` - ` separator and the filesystem type.
+        let separator = fields.iter().position(|field| *field == "-")?;
+        let source = fields.get(separator + 2).copied().unwrap_or_default();
+        let by_number =
+            parse_device_number(fields.get(2)?).is_some_and(|number| numbers.contains(&number));
+        let by_source = source.starts_with("/dev/")
+            && std::fs::metadata(source).is_ok_and(|metadata| {
+                metadata.file_type().is_block_device() && numbers.contains(&metadata.rdev())
+            });
+        (by_number || by_source).then(|| Mount {
+            source: source.to_string(),
+            mount_point: mount_point.to_string(),
+        })
     })
 }
 
@@ -458,19 +483,25 @@ fn fill(file: &File, offset: u64, bytes: u64, path: &Path) -> Result<(), BenchEr
         if interrupted() {
             return Err(BenchError::interrupted());
         }
-        for word in chunk.chunks_exact_mut(8) {
-            // xorshift64: cheap, incompressible enough for a disk.
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            word.copy_from_slice(&state.to_le_bytes());
-        }
+        fill_random(&mut chunk, &mut state);
         let length = (bytes - written).min(chunk.len() as u64) as usize;
         file.write_all_at(&chunk[..length], offset + written)
             .map_err(failed)?;
         written += length as u64;
     }
     Ok(())
+}
+
+/// Overwrites `chunk` (a multiple of 8 bytes long; a shorter tail is left as
+/// is) with xorshift64 output from `state`, which it advances: cheap, and
+/// incompressible enough for a disk. Bench's and tune's layouts both use it.
+pub fn fill_random(chunk: &mut [u8], state: &mut u64) {
+    for word in chunk.chunks_exact_mut(8) {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        word.copy_from_slice(&state.to_le_bytes());
+    }
 }
 
 /// Makes every file's data durable and drops it from the page cache, so a run

@@ -33,21 +33,14 @@ const PERCENTILE_MAX: f64 = 99.999;
 
 /// Renders the page.
 pub fn render(title: &str, notes: &[String], reports: &[RunReport]) -> String {
-    let mut out = String::new();
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>{}</title>\n<style>\n\
-         body {{ font-family: sans-serif; margin: 2em auto; max-width: 1320px; color: #222; }}\n\
-         table {{ border-collapse: collapse; margin: 1em 0; }}\n\
-         th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}\n\
-         th:first-child, td:first-child, td:nth-child(2) {{ text-align: left; }}\n\
-         .charts {{ display: flex; flex-wrap: wrap; gap: 12px; }}\n\
-         code {{ background: #f4f4f4; padding: 1px 4px; }}\n\
-         </style>\n</head>\n<body>\n<h1>{}</h1>\n",
-        escape(title),
-        escape(title)
+    let mut out = page_start(
+        title,
+        "body { font-family: sans-serif; margin: 2em auto; max-width: 1320px; color: #222; }\n\
+         table { border-collapse: collapse; margin: 1em 0; }\n\
+         th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }\n\
+         th:first-child, td:first-child, td:nth-child(2) { text-align: left; }\n\
+         .charts { display: flex; flex-wrap: wrap; gap: 12px; }\n\
+         code { background: #f4f4f4; padding: 1px 4px; }\n",
     );
     for note in notes {
         let _ = writeln!(out, "<p>{}</p>", escape(note));
@@ -75,10 +68,27 @@ pub fn render(title: &str, notes: &[String], reports: &[RunReport]) -> String {
     out.push_str(
         "<p>Latency counts from each request's intended start (open-loop jobs: its \
          arrival). Worst 0.5 s: the lowest completions per second over consecutive 0.5 s \
-         windows while the class is active. Made by tailguard.</p>\n</body>\n</html>\n",
+         windows while the class is active. Made by tailguard.</p>\n",
     );
+    out.push_str(PAGE_END);
     out
 }
+
+/// The start of a self-contained page, up to and including its `<h1>`: the
+/// document head with `title` (escaped) and `style` (trusted CSS, one rule per
+/// line) inline. Bench's, demo's and tune's reports all open with it and end
+/// with [`PAGE_END`].
+pub fn page_start(title: &str, style: &str) -> String {
+    let title = escape(title);
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{title}</title>\n<style>\n{style}</style>\n</head>\n<body>\n<h1>{title}</h1>\n"
+    )
+}
+
+/// The end of a page begun with [`page_start`].
+pub const PAGE_END: &str = "</body>\n</html>\n";
 
 /// Writes the page to `path`.
 pub fn write(

@@ -12,6 +12,12 @@
 //! The output is a standalone `<svg>` element with inline attributes only (no
 //! CSS classes, scripts or fonts beyond the generic `sans-serif`), every text
 //! escaped with [`escape`], so it can be pasted into any page.
+//!
+//! This is the one SVG writer of the CLI: bench's and demo's report draw plain
+//! [`Chart`]s, and tune's draws its curves as charts too, adding its marks
+//! (queue-depth labels, the knee) with [`Chart::to_svg_with`], which hands an
+//! overlay the [`Plot`] that maps data to pixels, and the [`circle`] and
+//! [`polyline`] primitives the charts use themselves.
 
 use std::fmt::Write as _;
 
@@ -181,20 +187,72 @@ const RIGHT: f64 = 28.0;
 const TOP: f64 = 48.0;
 const BOTTOM: f64 = 48.0;
 
+const PLOT_WIDTH: f64 = WIDTH - LEFT - RIGHT;
+const PLOT_HEIGHT: f64 = HEIGHT - TOP - BOTTOM;
+
+/// Where a chart's data lands in the picture, in pixels.
+pub struct Plot<'chart> {
+    x: &'chart Axis,
+    y: &'chart Axis,
+}
+
+impl Plot<'_> {
+    /// The horizontal pixel of `value`, if the x axis can place it (clamped to
+    /// the plot area).
+    pub fn x_at(&self, value: f64) -> Option<f64> {
+        self.x
+            .fraction(value)
+            .map(|fraction| LEFT + fraction.clamp(0.0, 1.0) * PLOT_WIDTH)
+    }
+
+    /// The vertical pixel of `value`, if the y axis can place it (clamped to
+    /// the plot area).
+    pub fn y_at(&self, value: f64) -> Option<f64> {
+        self.y
+            .fraction(value)
+            .map(|fraction| TOP + (1.0 - fraction.clamp(0.0, 1.0)) * PLOT_HEIGHT)
+    }
+
+    /// The pixel of a data point, if both axes can place it.
+    pub fn at(&self, (x, y): (f64, f64)) -> Option<(f64, f64)> {
+        Some((self.x_at(x)?, self.y_at(y)?))
+    }
+}
+
+/// Writes a filled circle of `radius` pixels at `(x, y)`.
+pub fn circle(out: &mut String, (x, y): (f64, f64), radius: f64, fill: &str) {
+    let _ = write!(
+        out,
+        "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"{radius}\" fill=\"{fill}\"/>"
+    );
+}
+
+/// Writes a line through `points` (pixels).
+pub fn polyline(out: &mut String, points: &[(f64, f64)], colour: &str) {
+    let points: Vec<String> = points
+        .iter()
+        .map(|(x, y)| format!("{x:.1},{y:.1}"))
+        .collect();
+    let _ = write!(
+        out,
+        "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" \
+         points=\"{}\"/>",
+        points.join(" ")
+    );
+}
+
 impl Chart {
     /// The chart as an `<svg>` element.
     pub fn to_svg(&self) -> String {
-        let plot_width = WIDTH - LEFT - RIGHT;
-        let plot_height = HEIGHT - TOP - BOTTOM;
-        let x_at = |value: f64| {
-            self.x
-                .fraction(value)
-                .map(|fraction| LEFT + fraction.clamp(0.0, 1.0) * plot_width)
-        };
-        let y_at = |value: f64| {
-            self.y
-                .fraction(value)
-                .map(|fraction| TOP + (1.0 - fraction.clamp(0.0, 1.0)) * plot_height)
+        self.to_svg_with(|_, _| {})
+    }
+
+    /// The chart as an `<svg>` element, with what `overlay` writes drawn over
+    /// its lines; the overlay places its marks with the [`Plot`].
+    pub fn to_svg_with(&self, overlay: impl FnOnce(&Plot, &mut String)) -> String {
+        let plot = Plot {
+            x: &self.x,
+            y: &self.y,
         };
         let mut out = String::new();
         let _ = write!(
@@ -224,24 +282,24 @@ impl Chart {
         }
         // Grid and ticks.
         for (value, label) in &self.x.ticks {
-            if let Some(x) = x_at(*value) {
+            if let Some(x) = plot.x_at(*value) {
                 let _ = write!(
                     out,
                     "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\
                      <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                    TOP + plot_height,
-                    TOP + plot_height + 14.0,
+                    TOP + PLOT_HEIGHT,
+                    TOP + PLOT_HEIGHT + 14.0,
                     escape(label)
                 );
             }
         }
         for (value, label) in &self.y.ticks {
-            if let Some(y) = y_at(*value) {
+            if let Some(y) = plot.y_at(*value) {
                 let _ = write!(
                     out,
                     "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
                      <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-                    LEFT + plot_width,
+                    LEFT + PLOT_WIDTH,
                     LEFT - 6.0,
                     y + 4.0,
                     escape(label)
@@ -250,57 +308,41 @@ impl Chart {
         }
         let _ = write!(
             out,
-            "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{plot_width}\" height=\"{plot_height}\" \
+            "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{PLOT_WIDTH}\" height=\"{PLOT_HEIGHT}\" \
              fill=\"none\" stroke=\"#888\"/>\
              <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\
              <text x=\"14\" y=\"{:.1}\" text-anchor=\"middle\" \
              transform=\"rotate(-90 14 {:.1})\">{}</text>",
-            LEFT + plot_width / 2.0,
+            LEFT + PLOT_WIDTH / 2.0,
             HEIGHT - 8.0,
             escape(&self.x.title),
-            TOP + plot_height / 2.0,
-            TOP + plot_height / 2.0,
+            TOP + PLOT_HEIGHT / 2.0,
+            TOP + PLOT_HEIGHT / 2.0,
             escape(&self.y.title)
         );
         for (index, series) in self.series.iter().enumerate() {
             let colour = PALETTE[index % PALETTE.len()];
-            for segment in segments(&series.points, &x_at, &y_at) {
+            for segment in segments(&series.points, &plot) {
                 if segment.len() == 1 {
-                    let (x, y) = segment[0];
-                    let _ = write!(
-                        out,
-                        "<circle cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"2\" fill=\"{colour}\"/>"
-                    );
-                    continue;
+                    circle(&mut out, segment[0], 2.0, colour);
+                } else {
+                    polyline(&mut out, &segment, colour);
                 }
-                let points: Vec<String> = segment
-                    .iter()
-                    .map(|(x, y)| format!("{x:.1},{y:.1}"))
-                    .collect();
-                let _ = write!(
-                    out,
-                    "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" \
-                     points=\"{}\"/>",
-                    points.join(" ")
-                );
             }
         }
+        overlay(&plot, &mut out);
         out.push_str("</svg>");
         out
     }
 }
 
 /// The points in pixels, split where one cannot be placed.
-fn segments(
-    points: &[(f64, f64)],
-    x_at: &dyn Fn(f64) -> Option<f64>,
-    y_at: &dyn Fn(f64) -> Option<f64>,
-) -> Vec<Vec<(f64, f64)>> {
+fn segments(points: &[(f64, f64)], plot: &Plot) -> Vec<Vec<(f64, f64)>> {
     let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-    for &(x, y) in points {
-        match (x_at(x), y_at(y)) {
-            (Some(x), Some(y)) => segments.last_mut().expect("never empty").push((x, y)),
-            _ => segments.push(Vec::new()),
+    for &point in points {
+        match plot.at(point) {
+            Some(pixel) => segments.last_mut().expect("never empty").push(pixel),
+            None => segments.push(Vec::new()),
         }
     }
     segments.retain(|segment| !segment.is_empty());

@@ -222,18 +222,17 @@ impl Curve {
 
     /// Steady rate in the profile's unit: IOPS, or bytes per second.
     fn steady_profile_rate(&self) -> Option<f64> {
-        let point = self.knee_point()?;
-        let iops = self.steady_iops()?;
-        Some(if self.spec.sequential {
-            iops * point.request_bytes as f64
-        } else {
-            iops
-        })
+        self.profile_rate(self.steady_iops()?)
     }
 
     fn first_profile_rate(&self) -> Option<f64> {
+        self.profile_rate(self.first_iops()?)
+    }
+
+    /// `iops` in the profile's unit: as is, or times the knee's request size
+    /// (bytes per second) for a sequential curve.
+    fn profile_rate(&self, iops: f64) -> Option<f64> {
         let point = self.knee_point()?;
-        let iops = self.first_iops()?;
         Some(if self.spec.sequential {
             iops * point.request_bytes as f64
         } else {

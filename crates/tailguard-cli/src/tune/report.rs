@@ -9,10 +9,13 @@
 //! latency (p50 and p99) against throughput, one point per step labelled with
 //! its depth and the knee circled (the usual way to read a device's
 //! latency-throughput trade-off: the curve runs right, then turns up), and an
-//! SVG of the sustained run's rate over time. The SVG writer is deliberately
-//! small (lines, circles, text) and lives here; bench's HTML report may share it
-//! later.
+//! SVG of the sustained run's rate over time. Both are [`Chart`]s of the one
+//! SVG writer, bench's ([`crate::html::svg`]): the depth labels and the knee are
+//! an overlay ([`Chart::to_svg_with`]), and the page opens and ends like bench's
+//! ([`page_start`], [`PAGE_END`]).
 
+use crate::html::svg::{circle, escape, Axis, Chart, Series, PALETTE};
+use crate::html::{page_start, PAGE_END};
 use crate::tune::knee::CurvePoint;
 use crate::tune::Curve;
 use std::fmt::Write as _;
@@ -126,185 +129,113 @@ pub fn sparkline(values: &[f64]) -> String {
         .collect()
 }
 
-const SVG_WIDTH: f64 = 560.0;
-const SVG_HEIGHT: f64 = 300.0;
-const MARGIN_LEFT: f64 = 70.0;
-const MARGIN_RIGHT: f64 = 20.0;
-const MARGIN_TOP: f64 = 20.0;
-const MARGIN_BOTTOM: f64 = 45.0;
-
-/// Maps data to the plot area of an SVG.
-struct Frame {
-    x_max: f64,
-    y_max: f64,
-}
-
-impl Frame {
-    fn x(&self, value: f64) -> f64 {
-        MARGIN_LEFT + value / self.x_max * (SVG_WIDTH - MARGIN_LEFT - MARGIN_RIGHT)
-    }
-
-    fn y(&self, value: f64) -> f64 {
-        SVG_HEIGHT - MARGIN_BOTTOM - value / self.y_max * (SVG_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM)
-    }
-
-    /// Axes with four ticks each, and their labels.
-    fn axes(&self, svg: &mut String, x_label: &str, y_label: &str) {
-        let (left, right) = (MARGIN_LEFT, SVG_WIDTH - MARGIN_RIGHT);
-        let (top, bottom) = (MARGIN_TOP, SVG_HEIGHT - MARGIN_BOTTOM);
-        let _ = write!(
-            svg,
-            r##"<path d="M{left} {top} V{bottom} H{right}" fill="none" stroke="#444"/>"##
-        );
-        for tick in 0..=4 {
-            let fraction = f64::from(tick) / 4.0;
-            let (x, y) = (self.x(self.x_max * fraction), self.y(self.y_max * fraction));
-            let _ = write!(
-                svg,
-                r##"<text x="{x:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text><line x1="{left}" x2="{right}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
-                bottom + 15.0,
-                short_number(self.x_max * fraction),
-                left - 5.0,
-                y + 4.0,
-                short_number(self.y_max * fraction),
-            );
-        }
-        let _ = write!(
-            svg,
-            r##"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle">{}</text><text x="14" y="{:.1}" font-size="12" text-anchor="middle" transform="rotate(-90 14 {:.1})">{}</text>"##,
-            (left + right) / 2.0,
-            SVG_HEIGHT - 8.0,
-            escape(x_label),
-            (top + bottom) / 2.0,
-            (top + bottom) / 2.0,
-            escape(y_label),
-        );
-    }
-}
-
-fn polyline(svg: &mut String, points: &[(f64, f64)], color: &str) {
-    let coordinates: Vec<String> = points
+/// Latency (p50 and p99) against throughput as a chart, one point per step.
+fn curve_chart(curve: &Curve) -> Chart {
+    let throughput_max = curve
+        .points
         .iter()
-        .map(|(x, y)| format!("{x:.1},{y:.1}"))
-        .collect();
-    let _ = write!(
-        svg,
-        r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
-        coordinates.join(" ")
-    );
-}
-
-fn svg_open() -> String {
-    format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{SVG_HEIGHT}" viewBox="0 0 {SVG_WIDTH} {SVG_HEIGHT}" font-family="sans-serif">"#
-    )
-}
-
-/// Latency (p50, p99) against throughput, one point per step, the knee circled.
-pub fn curve_svg(curve: &Curve) -> String {
-    let frame = Frame {
-        x_max: curve
+        .map(|point| throughput(curve, point))
+        .fold(0.0, f64::max);
+    let latency_max = curve
+        .points
+        .iter()
+        .map(|point| point.latency_us_p99)
+        .fold(0.0, f64::max);
+    let series = |name: &str, latency: fn(&CurvePoint) -> f64| Series {
+        name: name.into(),
+        points: curve
             .points
             .iter()
-            .map(|point| throughput(curve, point))
-            .fold(0.0, f64::max)
-            .max(1.0)
-            * 1.1,
-        y_max: curve
-            .points
-            .iter()
-            .map(|point| point.latency_us_p99)
-            .fold(0.0, f64::max)
-            .max(1.0)
-            * 1.1,
+            .map(|point| (throughput(curve, point), latency(point)))
+            .collect(),
     };
-    let mut svg = svg_open();
-    frame.axes(&mut svg, throughput_unit(curve), "latency µs");
-    for (percentile, color) in [("p50", "#1f77b4"), ("p99", "#d62728")] {
-        let points: Vec<(f64, f64)> = curve
-            .points
-            .iter()
-            .map(|point| {
-                let latency = if percentile == "p50" {
-                    point.latency_us_p50
-                } else {
-                    point.latency_us_p99
-                };
-                (frame.x(throughput(curve, point)), frame.y(latency))
-            })
-            .collect();
-        polyline(&mut svg, &points, color);
-        for (x, y) in &points {
+    Chart {
+        title: format!("{}: latency against throughput", curve.spec.title),
+        // 10% beyond the data: room for the knee's label.
+        x: Axis::linear_from_zero(throughput_unit(curve), throughput_max * 1.1, short_number),
+        y: Axis::linear_from_zero("latency µs", latency_max * 1.1, short_number),
+        series: vec![
+            series("p50", |point| point.latency_us_p50),
+            series("p99", |point| point.latency_us_p99),
+        ],
+    }
+}
+
+/// The knee's mark: a colour of the palette that the p50 and p99 lines do not
+/// use.
+const KNEE_COLOUR: &str = PALETTE[2];
+
+/// Latency (p50, p99) against throughput, one point per step, each labelled
+/// with its queue depth under its p50, the knee circled.
+pub fn curve_svg(curve: &Curve) -> String {
+    let chart = curve_chart(curve);
+    chart.to_svg_with(|plot, svg| {
+        for (series, colour) in chart.series.iter().zip(PALETTE) {
+            for pixel in series.points.iter().filter_map(|point| plot.at(*point)) {
+                circle(svg, pixel, 3.0, colour);
+            }
+        }
+        for point in &curve.points {
+            if let Some((x, y)) = plot.at((throughput(curve, point), point.latency_us_p50)) {
+                let _ = write!(
+                    svg,
+                    r##"<text x="{x:.1}" y="{:.1}" font-size="10" fill="#555" text-anchor="middle">{}</text>"##,
+                    y + 14.0,
+                    point.queue_depth
+                );
+            }
+        }
+        let knee = curve.knee_point();
+        if let Some((x, y)) =
+            knee.and_then(|knee| plot.at((throughput(curve, knee), knee.latency_us_p50)))
+        {
             let _ = write!(
                 svg,
-                r#"<circle cx="{x:.1}" cy="{y:.1}" r="3" fill="{color}"/>"#
+                r#"<circle cx="{x:.1}" cy="{y:.1}" r="9" fill="none" stroke="{KNEE_COLOUR}" stroke-width="2"/><text x="{:.1}" y="{:.1}" fill="{KNEE_COLOUR}">knee</text>"#,
+                x + 10.0,
+                y - 10.0
             );
         }
-        if let Some((x, y)) = points.last() {
-            let _ = write!(
-                svg,
-                r#"<text x="{:.1}" y="{:.1}" font-size="11" fill="{color}">{percentile}</text>"#,
-                x + 6.0,
-                y
-            );
-        }
-    }
-    for point in &curve.points {
-        let _ = write!(
-            svg,
-            r##"<text x="{:.1}" y="{:.1}" font-size="10" fill="#555" text-anchor="middle">{}</text>"##,
-            frame.x(throughput(curve, point)),
-            frame.y(point.latency_us_p50) + 14.0,
-            point.queue_depth
-        );
-    }
-    if let Some(knee) = curve.knee.map(|index| &curve.points[index]) {
-        let (x, y) = (
-            frame.x(throughput(curve, knee)),
-            frame.y(knee.latency_us_p50),
-        );
-        let _ = write!(
-            svg,
-            r##"<circle cx="{x:.1}" cy="{y:.1}" r="9" fill="none" stroke="#2ca02c" stroke-width="2"/><text x="{:.1}" y="{:.1}" font-size="11" fill="#2ca02c">knee</text>"##,
-            x + 10.0,
-            y - 10.0
-        );
-    }
-    svg.push_str("</svg>");
-    svg
+    })
 }
 
 /// The sustained run's rate over time.
 pub fn timeline_svg(curve: &Curve) -> String {
     let scale = curve.sustain_scale();
     let values: Vec<f64> = curve.timeline.iter().map(|value| value * scale).collect();
-    let frame = Frame {
-        x_max: curve.sustain_s.max(f64::MIN_POSITIVE),
-        y_max: values.iter().copied().fold(0.0, f64::max).max(1.0) * 1.1,
-    };
     let step_s = curve.sustain_s / values.len().max(1) as f64;
-    let mut svg = svg_open();
-    frame.axes(&mut svg, "seconds", throughput_unit(curve));
-    let points: Vec<(f64, f64)> = values
-        .iter()
-        .enumerate()
-        .map(|(index, value)| (frame.x((index as f64 + 0.5) * step_s), frame.y(*value)))
-        .collect();
-    polyline(&mut svg, &points, "#1f77b4");
-    svg.push_str("</svg>");
-    svg
+    let unit = throughput_unit(curve);
+    Chart {
+        title: format!("{}: sustained at the knee", curve.spec.title),
+        x: Axis::linear_from_zero("seconds", curve.sustain_s, short_number),
+        y: Axis::linear_from_zero(
+            unit,
+            values.iter().copied().fold(0.0, f64::max) * 1.1,
+            short_number,
+        ),
+        series: vec![Series {
+            name: unit.into(),
+            // Each value stands for its interval: drawn at its middle.
+            points: values
+                .iter()
+                .enumerate()
+                .map(|(index, value)| ((index as f64 + 0.5) * step_s, *value))
+                .collect(),
+        }],
+    }
+    .to_svg()
 }
 
 /// The whole page.
 pub fn html_page(title: &str, summary_lines: &[String], curves: &[Curve]) -> String {
-    let mut html = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title>\
-         <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222}}\
-         section{{margin-bottom:2em}}pre{{background:#f6f6f6;padding:1em;overflow-x:auto}}\
-         .charts{{display:flex;flex-wrap:wrap;gap:1em}}</style></head><body>\n<h1>{}</h1>\n<ul>",
-        escape(title),
-        escape(title)
+    let mut html = page_start(
+        title,
+        "body { font-family: sans-serif; max-width: 1200px; margin: 2em auto; color: #222; }\n\
+         section { margin-bottom: 2em; }\n\
+         pre { background: #f6f6f6; padding: 1em; overflow-x: auto; }\n\
+         .charts { display: flex; flex-wrap: wrap; gap: 1em; }\n",
     );
+    html.push_str("<ul>");
     for line in summary_lines {
         let _ = write!(html, "<li>{}</li>", escape(line));
     }
@@ -321,16 +252,8 @@ pub fn html_page(title: &str, summary_lines: &[String], curves: &[Curve]) -> Str
             escape(&terminal_chart(curve))
         );
     }
-    html.push_str("</body></html>\n");
+    html.push_str(PAGE_END);
     html
-}
-
-/// Escapes text for HTML and SVG.
-pub fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -353,7 +276,37 @@ mod tests {
     }
 
     #[test]
-    fn escaping_covers_markup() {
-        assert_eq!(escape("<a & \"b\">"), "&lt;a &amp; &quot;b&quot;&gt;");
+    fn the_curve_chart_marks_every_depth_and_the_knee_on_the_shared_writer() {
+        use crate::tune::CurveSpec;
+        let point = |queue_depth: u32, iops: f64, latency_us: f64| CurvePoint {
+            queue_depth,
+            request_bytes: 4096,
+            iops,
+            latency_us_p50: latency_us,
+            latency_us_p99: latency_us * 3.0,
+        };
+        let curve = Curve {
+            spec: CurveSpec::random(false),
+            points: vec![point(1, 10_000.0, 90.0), point(2, 19_000.0, 100.0)],
+            knee: Some(1),
+            timeline: vec![18_000.0, 19_000.0],
+            sustain_s: 2.0,
+            rates: None,
+        };
+        let svg = curve_svg(&curve);
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        assert!(svg.ends_with("</svg>"));
+        // p50 and p99, each a line with a dot per step; the knee's ring.
+        assert_eq!(svg.matches("<polyline").count(), 2, "{svg}");
+        assert_eq!(svg.matches("r=\"3\"").count(), 4, "{svg}");
+        assert_eq!(svg.matches(">knee</text>").count(), 1, "{svg}");
+        assert!(
+            svg.contains(">1</text>") && svg.contains(">2</text>"),
+            "{svg}"
+        );
+        let page = html_page("tune <x>", &["a & b".into()], &[curve]);
+        assert!(page.starts_with("<!DOCTYPE html>") && page.ends_with("</html>\n"));
+        assert_eq!(page.matches("<svg").count(), 2);
+        assert!(page.contains("tune &lt;x&gt;") && page.contains("a &amp; b"));
     }
 }

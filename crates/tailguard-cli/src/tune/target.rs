@@ -18,7 +18,7 @@
 //! Everything is opened with O_DIRECT; a filesystem that refuses it gets an
 //! error saying so, since tune measures the device, not the page cache.
 
-use crate::bench::target::interrupted;
+use crate::bench::target::{block_device_bytes, fill_random, interrupted, mount_of, Mount};
 use crate::bench::BenchError;
 use std::fs::File;
 use std::io;
@@ -157,16 +157,17 @@ fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<Tes
     let file = open_direct(path, allow_write, false).map_err(|e| open_error(path, &e, false))?;
     let device = device::device_of(&file).map_err(|error| usage(error.to_string()))?;
     let alignment = device::direct_io_alignment(&file, &device);
-    // SAFETY: lseek on an open descriptor; for a block device it reports its size.
-    let end = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_END) };
-    if end < 0 {
-        return Err(usage(format!(
-            "cannot find the size of {}: {}",
-            path.display(),
-            io::Error::last_os_error()
-        )));
+    let end = match kind {
+        TargetKind::BlockDevice => block_device_bytes(&file),
+        _ => file.metadata().map(|metadata| metadata.len()),
     }
-    let size_bytes = (end as u64) / (1 << 20) * (1 << 20);
+    .map_err(|error| {
+        usage(format!(
+            "cannot find the size of {}: {error}",
+            path.display()
+        ))
+    })?;
+    let size_bytes = end / (1 << 20) * (1 << 20);
     if size_bytes < MINIMUM_SIZE_BYTES {
         return Err(usage(format!(
             "{} holds {end} bytes; tune needs at least {} MiB to spread its requests; give a \
@@ -189,33 +190,17 @@ fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<Tes
 
 /// Refuses a block device that is mounted, or whose partition is.
 fn refuse_if_mounted(target: &Path, rdev: u64) -> Result<(), BenchError> {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let whole_disk = device::device_of_path(target).ok();
-    for line in mounts.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(source), Some(mountpoint)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        if !source.starts_with("/dev/") {
-            continue;
-        }
-        let Ok(source_metadata) = std::fs::metadata(source) else {
-            continue;
-        };
-        let same = source_metadata.file_type().is_block_device() && source_metadata.rdev() == rdev;
-        let target_is_whole_disk = whole_disk.as_ref().is_some_and(|info| info.id.0 == rdev);
-        let partition_of_target = target_is_whole_disk
-            && device::device_of_path(Path::new(source))
-                .is_ok_and(|info| Some(info.id) == whole_disk.as_ref().map(|disk| disk.id));
-        if same || partition_of_target {
-            return Err(usage(format!(
-                "{} is mounted ({source} on {mountpoint}); tune refuses mounted devices; \
-                 give a directory on it instead",
-                target.display()
-            )));
-        }
+    match mount_of(rdev) {
+        Some(Mount {
+            source,
+            mount_point,
+        }) => Err(usage(format!(
+            "{} is mounted ({source} on {mount_point}); tune refuses mounted devices; give a \
+             directory on it instead",
+            target.display()
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Free bytes for unprivileged users in the filesystem of `directory`.
@@ -324,12 +309,7 @@ fn write_data(test: &TestFile, budget: Duration) -> Result<u64, BenchError> {
         if interrupted() {
             return Err(BenchError::interrupted());
         }
-        for word in chunk.chunks_exact_mut(8) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            word.copy_from_slice(&state.to_le_bytes());
-        }
+        fill_random(&mut chunk, &mut state);
         test.file.write_all_at(&chunk, written).map_err(|error| {
             let fix = if error.raw_os_error() == Some(libc::ENOSPC) {
                 "not enough space; free some or give a smaller --size"

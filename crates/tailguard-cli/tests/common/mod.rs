@@ -1,6 +1,16 @@
-//! Helpers shared by the binary's integration tests.
+//! Helpers shared by the binary's integration tests: running the binary,
+//! scratch directories on disk, reading its JSON, interrupting it, and loop
+//! devices.
+//!
+//! Each test file compiles this module on its own and uses only part of it,
+//! hence the `dead_code` allowance.
 
-use std::process::{Command, Output};
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// Runs the `tailguard` binary with `arguments`.
 pub fn tailguard(arguments: &[&str]) -> Output {
@@ -19,4 +29,178 @@ pub fn tailguard_ok(arguments: &[&str]) -> Output {
         String::from_utf8_lossy(&output.stderr)
     );
     output
+}
+
+/// A fresh, empty directory `PREFIX-NAME-PID-N` under the target's temporary
+/// directory (which is on a disk, not tmpfs, so O_DIRECT works). The caller
+/// removes it.
+pub fn scratch_dir(prefix: &str, name: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let directory = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{prefix}-{name}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).unwrap();
+    directory
+}
+
+/// The names in `directory`.
+pub fn entries(directory: &Path) -> Vec<String> {
+    std::fs::read_dir(directory)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Asserts `directory` is empty: a run left nothing behind.
+pub fn assert_empty(directory: &Path) {
+    let left = entries(directory);
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// The run's stdout parsed as JSON.
+pub fn json_stdout(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Some block device node in /dev, if there is one.
+pub fn any_block_device() -> Option<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::read_dir("/dev").unwrap().find_map(|entry| {
+        let entry = entry.ok()?;
+        entry
+            .file_type()
+            .ok()?
+            .is_block_device()
+            .then(|| entry.path())
+    })
+}
+
+/// Sends SIGINT to `child` and waits up to `within` for it to exit; kills it
+/// and fails the test if it does not. `what` names the command in the failure.
+pub fn interrupt_and_wait(child: &mut Child, within: Duration, what: &str) -> ExitStatus {
+    // SAFETY: a plain kill(2) of the child we started.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not stop within {within:?} of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A loop device over a fresh image file; unmounted, detached and removed on
+/// drop (also when an assertion fails).
+pub struct LoopDevice {
+    /// The device node, `/dev/loopN`.
+    pub device: PathBuf,
+    /// The image file behind it.
+    pub image: PathBuf,
+    /// Where [`LoopDevice::mount`] mounted it.
+    pub mount_point: Option<PathBuf>,
+}
+
+impl LoopDevice {
+    /// Attaches a zeroed image of `bytes`, or says why it cannot.
+    pub fn attach(name: &str, bytes: u64) -> Result<Self, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root: loop devices need root".into());
+        }
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let image = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "device-{name}-{}-{}.img",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::File::create(&image)
+            .and_then(|file| file.set_len(bytes))
+            .map_err(|error| format!("cannot create {}: {error}", image.display()))?;
+        let output = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&image)
+            .output();
+        let output = match output {
+            Ok(output) if output.status.success() => output,
+            Ok(output) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!(
+                    "losetup failed: {}",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ));
+            }
+            Err(error) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!("cannot run losetup: {error}"));
+            }
+        };
+        let device = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+        Ok(Self {
+            device,
+            image,
+            mount_point: None,
+        })
+    }
+
+    /// The device node as a command-line argument.
+    pub fn path(&self) -> &str {
+        self.device.to_str().unwrap()
+    }
+
+    /// Puts ext4 on it and mounts it, or says why it cannot.
+    pub fn mount(&mut self) -> Result<(), String> {
+        let formatted = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&self.device)
+            .output()
+            .map_err(|error| format!("cannot run mkfs.ext4: {error}"))?;
+        if !formatted.status.success() {
+            return Err("mkfs.ext4 failed".into());
+        }
+        let point = self.image.with_extension("mnt");
+        std::fs::create_dir_all(&point).map_err(|error| error.to_string())?;
+        let mounted = Command::new("mount")
+            .arg(&self.device)
+            .arg(&point)
+            .status()
+            .map_err(|error| format!("cannot run mount: {error}"))?;
+        if !mounted.success() {
+            let _ = std::fs::remove_dir(&point);
+            return Err("mount failed".into());
+        }
+        self.mount_point = Some(point);
+        Ok(())
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        if let Some(point) = &self.mount_point {
+            let _ = Command::new("umount").arg(point).status();
+            let _ = std::fs::remove_dir(point);
+        }
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// Attaches a loop device, or prints why the test skips and returns `None`.
+pub fn loop_device(test: &str, bytes: u64) -> Option<LoopDevice> {
+    match LoopDevice::attach(test, bytes) {
+        Ok(device) => Some(device),
+        Err(reason) => {
+            eprintln!("skipped {test}: {reason}");
+            None
+        }
+    }
 }
