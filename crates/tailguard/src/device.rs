@@ -15,6 +15,10 @@
 //! handled the same way. A stacked device (dm, md, loop) is treated as a
 //! device of its own: its queue is what the engine submits to, even though
 //! the kernel may forward the requests to a disk that other files use too.
+//! What it forwards to is recorded in [`DeviceInfo::backing`] (a loop device's
+//! backing file's device, a dm/md device's first disk in `slaves/`), so that
+//! the default profile is chosen by the hardware at the bottom of the stack:
+//! a loop device says `rotational = 1` whatever it sits on.
 //!
 //! The queue attributes are read from `queue/rotational`,
 //! `queue/logical_block_size`, `queue/max_sectors_kb`, `queue/nr_requests`
@@ -103,7 +107,29 @@ pub struct DeviceInfo {
     /// `queue/write_cache`: `Some(true)` for "write back", `Some(false)` for
     /// "write through", `None` when unknown (and for pseudo devices).
     pub write_cache: Option<bool>,
+    /// For a stacked device, the device it forwards to: a loop device's backing
+    /// file's device, or a device-mapper / md device's first underlying disk
+    /// (`slaves/`). `None` for plain disks and pseudo devices.
+    pub backing: Option<Box<DeviceInfo>>,
 }
+
+impl DeviceInfo {
+    /// The device at the bottom of a stack (itself when not stacked): the one
+    /// whose kind (rotational, virtual) says what the hardware is. A loop
+    /// device reports `rotational = 1` by default whatever its backing file
+    /// lives on, so its own flag says nothing about the hardware.
+    pub fn innermost(&self) -> &DeviceInfo {
+        let mut device = self;
+        while let Some(backing) = &device.backing {
+            device = backing;
+        }
+        device
+    }
+}
+
+/// How deep [`DeviceInfo::backing`] chains are followed (a loop device over a
+/// file on a dm device over a disk is three).
+const BACKING_DEPTH_MAX: u32 = 4;
 
 /// Alignment that `O_DIRECT` requires of a file's I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,7 +282,59 @@ fn block_device_info(sysfs: &Path, major: u32, minor: u32) -> io::Result<Option<
     } else {
         (dir, libc::makedev(major, minor))
     };
-    Ok(Some(read_queue(&disk_dir, id)))
+    let mut info = read_queue(&disk_dir, id);
+    info.backing = backing_device(sysfs, &disk_dir, 0).map(Box::new);
+    Ok(Some(info))
+}
+
+/// The device a stacked disk forwards to, if `disk_dir` is a loop device with
+/// a backing file or a dm/md device with underlying disks. Lookup failures
+/// (a deleted backing file, a race with teardown) leave it unknown: the device
+/// is then judged by its own attributes.
+fn backing_device(sysfs: &Path, disk_dir: &Path, depth: u32) -> Option<DeviceInfo> {
+    if depth >= BACKING_DEPTH_MAX {
+        return None;
+    }
+    let backing_file = disk_dir.join("loop/backing_file");
+    if let Ok(text) = std::fs::read_to_string(&backing_file) {
+        let path = Path::new(text.trim_end_matches('\n'));
+        let meta = std::fs::metadata(path).ok()?;
+        let dev = if meta.file_type().is_block_device() {
+            meta.rdev()
+        } else {
+            meta.dev()
+        };
+        return nested_device(sysfs, dev, depth);
+    }
+    let mut slaves: Vec<_> = std::fs::read_dir(disk_dir.join("slaves"))
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .collect();
+    slaves.sort_by_key(|entry| entry.file_name());
+    let first = slaves.first()?;
+    let text = std::fs::read_to_string(first.path().join("dev")).ok()?;
+    let (major, minor) = parse_maj_min(&text)?;
+    nested_device(sysfs, libc::makedev(major, minor), depth)
+}
+
+/// [`block_device_info`] for a device under a stack, one level deeper.
+fn nested_device(sysfs: &Path, dev: libc::dev_t, depth: u32) -> Option<DeviceInfo> {
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    if major == 0 {
+        return None;
+    }
+    let link = sysfs.join(format!("dev/block/{major}:{minor}"));
+    let dir = std::fs::canonicalize(link).ok()?;
+    let disk_dir = if dir.join("partition").exists() {
+        dir.parent()?.to_path_buf()
+    } else {
+        dir
+    };
+    let text = std::fs::read_to_string(disk_dir.join("dev")).ok()?;
+    let (disk_major, disk_minor) = parse_maj_min(&text)?;
+    let mut info = read_queue(&disk_dir, libc::makedev(disk_major, disk_minor));
+    info.backing = backing_device(sysfs, &disk_dir, depth + 1).map(Box::new);
+    Some(info)
 }
 
 fn read_queue(disk_dir: &Path, id: libc::dev_t) -> DeviceInfo {
@@ -291,6 +369,7 @@ fn read_queue(disk_dir: &Path, id: libc::dev_t) -> DeviceInfo {
             .filter(|&v| v > 0)
             .unwrap_or(DEFAULT_NR_REQUESTS),
         write_cache: attr("write_cache").and_then(|s| parse_write_cache(&s)),
+        backing: None,
     }
 }
 
@@ -318,6 +397,7 @@ fn pseudo_device(dev: libc::dev_t, fs_type: i64) -> DeviceInfo {
         max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
         nr_requests: DEFAULT_NR_REQUESTS,
         write_cache: None,
+        backing: None,
     }
 }
 

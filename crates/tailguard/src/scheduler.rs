@@ -416,9 +416,16 @@ impl Scheduler {
 
     fn profile_for(&self, info: &DeviceInfo) -> DeviceProfile {
         let builder = &self.inner.builder;
-        let mut profile = builder
-            .profiles
-            .get(&info.name)
+        // A stacked device without a profile of its own uses the profile of
+        // the disk it forwards to (a loop device over a file on a tuned disk).
+        let mut stack = Some(info);
+        let own_or_backing = std::iter::from_fn(|| {
+            let device = stack?;
+            stack = device.backing.as_deref();
+            Some(device)
+        })
+        .find_map(|device| builder.profiles.get(&device.name));
+        let mut profile = own_or_backing
             .or(builder.default_profile.as_ref())
             .cloned()
             .unwrap_or_else(|| default_profile(info));
@@ -431,10 +438,14 @@ impl Scheduler {
 
 /// The profile used before calibration: a conservative SSD, or a disk for a
 /// rotational device. Virtual disks (`vd*`, `xvd*`) often claim to be rotational
-/// and are treated as SSDs.
+/// and are treated as SSDs. A stacked device (loop, dm, md) is judged by the
+/// disk at the bottom of its stack ([`DeviceInfo::innermost`]).
 pub fn default_profile(info: &DeviceInfo) -> DeviceProfile {
-    let virtual_disk = info.name.starts_with("vd") || info.name.starts_with("xvd");
-    let mut profile = if info.block_device && info.rotational && !virtual_disk {
+    // The hardware's kind, not the stack's: a loop device over a file on an
+    // SSD reports itself rotational.
+    let hardware = info.innermost();
+    let virtual_disk = hardware.name.starts_with("vd") || hardware.name.starts_with("xvd");
+    let mut profile = if hardware.block_device && hardware.rotational && !virtual_disk {
         crate::DEFAULT_DISK_PROFILE.clone()
     } else {
         crate::DEFAULT_SSD_PROFILE.clone()
@@ -807,6 +818,7 @@ mod tests {
             max_request_bytes: 4 << 20,
             nr_requests: 256,
             write_cache: Some(true),
+            backing: None,
         };
         assert_eq!(
             default_profile(&info).read_iops,

@@ -280,6 +280,27 @@ fn loop_device_node_maps_to_loop() {
     let align = direct_io_alignment(&node, &info);
     println!("{} direct-I/O alignment: {align:?}", dev.node);
     assert!(align.memory_bytes.is_power_of_two() && align.offset_bytes.is_power_of_two());
+
+    // The loop device forwards to the device holding its image file, and the
+    // default profile is chosen by that hardware, not by the loop device's own
+    // `rotational` flag (which the kernel sets to 1 whatever the image is on).
+    let image_device = device_of_path(&image).unwrap();
+    if !image_device.block_device {
+        // An image on tmpfs or overlay: nothing underneath to name.
+        assert!(info.backing.is_none(), "{info:?}");
+        return;
+    }
+    let backing = info
+        .backing
+        .as_deref()
+        .expect("a loop device records its backing file's device");
+    assert_eq!(backing.id, image_device.id);
+    assert_eq!(info.innermost().name, image_device.innermost().name);
+    assert_eq!(
+        tailguard::scheduler::default_profile(&info),
+        tailguard::scheduler::default_profile(&image_device),
+        "a loop device gets the profile of the disk under it"
+    );
 }
 
 #[test]
