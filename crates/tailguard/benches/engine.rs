@@ -3,7 +3,7 @@
 //! ```text
 //! cargo bench -p tailguard --bench engine -- nop [--secs 1] [--reps 3] [--depth 256]
 //! cargo bench -p tailguard --bench engine -- nop-uring [--secs 1] [--depth 256]   # profiling
-//! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5] [--driver block-on|engine-thread|dedicated]
+//! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5] [--driver block-on|engine-thread|dedicated] [--submit each|per-turn]
 //! ```
 //!
 //! Both modes drive their requests from one thread, as fio does, with one of two
@@ -76,11 +76,17 @@ fn main() {
         "randread" => {
             let file = opt("--file").expect("--file PATH");
             let driver = Driver::parse(opt("--driver").as_deref().unwrap_or("block-on"));
+            let eager_submit = match opt("--submit").as_deref().unwrap_or("each") {
+                "each" => true,
+                "per-turn" => false,
+                other => panic!("unknown --submit {other}; use each or per-turn"),
+            };
             randread_mode(
                 &file,
                 num("--depth", 1.0) as usize,
                 num("--secs", 5.0),
                 driver,
+                eager_submit,
             )
             .expect("randread");
         }
@@ -204,11 +210,14 @@ fn raw_nops(secs: f64) -> Sample {
     })
 }
 
-/// `Scheduler::nop` with `depth` outstanding from this one thread.
+/// `Scheduler::nop` with `depth` outstanding from this one thread, submitted
+/// once per engine turn (`eager_submit(false)`: the issue's goal is the rate
+/// "with batching"; per-request submission costs a system call per NOP).
 fn scheduler_nops(choice: BackendChoice, secs: f64, depth: usize) -> Sample {
     let scheduler = Scheduler::builder()
         .backend(choice)
         .ring_depth(256)
+        .eager_submit(false)
         .build()
         .expect("scheduler");
     let class = scheduler.add_class("nop", 100).expect("class");
@@ -388,7 +397,13 @@ impl Rng {
     }
 }
 
-fn randread_mode(path: &str, depth: usize, secs: f64, driver: Driver) -> io::Result<()> {
+fn randread_mode(
+    path: &str,
+    depth: usize,
+    secs: f64,
+    driver: Driver,
+    eager_submit: bool,
+) -> io::Result<()> {
     const BLOCK: u64 = 4096;
     // A profile that cannot throttle this device: 1 M read IOPS, 4 GB/s, a 10 ms
     // latency target, 1 MiB pieces.
@@ -405,6 +420,7 @@ fn randread_mode(path: &str, depth: usize, secs: f64, driver: Driver) -> io::Res
         .ring_depth(256)
         .default_profile(profile)
         .waiters_run_engine(driver != Driver::Dedicated)
+        .eager_submit(eager_submit)
         .build()?;
     let class = scheduler.add_class("reads", 100)?;
     let file = tailguard::OpenOptions::new()

@@ -242,6 +242,8 @@ impl<T> Slab<T> {
 
 /// The engine's state; runs on its own thread.
 pub(crate) struct Engine {
+    /// Submit each op as it is pushed instead of once per turn.
+    eager_submit: bool,
     backend: Box<dyn Backend>,
     backend_kind: BackendKind,
     controller: ControllerChoice,
@@ -266,8 +268,10 @@ impl Engine {
         backend: Box<dyn Backend>,
         handoff: Arc<Handoff<Message>>,
         controller: ControllerChoice,
+        eager_submit: bool,
     ) -> Self {
         Self {
+            eager_submit,
             backend_kind: backend.kind(),
             controller,
             backend,
@@ -543,7 +547,12 @@ impl Engine {
             // request record owns until this op's completion is reaped and its
             // request finished; nothing else touches it meanwhile.
             match unsafe { self.backend.push(op) } {
-                Ok(()) => return,
+                Ok(()) => {
+                    if self.eager_submit {
+                        self.submit_now();
+                    }
+                    return;
+                }
                 Err(returned) => {
                     op = returned;
                     let waiting = wait && self.backend.in_flight() > 0;
@@ -554,6 +563,15 @@ impl Engine {
                     wait = true;
                 }
             }
+        }
+    }
+
+    /// Hands what is pushed to the kernel without waiting (eager submission).
+    /// A failure is left for the turn's own submit, which reports it and fails
+    /// the unsubmitted requests.
+    fn submit_now(&mut self) {
+        if let Err(error) = self.backend.submit(false) {
+            tracing::debug!(%error, "tailguard engine: eager submit failed; retried at the turn's end");
         }
     }
 

@@ -37,14 +37,20 @@ fn open_scratch(scheduler: &Scheduler, name: &str) -> (tailguard::File, PathBuf)
 /// A scheduler on `choice`, or `None` (with the reason printed) when this
 /// machine refuses io_uring.
 fn scheduler(choice: BackendChoice) -> Option<Scheduler> {
-    scheduler_with(choice, true)
+    scheduler_with(choice, true, true)
 }
 
-/// As [`scheduler`], choosing whether waiters run the engine themselves.
-fn scheduler_with(choice: BackendChoice, waiters_run_engine: bool) -> Option<Scheduler> {
+/// As [`scheduler`], choosing whether waiters run the engine themselves and
+/// whether each request is submitted on its own or once per engine turn.
+fn scheduler_with(
+    choice: BackendChoice,
+    waiters_run_engine: bool,
+    eager_submit: bool,
+) -> Option<Scheduler> {
     match Scheduler::builder()
         .backend(choice)
         .waiters_run_engine(waiters_run_engine)
+        .eager_submit(eager_submit)
         .build()
     {
         Ok(scheduler) => Some(scheduler),
@@ -60,16 +66,17 @@ fn scheduler_with(choice: BackendChoice, waiters_run_engine: bool) -> Option<Sch
 }
 
 /// Every backend, io_uring twice: with waiters running the engine (a shared
-/// ring) and with the engine thread alone (a single-issuer ring).
+/// ring) and submitting each request on its own, and with the engine thread
+/// alone (a single-issuer ring) submitting once per turn.
 fn backends() -> Vec<(BackendChoice, Scheduler)> {
     [
-        (BackendChoice::IoUring, true),
-        (BackendChoice::IoUring, false),
-        (BackendChoice::Threads, true),
+        (BackendChoice::IoUring, true, true),
+        (BackendChoice::IoUring, false, false),
+        (BackendChoice::Threads, true, true),
     ]
     .into_iter()
-    .filter_map(|(choice, helpers)| {
-        scheduler_with(choice, helpers).map(|scheduler| (choice, scheduler))
+    .filter_map(|(choice, helpers, eager)| {
+        scheduler_with(choice, helpers, eager).map(|scheduler| (choice, scheduler))
     })
     .collect()
 }
