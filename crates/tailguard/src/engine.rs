@@ -244,6 +244,8 @@ impl<T> Slab<T> {
 pub(crate) struct Engine {
     /// Submit each op as it is pushed instead of once per turn.
     eager_submit: bool,
+    /// Whether an op was pushed since the last submit.
+    unsubmitted: bool,
     backend: Box<dyn Backend>,
     backend_kind: BackendKind,
     controller: ControllerChoice,
@@ -272,6 +274,7 @@ impl Engine {
     ) -> Self {
         Self {
             eager_submit,
+            unsubmitted: false,
             backend_kind: backend.kind(),
             controller,
             backend,
@@ -309,6 +312,7 @@ impl Engine {
         // the sleep (see `crate::handoff`).
         let announced = !self.drained() && self.handoff.prepare_to_sleep();
         let sleep = announced && !done();
+        self.unsubmitted = false;
         if let Err(error) = self.backend.submit(sleep) {
             tracing::error!(%error, "tailguard engine: submit failed");
             self.fail_unsubmitted(&error);
@@ -541,6 +545,12 @@ impl Engine {
     /// then, if still full, by waiting for a completion (the thread pool's limit
     /// is ops in flight).
     fn push(&mut self, mut op: Op) {
+        // Eager submission hands the previous op to the kernel before pushing
+        // this one, so the turn's last op goes with the turn's own submit: a
+        // lone request (queue depth 1) costs one system call, not two.
+        if self.eager_submit && self.unsubmitted {
+            self.submit_now();
+        }
         let mut wait = false;
         loop {
             // SAFETY: the op's buffer is the request's AlignedBuffer, which the
@@ -548,9 +558,7 @@ impl Engine {
             // request finished; nothing else touches it meanwhile.
             match unsafe { self.backend.push(op) } {
                 Ok(()) => {
-                    if self.eager_submit {
-                        self.submit_now();
-                    }
+                    self.unsubmitted = true;
                     return;
                 }
                 Err(returned) => {
@@ -570,6 +578,7 @@ impl Engine {
     /// A failure is left for the turn's own submit, which reports it and fails
     /// the unsubmitted requests.
     fn submit_now(&mut self) {
+        self.unsubmitted = false;
         if let Err(error) = self.backend.submit(false) {
             tracing::debug!(%error, "tailguard engine: eager submit failed; retried at the turn's end");
         }
