@@ -134,6 +134,11 @@ pub struct SchedulerSettings {
     /// completion times; see the README's "online latency controller").
     #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = ["fixed", "adaptive"])]
     pub controller: String,
+    /// When `tailguard` mode hands requests to the kernel: `each` as it is
+    /// dispatched (the library's default), or `per-turn`, all of an engine
+    /// turn's in one system call.
+    #[arg(long, value_name = "WHEN", default_value = "each", value_parser = ["each", "per-turn"])]
+    pub submit: String,
 }
 
 impl SchedulerSettings {
@@ -142,6 +147,9 @@ impl SchedulerSettings {
         let mut builder = Scheduler::builder();
         if let Some(path) = &self.profile {
             builder = builder.profile_file(path)?;
+        }
+        if self.submit == "per-turn" {
+            builder = builder.eager_submit(false);
         }
         if self.controller == "adaptive" {
             builder = builder.controller(ControllerChoice::Adaptive);
