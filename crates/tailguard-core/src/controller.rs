@@ -52,12 +52,16 @@
 //!   ([`LatencyController::overdue_after_ns`]): a read as soon as it is the
 //!   oldest in flight, a write after [`OVERDUE_WRITE_FACTOR`] times its expected
 //!   time. The dispatcher then feeds the device nothing newer until the piece is
-//!   served. The rule is off unless starvation is seen, so devices that serve in
+//!   served. Before starvation is seen, a read is overdue only after
+//!   [`READ_OVERDUE_TARGETS`] latency targets (a watchdog, so that the first
+//!   starved read is served at all). The rule is off unless starvation is seen, so devices that serve in
 //!   order or in parallel (and the slowdown scenario) never pay for it; on
 //!   `hdd` it brings read p99 from 1.29 s to the floor (22 ms).
-//! - **probe backoff**: each costly shrink probe doubles the hold before the next
-//!   (up to [`SHRINK_HOLD_WINDOWS_MAX`]): on a disk a probe below the pipelining
-//!   depth costs a whole window.
+//! - **probe backoff and floor**: a shrink probe never takes the budget below
+//!   [`SHRINK_FLOOR_PIECES`] of the pieces it carries (with fewer, a disk loses
+//!   its stream at the first late answer), and after a costly one no shrink
+//!   probe is tried for [`SHRINK_BACKOFF_NS`], doubling with each costly one:
+//!   on a disk the damage of a costly probe outlives its window.
 //!
 //! ## What inspired it, and how it differs
 //!
@@ -98,7 +102,7 @@
 //! situation, the budget before and after, the rate and delay measured), which
 //! the dispatcher reports in its stats so an engine can trace each one.
 
-use crate::budget::{Budget, CompletionSample, LatencyController};
+use crate::budget::{split_bytes, Budget, CompletionSample, LatencyController};
 use crate::profile::{CostModel, DeviceProfile};
 use crate::request::{Direction, Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
 
@@ -108,6 +112,12 @@ pub const WINDOW_MIN_NS: Nanos = 10 * NANOS_PER_MILLISECOND;
 /// Longest window: 200 ms, so a slow device (a disk doing 1 MiB pieces, a USB
 /// stick) is still judged five times a second.
 pub const WINDOW_MAX_NS: Nanos = 200 * NANOS_PER_MILLISECOND;
+/// A window in which more than this fraction passed between two completions
+/// (or before the first) holds a device stall (a USB stick erasing, 200-600 ms):
+/// it is judged for congestion, but probes neither start from it nor are judged
+/// by it. On `usb-flash` a growth probe started from a stalled window looked paid
+/// in the next, stall-free one, and the budget ratcheted up 3× in 8 s.
+pub const STALL_FRACTION: f64 = 0.5;
 /// Completions a window waits for (within the bounds above): 64 keeps the rate's
 /// counting error near 1.5%, well under the 5% knee test.
 pub const WINDOW_COMPLETIONS: u64 = 64;
@@ -136,11 +146,26 @@ pub const CONGESTION_CUT_MIN: f64 = 0.9;
 /// Windows held between probes once the knee is found: probing costs a little
 /// throughput or latency each time, so it is done at most every fifth window.
 pub const HOLD_WINDOWS: u32 = 4;
-/// After each costly shrink probe the hold before the next doubles, up to this
-/// many windows: on a disk a probe below the pipelining depth splits pieces too
-/// small to stream and costs a whole window (and the pieces already queued at
-/// the smaller size), so a knee confirmed again and again is probed rarely.
-pub const SHRINK_HOLD_WINDOWS_MAX: u32 = 256;
+/// After a costly shrink probe no shrink probe is tried for this long (growth
+/// probes go on); each further costly one doubles it, up to
+/// [`SHRINK_BACKOFF_MAX_NS`]. Counted in time, not windows, and apart from the
+/// growth probes in between: on a disk a costly probe breaks the sequential
+/// stream and the damage outlives its window by hundreds of milliseconds, so a
+/// knee confirmed again and again must be probed rarely.
+pub const SHRINK_BACKOFF_NS: Nanos = 2 * NANOS_PER_SECOND;
+/// The longest wait between shrink probes after costly ones.
+pub const SHRINK_BACKOFF_MAX_NS: Nanos = 64 * NANOS_PER_SECOND;
+/// A shrink probe never takes the budget below this many pieces: of the split
+/// size the smaller budget would set ([`crate::budget::split_bytes`], when the
+/// controller knows the profile), and of the window's mean piece. With fewer,
+/// the device has at most one piece queued behind the one it serves, and a disk
+/// loses its sequential stream whenever a completion is answered late (seen on
+/// `hdd`: 150 MB/s fell to 15 MB/s for 600 ms). The split size keeps two pieces
+/// within the budget, so a shrink probe may halve the pieces but never leaves
+/// fewer than three in the budget; only congestion cuts below. Judging by the
+/// split size and not only by the pieces completing matters: a deep writer's
+/// queue holds pieces split at an older budget for a few hundred milliseconds.
+pub const SHRINK_FLOOR_PIECES: f64 = 3.0;
 /// The goal for queueing delay, as a fraction of the latency target: a read waits
 /// for the work ahead of it (≤ goal) and for about one piece to make room
 /// (≤ goal / 2), so 2/3 keeps the sum within the target.
@@ -162,6 +187,13 @@ pub const STARVATION_MEMORY_NS: Nanos = 5 * NANOS_PER_SECOND;
 /// shortest-seek-first queue starving a read behind a sequential stream lets it
 /// be overtaken by 40 and more.
 pub const STARVED_OVERTAKEN_FACTOR: u64 = 8;
+/// Before starvation is seen, a read still in flight after this many latency
+/// targets is overdue (a watchdog): it has missed its target twice over, and on
+/// a disk whose shortest-seek-first queue serves a sequential stream first it
+/// would otherwise wait until the stream pauses, which a well-pipelined writer
+/// never does. Its late, overtaken completion then turns the starvation rule on.
+/// Devices that serve in order pay only when a read is that late anyway.
+pub const READ_OVERDUE_TARGETS: u64 = 2;
 /// While the overdue rule is on, a write is overdue after this many times its
 /// expected device time (the work ahead and its own cost at the measured rate).
 pub const OVERDUE_WRITE_FACTOR: f64 = 8.0;
@@ -172,7 +204,8 @@ pub const LIMIT_MAX_TARGETS: u64 = 64;
 /// What the classifier says about the window that just ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Situation {
-    /// Too little happened, or the workload did not fill the budget: nothing to learn.
+    /// Too little happened, the workload did not fill the budget, or the device
+    /// stalled for most of the window: nothing to learn.
     Idle,
     /// Reads late because of the work ahead, or (without reads) delay over the
     /// goal: shrink to what drains in time.
@@ -313,8 +346,13 @@ pub struct WindowSummary {
     pub mean_in_flight_ns: f64,
     /// Little's law: mean in-flight cost ÷ rate, in ns.
     pub delay_ns: f64,
+    /// Mean cost of the pieces completed, ns.
+    pub mean_piece_cost_ns: f64,
     /// Whether pieces waited in the fair queue at most completions.
     pub binding: bool,
+    /// Whether the device stalled: more than [`STALL_FRACTION`] of the window
+    /// passed between two completions (or before the first).
+    pub stalled: bool,
     /// Reads completed.
     pub reads: u64,
     /// Whether a read completed within [`READS_REMEMBERED_NS`] of the window's end.
@@ -333,6 +371,9 @@ struct Window {
     in_flight_sum_ns: u128,
     backlogged: u64,
     reads: u64,
+    /// The last completion's time, and the longest gap between completions.
+    last_completion_ns: Nanos,
+    longest_gap_ns: Nanos,
     /// (device time, work ahead) of reads over the goal; judged at the window's end,
     /// when the rate is known.
     late_candidates: Vec<(Nanos, Nanos)>,
@@ -367,14 +408,19 @@ pub struct AdaptiveBudget {
     stats: ControllerStats,
     /// Start from the smallest budget (the profile is a guess).
     start_small: bool,
-    /// Windows held after the next costly shrink probe (doubles each time).
-    shrink_holds: u32,
+    /// How long shrink probes wait after the next costly one (doubles each time).
+    shrink_backoff_ns: Nanos,
+    /// No shrink probe before then (see [`SHRINK_BACKOFF_NS`]).
+    shrink_not_before_ns: Nanos,
     /// Doubling every window until the first congestion (see [`Situation::SlowStart`]).
     slow_start: bool,
     /// The overdue rule is on until then (see [`STARVATION_MEMORY_NS`]).
     starving_until_ns: Option<Nanos>,
     /// The last completion's time.
     now_ns: Nanos,
+    /// How the dispatcher prices and splits pieces, when built from a profile
+    /// (see [`SHRINK_FLOOR_PIECES`]).
+    pieces: Option<(CostModel, u64)>,
 }
 
 impl AdaptiveBudget {
@@ -392,10 +438,12 @@ impl AdaptiveBudget {
             last: WindowSummary::default(),
             stats: ControllerStats::default(),
             start_small: false,
-            shrink_holds: HOLD_WINDOWS,
+            shrink_backoff_ns: SHRINK_BACKOFF_NS,
+            shrink_not_before_ns: 0,
             slow_start: false,
             starving_until_ns: None,
             now_ns: 0,
+            pieces: None,
         }
     }
 
@@ -405,7 +453,26 @@ impl AdaptiveBudget {
     pub fn for_profile(profile: &DeviceProfile) -> Self {
         let guess =
             DeviceProfile::uncalibrated(profile.max_request_bytes, profile.latency_target_us);
-        Self::new(AdaptiveConfig::for_profile(profile)).starting_small(*profile == guess)
+        let mut controller =
+            Self::new(AdaptiveConfig::for_profile(profile)).starting_small(*profile == guess);
+        controller.pieces = Some((CostModel::new(profile), profile.max_request_bytes));
+        controller
+    }
+
+    /// The cost of the largest piece the dispatcher splits to at `limit_ns`
+    /// (the more expensive direction), when the profile is known.
+    fn split_piece_cost_ns(&self, limit_ns: Nanos) -> Nanos {
+        let Some((cost_model, max_request_bytes)) = self.pieces else {
+            return 0;
+        };
+        [Direction::Read, Direction::Write]
+            .into_iter()
+            .map(|direction| {
+                let cost = |bytes| cost_model.cost_ns(direction, bytes);
+                cost(split_bytes(limit_ns, max_request_bytes, cost))
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether the dispatcher starts from the smallest budget and grows (slow
@@ -462,7 +529,9 @@ impl AdaptiveBudget {
             rate,
             mean_in_flight_ns,
             delay_ns,
+            mean_piece_cost_ns: window.cost_ns as f64 / window.completions.max(1) as f64,
             binding: window.backlogged * 2 >= window.completions && window.completions > 0,
+            stalled: window.longest_gap_ns as f64 > STALL_FRACTION * elapsed,
             reads: window.reads,
             reads_recent: self
                 .last_read_ns
@@ -486,6 +555,11 @@ impl AdaptiveBudget {
         // come down to what is in flight and below, or the next burst fills it.
         if late || delay_over {
             return Situation::Congested;
+        }
+        // A stall says nothing about depth: its rate would condemn a growth probe
+        // that did not cause it, or pass one judged against it.
+        if window.stalled {
+            return Situation::Idle;
         }
         if self.slow_start {
             if !window.binding {
@@ -533,11 +607,24 @@ impl AdaptiveBudget {
         let probe_up = !self.probe_down_next || window.reads_recent;
         if self.has_room(window, limit_ns) && probe_up && limit_ns < self.config.max_limit_ns {
             Situation::Underused
-        } else if limit_ns > self.config.min_limit_ns && !window.reads_recent {
+        } else if self.may_shrink(window, limit_ns) && !window.reads_recent {
             Situation::Settled
         } else {
             Situation::Fine
         }
+    }
+
+    /// Whether a shrink probe may start, or go on, from `limit_ns`: not within
+    /// the backoff after a costly one ([`SHRINK_BACKOFF_NS`]), and not below
+    /// [`SHRINK_FLOOR_PIECES`] pieces.
+    fn may_shrink(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
+        let shrunk = self.clamp(limit_ns as f64 * SHRINK_STEP);
+        let piece_ns = window
+            .mean_piece_cost_ns
+            .max(self.split_piece_cost_ns(shrunk) as f64);
+        shrunk < limit_ns
+            && self.now_ns >= self.shrink_not_before_ns
+            && shrunk as f64 >= SHRINK_FLOOR_PIECES * piece_ns
     }
 
     /// Whether a growth step stays within the goal: by the reads themselves
@@ -661,7 +748,7 @@ impl AdaptiveBudget {
                     unreachable!("classified from a shrink probe")
                 };
                 let shrunk = self.clamp(limit * SHRINK_STEP);
-                if shrunk < limit_ns {
+                if self.may_shrink(window, limit_ns) {
                     // The baseline stays the rate before the first shrink: no drift.
                     self.probe = Probe::Down {
                         from_ns: limit_ns,
@@ -681,8 +768,9 @@ impl AdaptiveBudget {
                 };
                 self.probe = Probe::None;
                 self.probe_down_next = false;
-                self.holds_left = self.shrink_holds;
-                self.shrink_holds = (self.shrink_holds * 2).min(SHRINK_HOLD_WINDOWS_MAX);
+                self.holds_left = HOLD_WINDOWS;
+                self.shrink_not_before_ns = self.now_ns.saturating_add(self.shrink_backoff_ns);
+                self.shrink_backoff_ns = (self.shrink_backoff_ns * 2).min(SHRINK_BACKOFF_MAX_NS);
                 Some(from_ns)
             }
         };
@@ -757,6 +845,11 @@ impl LatencyController for AdaptiveBudget {
             self.window.start_ns = sample.now.saturating_sub(sample.device_time_ns);
         }
         let window = &mut self.window;
+        let since_ns = window.last_completion_ns.max(window.start_ns);
+        window.longest_gap_ns = window
+            .longest_gap_ns
+            .max(sample.now.saturating_sub(since_ns));
+        window.last_completion_ns = sample.now;
         window.completions += 1;
         window.cost_ns += u128::from(sample.cost_ns);
         window.in_flight_sum_ns += u128::from(sample.in_flight_ns);
@@ -801,6 +894,11 @@ impl LatencyController for AdaptiveBudget {
     /// [`OVERDUE_WRITE_FACTOR`] times what the work ahead and itself take at the
     /// last window's rate: a disk may skip one piece of a stream (its sector just
     /// passed) and then starve it like a read, with the reads behind it.
+    ///
+    /// Before any starvation is seen, a read is overdue after
+    /// [`READ_OVERDUE_TARGETS`] latency targets (the watchdog): the rule learns
+    /// of starvation from a starved read's completion, and a disk streaming a
+    /// well-pipelined writer may never serve that read by itself.
     fn overdue_after_ns(
         &self,
         direction: Direction,
@@ -808,7 +906,11 @@ impl LatencyController for AdaptiveBudget {
         cost_ns: Nanos,
     ) -> Option<Nanos> {
         if !self.starving() {
-            return None;
+            return (direction == Direction::Read).then(|| {
+                self.config
+                    .latency_target_ns
+                    .saturating_mul(READ_OVERDUE_TARGETS)
+            });
         }
         match direction {
             Direction::Read => Some(0),

@@ -7,7 +7,9 @@
 //!    of its direction is split into pieces of at most that size; the pieces
 //!    enter the class's FIFO together, in offset order. The split size is derived
 //!    from the budget so that two pieces fit in it (see [`crate::budget`]), and is
-//!    never more than the profile's `max_request_bytes`.
+//!    never more than the profile's `max_request_bytes`. When the budget shrinks
+//!    the split size with it, pieces already queued at the larger size are cut
+//!    to the new one as they reach the head of the queue.
 //! 2. [`Dispatcher::dispatch`]: while the fair queue's next piece fits the
 //!    [`Budget`], or its class has nothing in flight (the progress rule, see
 //!    [`crate::budget`]), pop it, charge its class and hand it out with a token.
@@ -400,8 +402,9 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// Sets the budget limit (the hook for latency controllers driven from
-    /// outside). The wake credit and the split size follow the budget; requests
-    /// already queued keep their pieces.
+    /// outside). The wake credit and the split size follow the budget; pieces
+    /// already queued at a larger split size are cut to the new one as they
+    /// reach the head of the queue.
     pub fn set_budget_ns(&mut self, limit_ns: Nanos) {
         self.budget.resize(limit_ns);
         self.queue.set_credit_ns(self.budget.limit_ns());
@@ -563,6 +566,7 @@ impl<C: LatencyController> Dispatcher<C> {
     pub fn dispatch(&mut self, now: Nanos, out: &mut Vec<DispatchedPiece>) -> usize {
         let mut moved = 0;
         let overdue = self.oldest_is_overdue(now);
+        self.cut_head_to_split_size();
         while let Some((class_index, cost_ns)) = self.queue.peek() {
             let progress = self.classes.slots[class_index].in_flight_pieces == 0;
             if !progress && (overdue || !self.budget.admits(cost_ns)) {
@@ -571,8 +575,46 @@ impl<C: LatencyController> Dispatcher<C> {
             let (class_index, cost_ns, piece) = self.queue.pop().expect("peeked");
             out.push(self.start_piece(now, class_index, cost_ns, piece));
             moved += 1;
+            self.cut_head_to_split_size();
         }
         moved
+    }
+
+    /// Cuts the next piece to the current split size if it was split at a larger
+    /// one (its request was queued under a larger budget). Two pieces of the old
+    /// size may not fit the smaller budget, so the device would get them one at a
+    /// time: a disk then loses a revolution per piece, for as long as the queue
+    /// holds such pieces (a deep writer's queue: hundreds of milliseconds).
+    fn cut_head_to_split_size(&mut self) {
+        let Some((class_index, _, piece)) = self.queue.peek_item() else {
+            return;
+        };
+        let piece = *piece;
+        let request = &self.requests.slots[piece.request_slot as usize];
+        let direction = request.direction;
+        let split_bytes = self.split_bytes(direction);
+        if piece.length_bytes <= split_bytes {
+            return;
+        }
+        let cost_model = self.cost_model;
+        self.queue.split_front(class_index, |_, piece| {
+            let first = QueuedPiece {
+                length_bytes: split_bytes,
+                ..piece
+            };
+            let rest = QueuedPiece {
+                offset_bytes: piece.offset_bytes + split_bytes,
+                length_bytes: piece.length_bytes - split_bytes,
+                ..piece
+            };
+            (
+                (cost_model.cost_ns(direction, first.length_bytes), first),
+                (cost_model.cost_ns(direction, rest.length_bytes), rest),
+            )
+        });
+        let request = &mut self.requests.slots[piece.request_slot as usize];
+        request.pieces += 1;
+        request.pieces_remaining += 1;
     }
 
     /// Whether the oldest piece in flight is overdue at `now`; drops completed

@@ -216,6 +216,29 @@ impl<T> FairQueue<T> {
         Some((index, *cost))
     }
 
+    /// The class, cost and item that [`FairQueue::pop`] would return.
+    pub fn peek_item(&self) -> Option<(usize, u64, &T)> {
+        let Reverse((_, index)) = *self.backlogged.peek()?;
+        let (cost, item) = self.classes[index].items.front()?;
+        Some((index, *cost, item))
+    }
+
+    /// Replaces the head item of class `index` by the two items `split` makes
+    /// of it, in that order (a piece cut in two). Nothing is charged: the class's
+    /// place among the others depends on its virtual time, not on its head.
+    pub fn split_front(
+        &mut self,
+        index: usize,
+        split: impl FnOnce(u64, T) -> ((u64, T), (u64, T)),
+    ) {
+        let class = &mut self.classes[index];
+        let (cost_ns, item) = class.items.pop_front().expect("split of an empty class");
+        let (first, second) = split(cost_ns, item);
+        class.items.push_front(second);
+        class.items.push_front(first);
+        self.len += 1;
+    }
+
     /// Removes the head item of the class with the smallest virtual time and
     /// charges the class for it. Returns the class, the cost and the item.
     pub fn pop(&mut self) -> Option<(usize, u64, T)> {
