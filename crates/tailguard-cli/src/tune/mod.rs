@@ -174,6 +174,25 @@ impl CurveSpec {
     }
 }
 
+/// How far above the device's own read floor the suggested latency target
+/// sits: reads may wait for about one more read's worth of queued work.
+const LATENCY_TARGET_FLOOR_MULTIPLE: f64 = 2.0;
+
+/// The latency target tune suggests from the random-read curve: twice the p99
+/// of a lone read (queue depth 1, the device's floor), but never below the
+/// library's default (1 ms). Not the knee's p99: that is the latency of a
+/// saturated device (5 ms on a virtio disk), the opposite of a goal. A floor
+/// of several milliseconds (a rotating disk) gives a target to match, so the
+/// budget still allows the concurrency the disk needs (Seastar issue #584).
+fn latency_target_us(random_read: &Curve) -> Option<u64> {
+    let floor = random_read
+        .points
+        .iter()
+        .find(|point| point.queue_depth == 1)?;
+    let suggested = (floor.latency_us_p99 * LATENCY_TARGET_FLOOR_MULTIPLE).ceil() as u64;
+    Some(suggested.max(tailguard::profile_file::DEFAULT_LATENCY_TARGET_US))
+}
+
 /// One measured curve.
 #[derive(Clone, Debug)]
 pub struct Curve {
@@ -483,9 +502,7 @@ fn build_profile(
         write_bandwidth: first_rate("sequential_write", rates.write_bandwidth),
     }));
     entry.max_request_bytes = Some(uncalibrated.max_request_bytes);
-    entry.latency_target_us = find(curves, "random_read")
-        .and_then(Curve::knee_point)
-        .map(|point| (point.latency_us_p99.ceil() as u64).max(10));
+    entry.latency_target_us = find(curves, "random_read").and_then(latency_target_us);
     entry.knee = Knees {
         random_read: find(curves, "random_read").and_then(Curve::knee_record),
         random_write: find(curves, "random_write").and_then(Curve::knee_record),
@@ -621,6 +638,39 @@ fn civil_date(days_since_epoch: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn random_read_curve(floor_p99_us: &[(u32, f64)]) -> Curve {
+        Curve {
+            spec: CurveSpec::random(false),
+            points: floor_p99_us
+                .iter()
+                .map(|&(queue_depth, latency_us_p99)| knee::CurvePoint {
+                    queue_depth,
+                    request_bytes: 4096,
+                    iops: 1000.0 * f64::from(queue_depth),
+                    latency_us_p50: latency_us_p99 / 2.0,
+                    latency_us_p99,
+                })
+                .collect(),
+            knee: None,
+            timeline: Vec::new(),
+            sustain_s: 0.0,
+            rates: None,
+        }
+    }
+
+    #[test]
+    fn the_suggested_target_is_twice_the_lone_read_p99_and_at_least_the_default() {
+        // An SSD: 109 µs alone, 5 ms at the knee: the library default, not 5 ms.
+        let ssd = random_read_curve(&[(1, 109.0), (128, 5038.0)]);
+        assert_eq!(latency_target_us(&ssd), Some(1_000));
+        // A rotating disk: 20 ms alone: 40 ms, room for the depth it needs.
+        let disk = random_read_curve(&[(1, 20_000.0), (4, 45_000.0)]);
+        assert_eq!(latency_target_us(&disk), Some(40_000));
+        // No lone-read point measured: no suggestion (the default applies).
+        let none = random_read_curve(&[(2, 300.0)]);
+        assert_eq!(latency_target_us(&none), None);
+    }
 
     #[test]
     fn dates_are_gregorian() {
