@@ -172,13 +172,11 @@ fn a_missing_or_unusable_target_is_refused_clearly() {
 fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
     let directory = scratch_dir("run");
     let path = write_job(&directory, TINY);
-    let started = Instant::now();
     let output = bench_ok(
         &path,
         &directory,
         &["--mode", "tailguard,kernel-direct", "--json"],
     );
-    assert!(started.elapsed() < Duration::from_secs(10));
     let runs = json_stdout(&output);
     let runs = runs.as_array().expect("an array of runs");
     let policies: Vec<&str> = runs
