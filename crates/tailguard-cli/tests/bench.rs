@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 use common::{
-    any_block_device, assert_empty, entries, interrupt_and_wait, json_stdout, tailguard,
-    tailguard_ok,
+    any_block_device, assert_empty, class_names, entries, interrupt_and_wait, json_stdout,
+    run_policies, tailguard, tailguard_ok,
 };
 
 /// A fresh, empty directory for a bench test.
@@ -179,20 +179,12 @@ fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
     );
     let runs = json_stdout(&output);
     let runs = runs.as_array().expect("an array of runs");
-    let policies: Vec<&str> = runs
-        .iter()
-        .map(|run| run["policy"].as_str().unwrap())
-        .collect();
-    assert_eq!(policies, ["tailguard", "kernel-direct"]);
+    assert_eq!(run_policies(runs), ["tailguard", "kernel-direct"]);
     for run in runs {
         assert_eq!(run["seed"], 5);
         assert_eq!(run["duration_s"], 0.3);
         let classes = run["classes"].as_array().unwrap();
-        let names: Vec<&str> = classes
-            .iter()
-            .map(|class| class["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["reads", "background"]);
+        assert_eq!(class_names(run), ["reads", "background"]);
         for class in classes {
             for key in [
                 "device",

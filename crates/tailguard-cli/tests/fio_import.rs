@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{any_block_device, assert_empty, entries, json_stdout, tailguard, tailguard_ok};
+use common::{
+    any_block_device, assert_empty, class_names, entries, json_stdout, run_policies, tailguard,
+    tailguard_ok,
+};
 
 /// A fresh, empty directory (on a disk, so O_DIRECT works), and beside it the
 /// path for a fio file.
@@ -137,19 +140,11 @@ fn an_imported_job_runs_reports_its_classes_and_cleans_up() {
 
     let runs = json_stdout(&output);
     let runs = runs.as_array().expect("an array of runs");
-    let modes: Vec<&str> = runs
-        .iter()
-        .map(|run| run["policy"].as_str().unwrap())
-        .collect();
-    assert_eq!(modes, ["kernel-direct", "tailguard"]);
+    assert_eq!(run_policies(runs), ["kernel-direct", "tailguard"]);
     for run in runs {
         assert_eq!(run["duration_s"], 0.3);
         let classes = run["classes"].as_array().unwrap();
-        let names: Vec<&str> = classes
-            .iter()
-            .map(|class| class["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["lookups", "ingest"]);
+        assert_eq!(class_names(run), ["lookups", "ingest"]);
         for class in classes {
             assert!(class["ops"].as_u64().unwrap() > 0, "{class}");
             assert!(

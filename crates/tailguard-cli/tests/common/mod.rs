@@ -65,6 +65,23 @@ pub fn json_stdout(output: &Output) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
+/// The `policy` (the mode, for bench) of each run in a `--json` array.
+pub fn run_policies(runs: &[serde_json::Value]) -> Vec<&str> {
+    runs.iter()
+        .map(|run| run["policy"].as_str().expect("a policy per run"))
+        .collect()
+}
+
+/// The class names of one run object, in report order.
+pub fn class_names(run: &serde_json::Value) -> Vec<&str> {
+    run["classes"]
+        .as_array()
+        .expect("a classes array")
+        .iter()
+        .map(|class| class["name"].as_str().expect("a name per class"))
+        .collect()
+}
+
 /// Some block device node in /dev, if there is one.
 pub fn any_block_device() -> Option<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
