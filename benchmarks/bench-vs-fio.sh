@@ -13,27 +13,21 @@
 # 10% and p50 within 15% of fio's. The test file is deleted on exit, failure
 # included. Latency: fio's lat_ns (submission to completion); bench's latency
 # from the intended start (for a closed loop, the previous completion).
+# TAILGUARD_BIN and FIO name prebuilt binaries (benchmarks/lib.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/benchmarks/lib.sh"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 BENCH_DIR=${BENCH_DIR:-$CARGO_TARGET_DIR/bench-vs-fio}
 SIZE_MB=${SIZE_MB:-1024}
 SECS=${SECS:-5}
 REPS=${REPS:-5}
 DEPTHS=${DEPTHS:-"1 16"}
-FIO=${FIO:-fio}
 RESULTS=${RESULTS:-$CARGO_TARGET_DIR/bench-results/bench-vs-fio-$(date +%Y%m%d-%H%M%S)}
 
-for tool in "$FIO" python3; do
-  if ! command -v "$tool" >/dev/null; then
-    case "$tool" in
-      "$FIO") echo "fio is not installed; install it with: apt-get install -y fio (or set FIO=/path/to/fio)" >&2 ;;
-      *) echo "$tool is not installed; install it with: apt-get install -y $tool" >&2 ;;
-    esac
-    exit 1
-  fi
-done
+need_fio
+need python3 "install it with: apt-get install -y python3"
 
 mkdir -p "$BENCH_DIR" "$RESULTS"
 FILE="$BENCH_DIR/randread-$$.dat"
@@ -42,18 +36,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "== machine"
-{
-  echo "date: $(date -Is)"
-  echo "kernel: $(uname -r)"
-  echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "fio: $($FIO --version)"
-  echo "filesystem: $(findmnt -no SOURCE,FSTYPE --target "$BENCH_DIR" | xargs)"
-} | tee "$RESULTS/machine.txt"
+describe_machine "$BENCH_DIR" | tee "$RESULTS/machine.txt"
 
 echo "== build (release)"
-(cd "$ROOT" && cargo build --release -q -p tailguard-cli)
-BIN="$CARGO_TARGET_DIR/release/tailguard"
+BIN=$(tailguard_binary "$ROOT")
 [ -x "$BIN" ] || { echo "could not build $BIN" >&2; exit 1; }
 
 echo "== creating ${SIZE_MB} MiB test file $FILE (real data, O_DIRECT writes)"

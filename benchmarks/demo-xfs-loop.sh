@@ -22,6 +22,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/benchmarks/lib.sh"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 IMAGE_DIR=${IMAGE_DIR:-$CARGO_TARGET_DIR/demo-xfs}
 IMAGE_GB=${IMAGE_GB:-24}
@@ -33,9 +34,6 @@ TAILGUARD_FLAGS=${TAILGUARD_FLAGS:-}
 DURATION_S=${DURATION_S:-20}
 RESULTS=${RESULTS:-$CARGO_TARGET_DIR/bench-results/demo-xfs-$(date +%Y%m%d-%H%M%S)}
 
-need() { # command, how to get it
-  command -v "$1" >/dev/null || { echo "$1 is not installed; $2" >&2; exit 1; }
-}
 [ "$(id -u)" = 0 ] || { echo "needs root (loop devices, mkfs, mount); run it with sudo" >&2; exit 1; }
 need losetup "install it with: apt-get install -y mount"
 need mkfs.xfs "install it with: apt-get install -y xfsprogs"
@@ -57,17 +55,12 @@ trap 'exit 130' INT TERM
 mkdir -p "$IMAGE_DIR" "$RESULTS"
 echo "== machine"
 {
-  echo "date: $(date -Is)"
-  echo "kernel: $(uname -r)"
-  echo "cpus: $(nproc), memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+  describe_machine "$IMAGE_DIR"
   echo "dirty_background_ratio: $(cat /proc/sys/vm/dirty_background_ratio), dirty_ratio: $(cat /proc/sys/vm/dirty_ratio)"
-  echo "image on: $(findmnt -no SOURCE,FSTYPE --target "$IMAGE_DIR" | xargs)"
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$RESULTS/machine.txt"
 
 echo "== build (release)"
-(cd "$ROOT" && cargo build --release -q -p tailguard-cli)
-BIN="$CARGO_TARGET_DIR/release/tailguard"
+BIN=$(tailguard_binary "$ROOT")
 
 echo "== set up: ${IMAGE_GB} GiB sparse image, loop device, XFS"
 truncate -s "${IMAGE_GB}G" "$IMAGE"

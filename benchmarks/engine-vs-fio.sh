@@ -3,16 +3,24 @@
 #
 #   benchmarks/engine-vs-fio.sh            # everything, ~4 minutes
 #   DEPTHS="1 16" REPS=5 DRIVERS=block-on benchmarks/engine-vs-fio.sh
+#   DRIVERS="block-on raw-plain raw-defer" benchmarks/engine-vs-fio.sh   # + the bare ring
 #
 # Builds the `engine` bench binary once (release), runs `engine nop`, then creates a
 # real (non-sparse) test file, and for each queue depth runs REPS interleaved rounds
 # of fio (io_uring, O_DIRECT) and `engine randread` with each of DRIVERS (the order
 # rotates from round to round), and prints per-depth min/median/max of IOPS, p50,
-# and the tailguard/fio ratios computed within each round. The test file is
-# deleted on exit, failure included.
+# and the tailguard/fio ratios computed within each round. A driver named
+# raw-plain, raw-coop or raw-defer runs `engine randread-raw` instead (the
+# io-uring crate alone with those ring flags: the floor of any library). The test file is
+# deleted on exit, failure included. ENGINE_BIN and FIO name prebuilt binaries
+# (benchmarks/lib.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/benchmarks/lib.sh"
+need_fio
+need jq "install it with: apt-get install -y jq"
+need python3 "install it with: apt-get install -y python3"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 BENCH_DIR=${BENCH_DIR:-$CARGO_TARGET_DIR/bench}
 SIZE_MB=${SIZE_MB:-1024}
@@ -21,7 +29,6 @@ REPS=${REPS:-3}
 DEPTHS=${DEPTHS:-"1 16 64"}
 DRIVERS=${DRIVERS:-"block-on engine-thread"}
 NOP_SECS=${NOP_SECS:-1}
-FIO=${FIO:-/usr/bin/fio}
 RESULTS=${RESULTS:-$CARGO_TARGET_DIR/bench-results/$(date +%Y%m%d-%H%M%S)}
 FILE="$BENCH_DIR/randread-$$.dat"
 
@@ -31,23 +38,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "== machine"
-{
-  echo "date: $(date -Is)"
-  echo "kernel: $(uname -r)"
-  echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "fio: $($FIO --version)"
-  echo "filesystem: $(findmnt -no SOURCE,FSTYPE --target "$BENCH_DIR" | xargs)"
-  dev=$(basename "$(findmnt -no SOURCE --target "$BENCH_DIR")")
-  if [ -e "/sys/block/$dev/queue/scheduler" ]; then
-    echo "block queue ($dev): scheduler $(cat /sys/block/$dev/queue/scheduler), nr_requests $(cat /sys/block/$dev/queue/nr_requests)"
-  fi
-} | tee "$RESULTS/machine.txt"
+describe_machine "$BENCH_DIR" | tee "$RESULTS/machine.txt"
 
 echo "== build (release, once)"
-BIN=$(cd "$ROOT" && cargo bench -p tailguard --bench engine --no-run --message-format=json 2>/dev/null |
-  jq -r 'select(.reason == "compiler-artifact" and .target.name == "engine" and .executable != null) | .executable' |
-  tail -1)
+BIN=$(engine_binary "$ROOT")
 [ -x "$BIN" ] || { echo "could not build the engine bench" >&2; exit 1; }
 echo "binary: $BIN"
 
@@ -70,7 +64,11 @@ run_fio() { # depth rep
 }
 
 run_tailguard() { # depth rep driver
-  line=$("$BIN" randread --file "$FILE" --depth "$1" --secs "$SECS" --driver "$3" | grep '^RESULT')
+  if [[ $3 == raw-* ]]; then # the io-uring crate alone, ring flags ${3#raw-}
+    line=$("$BIN" randread-raw --file "$FILE" --depth "$1" --secs "$SECS" --ring "${3#raw-}" | grep '^RESULT')
+  else
+    line=$("$BIN" randread --file "$FILE" --depth "$1" --secs "$SECS" --driver "$3" | grep '^RESULT')
+  fi
   echo "$line" >>"$RESULTS/tailguard-raw.txt"
   val() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
   printf 'tailguard-%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$3" "$1" "$2" "$(val iops)" "$(val p50_us)" "$(val p99_us)" \

@@ -14,31 +14,40 @@
 #   DIRECTORY  where the test file is laid out (default target/tune-vs-fio,
 #              on the disk under the repository); it is removed at the end
 #   ROUNDS     tune/fio pairs per pattern (default 3)
-# Environment: SIZE (test file, default 1g), TUNE_DURATION (per pattern, default 6s),
-#              FIO_SECONDS (per pattern, default 5).
+# Environment: SIZE (test file, default 1g), TUNE_DURATION (per pattern, default 15s),
+#              FIO_RAMP (seconds fio runs before it measures, default 3),
+#              FIO_SECONDS (seconds fio measures, default 3).
+#
+# Like for like: tune's profile rate is the steady (second) half of its
+# sustained run at the knee, which is the last ~40% of a curve's time, so with
+# one curve of TUNE_DURATION D the measured window is about the last 0.2 D after
+# 0.8 D of load. fio skips FIO_RAMP seconds (ramp_time) and measures FIO_SECONDS;
+# the defaults match D = 15 s.
 set -euo pipefail
 
 repository=$(cd "$(dirname "$0")/.." && pwd)
 directory=${1:-$repository/target/tune-vs-fio}
 rounds=${2:-3}
 size=${SIZE:-1g}
-tune_duration=${TUNE_DURATION:-6s}
-fio_seconds=${FIO_SECONDS:-5}
+tune_duration=${TUNE_DURATION:-15s}
+fio_seconds=${FIO_SECONDS:-3}
+fio_ramp=${FIO_RAMP:-3}
 
-command -v fio >/dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "python3 is needed to read the results" >&2; exit 2; }
-
-cargo build --release -q -p tailguard-cli --manifest-path "$repository/Cargo.toml"
-tailguard=$repository/target/release/tailguard
+. "$repository/benchmarks/lib.sh"
+need_fio
+need python3 "install it with: apt-get install -y python3"
+tailguard=$(tailguard_binary "$repository")
 
 mkdir -p "$directory"
+echo "== machine" >&2
+describe_machine "$directory" >&2
 file=$directory/data
 results=$directory/results.tsv
 cleanup() { rm -rf "$directory"; }
 trap cleanup EXIT
 
 echo "laying out $file ($size) with fio" >&2
-fio --name=layout --filename="$file" --size="$size" --rw=write --bs=1M --direct=1 \
+"$FIO" --name=layout --filename="$file" --size="$size" --rw=write --bs=1M --direct=1 \
     --ioengine=io_uring --iodepth=8 --output-format=terse >/dev/null
 
 : >"$results"
@@ -69,9 +78,9 @@ EOF
         )
         rw=$(fio_rw "$name")
         echo "round $round: fio $rw bs=$request_bytes iodepth=$depth" >&2
-        fio_json=$(fio --name="$name" --filename="$file" --rw="$rw" --bs="$request_bytes" \
+        fio_json=$("$FIO" --name="$name" --filename="$file" --rw="$rw" --bs="$request_bytes" \
             --iodepth="$depth" --direct=1 --ioengine=io_uring --time_based \
-            --runtime="$fio_seconds" --size="$size" --randrepeat=0 --output-format=json)
+            --ramp_time="$fio_ramp" --runtime="$fio_seconds" --size="$size" --randrepeat=0 --output-format=json)
         fio_rate=$(python3 -c '
 import json, sys
 job = json.loads(sys.stdin.read())["jobs"][0]

@@ -4,6 +4,7 @@
 //! cargo bench -p tailguard --bench engine -- nop [--secs 1] [--reps 3] [--depth 256]
 //! cargo bench -p tailguard --bench engine -- nop-uring [--secs 1] [--depth 256]   # profiling
 //! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5] [--driver block-on|engine-thread|dedicated] [--submit each|per-turn]
+//! cargo bench -p tailguard --bench engine -- randread-raw --file PATH --depth N [--secs 5] [--ring plain|coop|defer]
 //! ```
 //!
 //! Both modes drive their requests from one thread, as fio does, with one of two
@@ -33,6 +34,14 @@
 //! ones; it resubmits as soon as any has finished, like fio's default
 //! `iodepth_batch_complete_min=1`). Prints one `RESULT` line with IOPS, driver p50/p99 and the engine's own
 //! `latency_ns` p50/p99 for the class.
+//!
+//! `randread-raw`: the same reads with the `io-uring` crate alone, no scheduler:
+//! the floor any library on this ring can reach, to tell the engine's own cost
+//! from the ring's. One read submitted per system call (as fio does), waiting
+//! for one completion when nothing else is to be done. `--ring` picks the setup
+//! flags: `plain` (none: the ring tailguard's waiters share), `coop`
+//! (`COOP_TASKRUN`), `defer` (`SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN`, what
+//! fio 3.33 asks for, and the ring of the `dedicated` driver).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -90,8 +99,15 @@ fn main() {
             )
             .expect("randread");
         }
+        "randread-raw" => raw_randread_mode(
+            &opt("--file").expect("--file PATH"),
+            num("--depth", 1.0) as usize,
+            num("--secs", 5.0),
+            &opt("--ring").unwrap_or_else(|| "plain".into()),
+        )
+        .expect("randread-raw"),
         other => {
-            eprintln!("unknown mode {other}; use `nop` or `randread`");
+            eprintln!("unknown mode {other}; use `nop`, `randread` or `randread-raw`");
             std::process::exit(2);
         }
     }
@@ -540,5 +556,101 @@ fn randread_mode(
         driver.name(),
     );
     scheduler.shutdown();
+    Ok(())
+}
+
+/// `randread-raw`: see the module docs.
+fn raw_randread_mode(path: &str, depth: usize, secs: f64, ring_flags: &str) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    const BLOCK: u64 = 4096;
+    let mut builder = io_uring::IoUring::builder();
+    match ring_flags {
+        "plain" => {}
+        "coop" => {
+            builder.setup_coop_taskrun();
+        }
+        "defer" => {
+            builder
+                .setup_coop_taskrun()
+                .setup_single_issuer()
+                .setup_defer_taskrun();
+        }
+        other => panic!("unknown --ring {other}; use plain, coop or defer"),
+    }
+    let mut ring = builder.build(256)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)?;
+    let fd = io_uring::types::Fd(file.as_raw_fd());
+    let blocks = file.metadata()?.len() / BLOCK;
+    assert!(blocks > 0, "the file is empty");
+    let mut buffers: Vec<AlignedBuffer> = (0..depth)
+        .map(|_| AlignedBuffer::new(BLOCK as usize, 4096).expect("buffer"))
+        .collect();
+    let mut started: Vec<Instant> = vec![Instant::now(); depth];
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ depth as u64);
+    let mut histogram =
+        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
+    let (mut completed, mut errors, mut outstanding) = (0u64, 0u64, 0usize);
+    let deadline = Duration::from_secs_f64(secs);
+    let cpu0 = cpu_seconds();
+    let start = Instant::now();
+    let mut submit_read = |ring: &mut io_uring::IoUring,
+                           started: &mut [Instant],
+                           slot: usize,
+                           wait: bool|
+     -> io::Result<()> {
+        let read = io_uring::opcode::Read::new(fd, buffers[slot].as_mut_ptr(), BLOCK as u32)
+            .offset((rng.next() % blocks) * BLOCK)
+            .build()
+            .user_data(slot as u64);
+        started[slot] = Instant::now();
+        // SAFETY: the buffer lives in `buffers` until the end of this function,
+        // which reaps every read before returning; each slot has one read at a time.
+        unsafe { ring.submission().push(&read).expect("room: one per slot") };
+        ring.submit_and_wait(usize::from(wait))?;
+        Ok(())
+    };
+    for slot in 0..depth {
+        submit_read(&mut ring, &mut started, slot, false)?;
+        outstanding += 1;
+    }
+    let mut done: Vec<(usize, i32)> = Vec::with_capacity(depth);
+    while outstanding > 0 {
+        if ring.completion().is_empty() {
+            ring.submit_and_wait(1)?;
+        }
+        done.extend(
+            ring.completion()
+                .map(|c| (c.user_data() as usize, c.result())),
+        );
+        let stopping = start.elapsed() >= deadline;
+        let count = done.len();
+        for (index, (slot, result)) in done.drain(..).enumerate() {
+            histogram.saturating_record(started[slot].elapsed().as_nanos() as u64);
+            outstanding -= 1;
+            completed += 1;
+            errors += u64::from(result != BLOCK as i32);
+            if !stopping {
+                // The last resubmission waits for the next completion in the
+                // same system call, as the engine's turn does.
+                let last = index + 1 == count;
+                submit_read(&mut ring, &mut started, slot, last)?;
+                outstanding += 1;
+            }
+        }
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = (cpu_seconds() - cpu0) / wall;
+    let us = |ns: u64| ns as f64 / 1000.0;
+    println!(
+        "RESULT mode=randread-raw depth={depth} iops={:.0} p50_us={:.1} p99_us={:.1} \
+         engine_p50_us=0 ops={completed} errors={errors} wall_s={wall:.2} cpu={cpu:.3} ring={ring_flags}",
+        completed as f64 / wall,
+        us(histogram.value_at_quantile(0.5)),
+        us(histogram.value_at_quantile(0.99)),
+    );
     Ok(())
 }

@@ -1,0 +1,64 @@
+# Shared by the benchmark scripts (sourced, not run): tool checks, the machine
+# description every result folder starts with, and where the binaries come from.
+#
+# Binaries: each script builds what it runs with cargo (release) unless the
+# environment names a prebuilt one, which is how the scripts run on a machine
+# without a Rust toolchain (copy the binaries over, then set):
+#   TAILGUARD_BIN  the `tailguard` CLI          (default: cargo build --release)
+#   ENGINE_BIN     the `engine` bench binary     (default: cargo bench --no-run)
+#   FIO            fio                           (default: fio on PATH)
+
+# need COMMAND HOW: exit with a message that says how to get COMMAND.
+need() {
+  command -v "$1" >/dev/null || { echo "$1 is not installed; $2" >&2; exit 1; }
+}
+
+# need_fio: fio, from $FIO or PATH.
+need_fio() {
+  FIO=${FIO:-fio}
+  need "$FIO" "install it with: apt-get install -y fio (or set FIO=/path/to/fio)"
+}
+
+# describe_machine DIRECTORY: what the results were measured on, for the
+# filesystem and block device holding DIRECTORY.
+describe_machine() {
+  echo "date: $(date -Is)"
+  echo "kernel: $(uname -r)"
+  echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  if [ -n "${FIO:-}" ] && command -v "$FIO" >/dev/null; then echo "fio: $("$FIO" --version)"; fi
+  echo "filesystem: $(findmnt -no SOURCE,FSTYPE --target "$1" | xargs)"
+  local device
+  device=$(basename "$(findmnt -no SOURCE --target "$1")")
+  # A partition's queue settings live on its whole disk.
+  if [ ! -e "/sys/block/$device" ] && [ -e "/sys/class/block/$device/partition" ]; then
+    device=$(basename "$(dirname "$(readlink -f "/sys/class/block/$device")")")
+  fi
+  if [ -e "/sys/block/$device/queue/scheduler" ]; then
+    local queue=/sys/block/$device/queue
+    echo "block device $device: scheduler $(cat $queue/scheduler), nr_requests $(cat $queue/nr_requests)," \
+      "rotational $(cat $queue/rotational), write cache $(cat $queue/write_cache 2>/dev/null || echo '?')"
+  fi
+}
+
+# tailguard_binary ROOT: path of the tailguard CLI (built here unless TAILGUARD_BIN).
+tailguard_binary() {
+  if [ -n "${TAILGUARD_BIN:-}" ]; then
+    echo "$TAILGUARD_BIN"
+    return
+  fi
+  (cd "$1" && cargo build --release -q -p tailguard-cli) >&2
+  echo "${CARGO_TARGET_DIR:-$1/target}/release/tailguard"
+}
+
+# engine_binary ROOT: path of the `engine` bench binary (built here unless ENGINE_BIN).
+engine_binary() {
+  if [ -n "${ENGINE_BIN:-}" ]; then
+    echo "$ENGINE_BIN"
+    return
+  fi
+  need jq "install it with: apt-get install -y jq"
+  (cd "$1" && cargo bench -p tailguard --bench engine --no-run --message-format=json 2>/dev/null) |
+    jq -r 'select(.reason == "compiler-artifact" and .target.name == "engine" and .executable != null) | .executable' |
+    tail -1
+}
