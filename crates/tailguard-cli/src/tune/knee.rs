@@ -29,7 +29,7 @@
 //! [`first_and_steady`] splits a rate timeline (one value per interval of a
 //! sustained run) into the rate of the first seconds and the steady-state rate
 //! of the second half: cloud disks burst, then fall to their provisioned rate,
-//! and a profile must use the rate that lasts. [`steady_window`] says which
+//! and a profile must use the rate that lasts. [`steady_window_s`] says which
 //! intervals the steady rate covers, so another tool (fio's `ramp_time` and
 //! `runtime`) can measure the same window.
 
