@@ -1,5 +1,7 @@
-//! `tailguard bench` end to end: job file errors, a tiny real run with JSON,
-//! and cleanup of the data files after a run and after Ctrl-C.
+//! `tailguard bench` end to end: job file errors, a tiny real run with JSON
+//! (the driver's lateness, and the scheduler's own statistics in tailguard
+//! mode with either `--driver`), and cleanup of the data files after a run and
+//! after Ctrl-C.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -192,9 +194,9 @@ fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
                 "bytes",
                 "iops",
                 "mb_per_s",
-                "queue_wait_us_max",
-                "queue_wait_us_mean",
-                "device_time_us_mean",
+                "start_lateness_us_max",
+                "start_lateness_us_mean",
+                "submit_to_completion_us_mean",
                 "submitted",
                 "outstanding",
                 "first_submit_s",
@@ -207,43 +209,121 @@ fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
             }
             assert!(class["ops"].as_u64().unwrap() > 0, "{class}");
             assert_eq!(class["outstanding"], 0);
+            // The simulator's names meant the scheduler's queue: not here.
+            assert!(class.get("queue_wait_us_max").is_none(), "{class}");
+            check_scheduler_statistics(class, run["policy"] == "tailguard");
         }
     }
     assert_empty(&directory);
     remove(&directory);
 }
 
-#[test]
-fn ctrl_c_mid_run_removes_the_data_files_and_fails() {
-    let directory = scratch_dir("interrupt");
-    let path = write_job(
-        &directory,
-        &TINY.replace("duration_s = 0.3", "duration_s = 30"),
-    );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tailguard"))
-        .args([
-            "bench",
-            path.to_str().unwrap(),
-            "--target",
-            directory.to_str().unwrap(),
-            "--mode",
-            "kernel-direct",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while entries(&directory).len() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+/// Asserts a class carries the scheduler's own statistics in tailguard mode
+/// (as many requests as the driver counted, every time split filled in) and
+/// `null` in a kernel mode.
+fn check_scheduler_statistics(class: &serde_json::Value, tailguard: bool) {
+    let scheduler = &class["scheduler"];
+    if !tailguard {
+        assert!(scheduler.is_null(), "{class}");
+        return;
     }
-    assert_eq!(entries(&directory).len(), 2, "the data files were laid out");
-    std::thread::sleep(Duration::from_millis(300));
-    let status = interrupt_and_wait(&mut child, Duration::from_secs(10), "bench");
-    assert!(!status.success(), "{status:?}");
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(scheduler["ops"], class["ops"], "{class}");
+    assert_eq!(scheduler["errors"], 0, "{class}");
+    for split in ["queue_wait_us", "device_time_us", "latency_us"] {
+        for key in ["mean", "p50", "p99", "p999", "max"] {
+            assert!(
+                scheduler[split][key].as_f64().is_some(),
+                "{split}.{key}: {class}"
+            );
+        }
+    }
+    for split in ["device_time_us", "latency_us"] {
+        assert!(scheduler[split]["p50"].as_f64().unwrap() > 0.0, "{class}");
+    }
+    let latency_max = scheduler["latency_us"]["max"].as_f64().unwrap();
+    assert!(scheduler["queue_wait_us"]["max"].as_f64().unwrap() <= latency_max);
+}
+
+#[test]
+fn tailguard_mode_runs_with_either_driver() {
+    // `block-on` (the default) runs the engine on the driver thread, with an
+    // alarm for the open-loop readers' arrivals; `engine-thread` leaves it to
+    // the engine thread. Both complete every request.
+    let directory = scratch_dir("drivers");
+    let path = write_job(&directory, TINY);
+    for driver in ["block-on", "engine-thread"] {
+        let output = bench_ok(
+            &path,
+            &directory,
+            &["--mode", "tailguard", "--driver", driver, "--json"],
+        );
+        let runs = json_stdout(&output);
+        let run = &runs[0];
+        assert_eq!(class_names(run), ["reads", "background"], "{driver}");
+        for class in run["classes"].as_array().unwrap() {
+            assert!(class["ops"].as_u64().unwrap() > 0, "{driver}: {class}");
+            assert_eq!(class["outstanding"], 0, "{driver}: {class}");
+            assert_eq!(class["submitted"], class["ops"], "{driver}: {class}");
+            check_scheduler_statistics(class, true);
+        }
+    }
+    let refused = tailguard(&[
+        "bench",
+        path.to_str().unwrap(),
+        "--target",
+        directory.to_str().unwrap(),
+        "--driver",
+        "tokio",
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("block-on") && stderr.contains("engine-thread"),
+        "{stderr}"
+    );
     assert_empty(&directory);
     remove(&directory);
+}
+
+#[test]
+fn ctrl_c_mid_run_removes_the_data_files_and_fails() {
+    // kernel-direct, and tailguard, whose block-on driver sleeps in the ring
+    // and must still see the interrupt.
+    for mode in ["kernel-direct", "tailguard"] {
+        let directory = scratch_dir("interrupt");
+        let path = write_job(
+            &directory,
+            &TINY.replace("duration_s = 0.3", "duration_s = 30"),
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+            .args([
+                "bench",
+                path.to_str().unwrap(),
+                "--target",
+                directory.to_str().unwrap(),
+                "--mode",
+                mode,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while entries(&directory).len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            entries(&directory).len(),
+            2,
+            "{mode}: the data files were laid out"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let status = interrupt_and_wait(&mut child, Duration::from_secs(10), "bench");
+        assert!(!status.success(), "{mode}: {status:?}");
+        assert_eq!(status.code(), Some(130), "{mode}");
+        assert_empty(&directory);
+        remove(&directory);
+    }
 }
 
 /// Asserts the per-class detail of a JSON class object agrees with its totals.
@@ -374,11 +454,16 @@ fn the_terminal_output_has_the_table_histograms_and_timeline() {
         &directory,
         &TINY.replace("duration_s = 0.3", "duration_s = 1"),
     );
-    let output = bench_ok(&path, &directory, &["--mode", "kernel-direct"]);
+    let output = bench_ok(&path, &directory, &["--mode", "kernel-direct,tailguard"]);
     let text = String::from_utf8(output.stdout).unwrap();
+    assert!(!text.contains("wait max"), "{text}");
     for expected in [
         "worst0.5s",
         "p99.99",
+        "late max",
+        "wait p99",
+        "dev p99",
+        "the driver's lateness",
         "reads@",
         ": latency histogram (log2 µs)",
         "usecs",

@@ -1,6 +1,7 @@
-//! `tailguard tune` end to end on a temporary directory: a short run writes a
-//! profile the library loads, and unsafe requests are refused. Asserts structure
-//! and positive rates, never timing values.
+//! `tailguard tune` end to end on a temporary directory and on a loop device: a
+//! short run writes a profile the library loads, and unsafe requests are
+//! refused (a device while held or mounted, as bench refuses it). Asserts
+//! structure and positive rates, never timing values.
 
 mod common;
 
@@ -195,4 +196,89 @@ fn block_devices_need_allow_device_and_bad_targets_say_why() {
     let with_flag = tailguard(&["tune", &device, "--allow-device", "--duration", "1s"]);
     let stderr = String::from_utf8_lossy(&with_flag.stderr);
     assert!(stderr.contains("is mounted"), "{stderr}");
+}
+
+/// A loop device: measured read-only with --allow-device (its bytes stay as
+/// they were), and refused, as bench refuses it, while another program holds
+/// it exclusively or it is mounted. Needs root and `losetup`; skips with the
+/// reason otherwise. The guard detaches the device even when an assertion
+/// fails.
+#[test]
+fn a_device_is_measured_read_only_and_refused_while_held_or_mounted() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(mut device) = common::loop_device("tune", 32 << 20) else {
+        return;
+    };
+    let directory = TempDirectory::new("device");
+    let output = directory.0.join("profile.toml");
+
+    // Held exclusively by another program (here: this test). A plain open
+    // would not notice; tune's O_EXCL does.
+    {
+        let _held = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(&device.device)
+            .unwrap();
+        let refused = tailguard(&[
+            "tune",
+            device.path(),
+            "--allow-device",
+            "--duration",
+            "1s",
+            "--output",
+            text(&output),
+        ]);
+        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            stderr.contains("is in use") && stderr.contains("release it first"),
+            "{stderr}"
+        );
+        assert!(!output.exists(), "refused, yet a profile was written");
+    }
+
+    let run = tailguard_ok(&[
+        "tune",
+        device.path(),
+        "--allow-device",
+        "--duration",
+        "2s",
+        "--curves",
+        "random_read",
+        "--output",
+        text(&output),
+    ]);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(stdout.contains("of device"), "{stdout}");
+    let image = std::fs::read(&device.image).unwrap();
+    assert!(image.iter().all(|&byte| byte == 0), "a read-only run wrote");
+    let profile = ProfileFile::load(&output).expect("the profile loads");
+    let entry = profile.devices.values().next().expect("one device");
+    assert!(entry.knee.random_read.is_some(), "{entry:?}");
+    let notes = &profile.metadata.expect("metadata").notes;
+    assert!(
+        notes
+            .iter()
+            .any(|note| note.starts_with("random_read: ") && note.contains("ramp_time=")),
+        "{notes:?}"
+    );
+
+    match device.mount() {
+        Ok(()) => {
+            let mounted = tailguard(&[
+                "tune",
+                device.path(),
+                "--allow-device",
+                "--duration",
+                "1s",
+                "--output",
+                text(&directory.0.join("mounted.toml")),
+            ]);
+            assert_eq!(mounted.status.code(), Some(2), "{mounted:?}");
+            let stderr = String::from_utf8_lossy(&mounted.stderr);
+            assert!(stderr.contains("is mounted"), "{stderr}");
+        }
+        Err(reason) => eprintln!("skipped the mounted check: {reason}"),
+    }
 }

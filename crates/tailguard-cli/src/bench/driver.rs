@@ -6,8 +6,15 @@
 //! open-loop arrivals, and an [`Executor`] for the mode:
 //!
 //! - `tailguard`: a [`Scheduler`] with one class per job class and its shares,
-//!   files opened O_DIRECT through it. Each request's [`IoFuture`] is polled with a
-//!   waker that queues its token for the driver, so one thread waits on all.
+//!   files opened O_DIRECT through it. Each request's [`IoFuture`] has a waker
+//!   that queues its token for the driver, so one thread waits on all. Who runs
+//!   the scheduler's engine meanwhile is `--driver` ([`DriverChoice`]):
+//!   `block-on` (default) waits inside [`Scheduler::block_on`], so the driver
+//!   thread itself submits, sleeps in the ring and reaps, with an alarm thread
+//!   to end the sleep at the next timer (an open-loop arrival); first polls
+//!   happen inside it too, so a request pushed while the engine thread sleeps
+//!   costs no wake-up of that thread. `engine-thread` parks the driver and
+//!   leaves the engine to the engine thread: a thread hop per completion.
 //! - `kernel-direct`: the files opened O_DIRECT and driven through a raw
 //!   [`tailguard::backend`] (io_uring, or its thread pool where io_uring is
 //!   refused): every request goes to the kernel when it is generated, no queue,
@@ -23,16 +30,19 @@
 //! Latency counts from a request's intended start: its arrival for open-loop
 //! jobs (so a stall cannot slow the load down and hide itself: no coordinated
 //! omission), its instance's start for bursts and first closed-loop requests, and
-//! the previous completion for closed-loop refills. `queue_wait` in the report is
-//! the time from that intended start until the driver handed the request to the
-//! mode (how late the generator was); time queued inside the scheduler or the
-//! kernel is part of `device_time` in this increment.
+//! the previous completion for closed-loop refills. The driver's own lateness
+//! (from that intended start until it handed the request to the mode) is
+//! reported as `start_lateness_us_*`, and the rest (handed over to completion,
+//! scheduler queue and device together) as `submit_to_completion_us_mean`; in
+//! `tailguard` mode the scheduler's own statistics split the rest into its
+//! queue wait and device time ([`BenchRun`]).
 //!
 //! Submission stops at each job's `stop_s`; the run ends when everything
 //! submitted has completed (a burst may end after `duration_s`: see
 //! `last_completion_s`). Ctrl-C ends it early: in-flight requests are waited
 //! for (their buffers belong to the kernel until then), queued ones dropped.
 
+use crate::bench::report::BenchRun;
 use crate::bench::target::{interrupted, Plan};
 use crate::bench::{BenchError, Mode};
 use std::cmp::Reverse;
@@ -42,16 +52,15 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tailguard::backend::threads::ThreadPool;
-use tailguard::backend::{self, Backend, BackendChoice, BackendConfig, EngineWaker, Op, OpKind};
+use tailguard::backend::{self, Backend, BackendChoice, BackendConfig, Op, OpKind};
 use tailguard::{
     AlignedBuffer, BufResult, ControllerChoice, IoClass, IoFuture, OpenOptions, Scheduler,
-    SchedulerBuilder,
+    SchedulerBuilder, StatsSnapshot,
 };
 use tailguard_core::Nanos;
 use tailguard_sim::report::{ClassAccumulator, RunReport};
@@ -95,6 +104,10 @@ trait Executor {
     fn in_flight(&self) -> usize;
     /// Forgets requests not yet handed to the kernel (on Ctrl-C).
     fn abandon_queued(&mut self) {}
+    /// The scheduler's statistics, in `tailguard` mode.
+    fn scheduler_stats(&self) -> Option<io::Result<StatsSnapshot>> {
+        None
+    }
 }
 
 /// How many requests the jobs keep in flight, roughly: sizes thread pools.
@@ -139,6 +152,12 @@ pub struct SchedulerSettings {
     /// turn's in one system call.
     #[arg(long, value_name = "WHEN", default_value = "each", value_parser = ["each", "per-turn"])]
     pub submit: String,
+    /// Who runs `tailguard` mode's engine while the driver thread waits:
+    /// `block-on` (the driver itself, inside `Scheduler::block_on`: no thread
+    /// hop per request) or `engine-thread` (the engine thread; the driver is
+    /// woken for each completion, as a future awaited on another runtime is).
+    #[arg(long, value_name = "WHO", default_value = "block-on", value_parser = ["block-on", "engine-thread"])]
+    pub driver: String,
 }
 
 impl SchedulerSettings {
@@ -169,6 +188,18 @@ pub fn run(
     seed: u64,
     progress: &mut dyn FnMut(Nanos),
 ) -> Result<RunReport, BenchError> {
+    run_with_stats(scenario, plan, mode, settings, seed, progress).map(|run| run.report)
+}
+
+/// [`run`], with the scheduler's own statistics in `tailguard` mode.
+pub fn run_with_stats(
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+    settings: &SchedulerSettings,
+    seed: u64,
+    progress: &mut dyn FnMut(Nanos),
+) -> Result<BenchRun, BenchError> {
     let threads = concurrency(scenario);
     let mut executor: Box<dyn Executor> = match mode {
         Mode::Tailguard => Box::new(SchedulerExecutor::new(scenario, plan, settings, threads)?),
@@ -190,7 +221,12 @@ pub fn run(
             break;
         }
     }
-    result
+    let report = result?;
+    let stats = executor
+        .scheduler_stats()
+        .transpose()
+        .map_err(|error| BenchError::usage(format!("tailguard: its statistics: {error}")))?;
+    Ok(BenchRun::new(report, stats.as_ref()))
 }
 
 struct Pending {
@@ -377,26 +413,154 @@ fn new_buffer(length: usize) -> Result<AlignedBuffer, BenchError> {
     Ok(buffer)
 }
 
+/// Who runs the scheduler's engine while `tailguard` mode's driver thread
+/// waits for completions (`--driver`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverChoice {
+    /// The driver waits inside [`Scheduler::block_on`], so it runs the engine
+    /// itself (submits, sleeps in the ring, reaps) whenever it would wait: no
+    /// thread hop per request, as with fio or a blocking caller.
+    BlockOn,
+    /// The driver parks its thread and the engine thread does the engine work;
+    /// every completion is a cross-thread wake-up, as for futures awaited on
+    /// another runtime (tokio).
+    EngineThread,
+}
+
+impl DriverChoice {
+    /// Parses `--driver`'s value (the parser has checked it).
+    fn parse(name: &str) -> Self {
+        if name == "engine-thread" {
+            Self::EngineThread
+        } else {
+            Self::BlockOn
+        }
+    }
+}
+
+/// A request's future and the waker that reports its token.
+type Slot = (IoFuture<BufResult>, Waker);
+
 /// The `tailguard` mode: requests through a [`Scheduler`].
 struct SchedulerExecutor {
     // Futures first: they are dropped before the scheduler shuts down.
-    futures: HashMap<u64, IoFuture<BufResult>>,
-    ready: Receiver<u64>,
-    ready_sender: Sender<u64>,
+    futures: HashMap<u64, Slot>,
+    /// Tokens submitted and not polled yet: their first poll registers their
+    /// waker, inside the wait (so, with `BlockOn`, inside `block_on`).
+    fresh: Vec<u64>,
+    ready: Arc<ReadyTokens>,
+    /// Wakes a `BlockOn` wait at its deadline (the engine's sleep in the ring
+    /// ends only for a completion or a wake-up from another thread).
+    alarm: Option<Alarm>,
+    driver: DriverChoice,
     files: Vec<tailguard::File>,
     classes: Vec<IoClass>,
-    _scheduler: Scheduler,
+    scheduler: Scheduler,
 }
 
-/// Wakes the driver for one token.
+/// Tokens whose futures woke, and the waker of the wait that wants them.
+#[derive(Default)]
+struct ReadyTokens {
+    state: Mutex<(Vec<u64>, Option<Waker>)>,
+}
+
+impl ReadyTokens {
+    /// Moves the woken tokens into `out` and registers `waker` for the next
+    /// wake-up, in one critical section, so no wake-up falls between them.
+    fn take(&self, out: &mut Vec<u64>, waker: &Waker) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        out.append(&mut state.0);
+        match &mut state.1 {
+            Some(registered) if registered.will_wake(waker) => {}
+            registered => *registered = Some(waker.clone()),
+        }
+    }
+
+    /// Wakes the registered wait, if any (once).
+    fn wake_waiter(&self) {
+        let waiter = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .take();
+        if let Some(waiter) = waiter {
+            waiter.wake();
+        }
+    }
+
+    /// Forgets the registered waker (its wait is over).
+    fn clear_waiter(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = None;
+    }
+}
+
+/// Reports one token to the driver's wait.
 struct TokenWaker {
     token: u64,
-    sender: Sender<u64>,
+    ready: Arc<ReadyTokens>,
 }
 
 impl Wake for TokenWaker {
     fn wake(self: Arc<Self>) {
-        let _ = self.sender.send(self.token);
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let waiter = {
+            let mut state = self.ready.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.0.push(self.token);
+            state.1.take()
+        };
+        if let Some(waiter) = waiter {
+            waiter.wake();
+        }
+    }
+}
+
+/// Unparks the driver thread (no system call unless it is parked).
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A minimal executor for `EngineThread`: polls `future`, parking the thread
+/// while it is pending, at most until `deadline` (after which `future` must be
+/// ready when polled).
+fn park_on<F: Future>(future: F, deadline: Instant) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
+            return value;
+        }
+        std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// Polls `token`'s future; moves its result to `out` when done.
+fn poll_token(futures: &mut HashMap<u64, Slot>, token: u64, out: &mut Vec<Done>) {
+    let Some((future, waker)) = futures.get_mut(&token) else {
+        return; // done already: a late wake-up
+    };
+    if let Poll::Ready((result, buffer)) =
+        std::pin::Pin::new(future).poll(&mut Context::from_waker(waker))
+    {
+        futures.remove(&token);
+        out.push(Done {
+            token,
+            result,
+            buffer,
+            at: Instant::now(),
+        });
     }
 }
 
@@ -431,37 +595,25 @@ impl SchedulerExecutor {
             })
             .collect::<io::Result<Vec<_>>>()
             .map_err(failed)?;
-        let (ready_sender, ready) = channel();
+        let ready = Arc::new(ReadyTokens::default());
+        let driver = DriverChoice::parse(&settings.driver);
+        let alarm = match driver {
+            DriverChoice::BlockOn => {
+                let ready = ready.clone();
+                Some(Alarm::new(move || ready.wake_waiter()).map_err(failed)?)
+            }
+            DriverChoice::EngineThread => None,
+        };
         Ok(Self {
             futures: HashMap::new(),
+            fresh: Vec::new(),
             ready,
-            ready_sender,
+            alarm,
+            driver,
             files,
             classes,
-            _scheduler: scheduler,
+            scheduler,
         })
-    }
-
-    /// Polls one future; returns its result when done.
-    fn poll(&mut self, token: u64, out: &mut Vec<Done>) {
-        let Some(future) = self.futures.get_mut(&token) else {
-            return;
-        };
-        let waker = Waker::from(Arc::new(TokenWaker {
-            token,
-            sender: self.ready_sender.clone(),
-        }));
-        if let Poll::Ready((result, buffer)) =
-            std::pin::Pin::new(future).poll(&mut Context::from_waker(&waker))
-        {
-            self.futures.remove(&token);
-            out.push(Done {
-                token,
-                result,
-                buffer,
-                at: Instant::now(),
-            });
-        }
     }
 }
 
@@ -474,22 +626,47 @@ impl Executor for SchedulerExecutor {
         } else {
             file.read_at(class, request.buffer, request.offset)
         };
-        self.futures.insert(request.token, future);
-        // The first poll registers the waker (or finds it already done).
-        let _ = self.ready_sender.send(request.token);
+        let waker = Waker::from(Arc::new(TokenWaker {
+            token: request.token,
+            ready: self.ready.clone(),
+        }));
+        self.futures.insert(request.token, (future, waker));
+        self.fresh.push(request.token);
         Ok(())
     }
 
     fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError> {
-        let timeout = deadline.saturating_duration_since(Instant::now());
-        match self.ready.recv_timeout(timeout) {
-            Ok(token) => self.poll(token, out),
-            Err(RecvTimeoutError::Timeout) => return Ok(()),
-            Err(RecvTimeoutError::Disconnected) => unreachable!("the executor holds a sender"),
+        if let Some(alarm) = &self.alarm {
+            alarm.set(deadline);
         }
-        while let Ok(token) = self.ready.try_recv() {
-            self.poll(token, out);
+        let Self {
+            futures,
+            fresh,
+            ready,
+            ..
+        } = self;
+        let mut woken = Vec::new();
+        let mut until_done_or_deadline = std::future::poll_fn(|context| {
+            for token in fresh.drain(..) {
+                poll_token(futures, token, out);
+            }
+            // Register before the deadline check: the alarm wakes the waker
+            // registered here, or, if it fired before, the check sees it.
+            ready.take(&mut woken, context.waker());
+            for token in woken.drain(..) {
+                poll_token(futures, token, out);
+            }
+            if !out.is_empty() || Instant::now() >= deadline {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        match self.driver {
+            DriverChoice::BlockOn => self.scheduler.block_on(&mut until_done_or_deadline),
+            DriverChoice::EngineThread => park_on(&mut until_done_or_deadline, deadline),
         }
+        self.ready.clear_waiter();
         Ok(())
     }
 
@@ -500,20 +677,26 @@ impl Executor for SchedulerExecutor {
     fn abandon_queued(&mut self) {
         // Dropping a future in flight is safe: the engine keeps its buffer.
         self.futures.clear();
+        self.fresh.clear();
+    }
+
+    fn scheduler_stats(&self) -> Option<io::Result<StatsSnapshot>> {
+        Some(self.scheduler.stats())
     }
 }
 
 /// The alarm's deadline and its quit flag, with the condvar its thread waits on.
 type AlarmShared = (Mutex<(Option<Instant>, bool)>, Condvar);
 
-/// Wakes a backend's wait at a deadline, from its own thread.
+/// Calls a wake-up function at a deadline, from its own thread: ends a
+/// backend's sleep in the kernel, or a `block_on` wait.
 struct Alarm {
     shared: Arc<AlarmShared>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Alarm {
-    fn new(waker: Arc<dyn EngineWaker>) -> io::Result<Self> {
+    fn new(wake: impl Fn() + Send + 'static) -> io::Result<Self> {
         let shared: Arc<AlarmShared> = Arc::new((Mutex::new((None, false)), Condvar::new()));
         let theirs = shared.clone();
         let thread = std::thread::Builder::new()
@@ -531,7 +714,7 @@ impl Alarm {
                             let now = Instant::now();
                             if now >= deadline {
                                 guard.0 = None;
-                                waker.wake();
+                                wake();
                             } else {
                                 guard = condvar
                                     .wait_timeout(guard, deadline - now)
@@ -642,7 +825,8 @@ impl BackendExecutor {
             };
             read_files.push(reader);
         }
-        let alarm = Alarm::new(backend.waker()).map_err(failed)?;
+        let waker = backend.waker();
+        let alarm = Alarm::new(move || waker.wake()).map_err(failed)?;
         Ok(Self {
             backend,
             alarm,

@@ -5,6 +5,8 @@
 //! - [`fio`]: `--fio FILE`, a subset of fio job files mapped onto the same job.
 //! - [`target`]: checking the target, laying out and removing data files, Ctrl-C.
 //! - [`driver`]: the real-time run loop and the three modes.
+//! - [`report`]: bench's JSON and table, with the driver's lateness named as
+//!   such and the scheduler's own queue wait and device time.
 //!
 //! Runs are interleaved (A B A B with `--repeat 2`) so a drift of the device (its
 //! write cache filling, thermal throttling) does not land on one mode only. Each
@@ -13,11 +15,12 @@
 
 use crate::progress::Progress;
 use std::path::PathBuf;
-use tailguard_sim::report::{render_table, RunReport};
+use tailguard_sim::report::RunReport;
 
 pub mod driver;
 pub mod fio;
 pub mod job;
+pub mod report;
 pub mod target;
 
 /// The ways of doing the I/O that bench compares.
@@ -107,7 +110,8 @@ pub struct BenchArguments {
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
     /// Print JSON instead of a table: an array with one run object per mode per
-    /// repetition, in run order, with the mode in "policy".
+    /// repetition, in run order, with the mode in "policy" (the fields: see
+    /// the README's "tailguard bench").
     #[arg(long)]
     pub json: bool,
     /// Allow a block device as the target. Bench writes to it: the data on the
@@ -171,17 +175,17 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         &mut layout,
     )?;
     let scenario = &job.scenario;
-    let mut reports: Vec<RunReport> = Vec::new();
-    let runs = arguments.repeat as usize * modes.len();
+    let mut runs: Vec<report::BenchRun> = Vec::new();
+    let run_count = arguments.repeat as usize * modes.len();
     let progress = Progress::new("tailguard bench");
     for repetition in 0..arguments.repeat {
         for &mode in &modes {
             target::settle(&plan)?;
             let bar = progress.start_run(
-                &format!("run {}/{runs}: {}", reports.len() + 1, mode.name()),
+                &format!("run {}/{run_count}: {}", runs.len() + 1, mode.name()),
                 scenario.duration_ns,
             );
-            let mut report = driver::run(
+            let mut run = driver::run_with_stats(
                 scenario,
                 &plan,
                 mode,
@@ -191,12 +195,13 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
             )?;
             drop(bar);
             if !arguments.json && arguments.repeat > 1 {
-                report.policy = format!("{} #{}", mode.name(), repetition + 1);
+                run.report.policy = format!("{} #{}", mode.name(), repetition + 1);
             }
-            reports.push(report);
+            runs.push(run);
         }
     }
     drop(layout);
+    let reports: Vec<RunReport> = runs.iter().map(|run| run.report.clone()).collect();
     let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
     let command = format!(
         "tailguard bench {} --target {} --mode {} --repeat {}",
@@ -221,8 +226,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         eprintln!("tailguard bench: wrote {}", path.display());
     }
     if arguments.json {
-        let text = serde_json::to_string_pretty(&reports)
-            .map_err(|error| BenchError::usage(error.to_string()))?;
+        let text = report::to_json(&runs).map_err(|error| BenchError::usage(error.to_string()))?;
         println!("{text}");
     } else {
         println!(
@@ -233,7 +237,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
             scenario.duration_ns as f64 / 1e9,
             scenario.seed,
         );
-        println!("{}", render_table(&reports));
+        println!("{}", report::render_table(&runs));
         println!("{}", crate::render::render_histograms(&reports));
         println!("{}", crate::render::render_timeline(&reports));
     }

@@ -330,22 +330,36 @@ fn claim_device(path: &Path, device_number: u64) -> Result<File, BenchError> {
             mount.mount_point
         )));
     }
+    open_exclusive(path, true, 0).map_err(|error| {
+        if error.raw_os_error() == Some(libc::EBUSY) {
+            device_in_use(path, "bench would overwrite its data")
+        } else {
+            usage(format!("target {shown}: cannot open it: {error}"))
+        }
+    })
+}
+
+/// Opens a block device with `O_EXCL` (and `custom_flags`), for reading, and
+/// writing when `write`. The kernel refuses (EBUSY; see [`device_in_use`])
+/// while a filesystem, LVM, RAID, swap or another exclusive opener holds it,
+/// and while the descriptor (or a duplicate) is open nobody else can claim
+/// it: bench and tune keep it for their whole run.
+pub fn open_exclusive(path: &Path, write: bool, custom_flags: i32) -> std::io::Result<File> {
     std::fs::OpenOptions::new()
         .read(true)
-        .write(true)
-        .custom_flags(libc::O_EXCL)
+        .write(write)
+        .custom_flags(libc::O_EXCL | custom_flags)
         .open(path)
-        .map_err(|error| {
-            if error.raw_os_error() == Some(libc::EBUSY) {
-                usage(format!(
-                    "target {shown} is in use (mounted, a partition mounted, or held by LVM, \
-                     RAID, swap or another program opening it exclusively); bench would \
-                     overwrite its data: release it first"
-                ))
-            } else {
-                usage(format!("target {shown}: cannot open it: {error}"))
-            }
-        })
+}
+
+/// The error for a device [`open_exclusive`] found in use; `consequence` says
+/// why the tool refuses.
+pub fn device_in_use(path: &Path, consequence: &str) -> BenchError {
+    usage(format!(
+        "target {} is in use (mounted, a partition mounted, or held by LVM, RAID, swap or \
+         another program opening it exclusively); {consequence}: release it first",
+        path.display()
+    ))
 }
 
 /// Device numbers of the partitions of a disk, from sysfs (none for a

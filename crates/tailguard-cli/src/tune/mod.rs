@@ -7,13 +7,22 @@
 //! - sequential reads and writes at 128 KiB, 256 KiB, 512 KiB and 1 MiB at depth
 //!   1, then 1 MiB at depth 2, 4, ... 32 (bytes in flight double each step).
 //!
-//! A sweep stops one step past its knee ([`knee::knee_index`]: less than 5% more
-//! throughput while latency rises), or at its last step. The rest of the curve's
-//! time is a sustained run at the knee, whose rate timeline gives the *first*
-//! rate (the first fifth) and the *steady* rate (the second half); the profile
-//! uses the steady one, since cloud disks burst, then fall to their provisioned
-//! rate. Token-bucket throttles of a few seconds show; burst credits that last
-//! minutes need a longer `--duration`.
+//! A sweep stops two steps past its knee ([`knee::knee_index`]: the two steps
+//! after it both gain less than 5% throughput over it while latency rises; one
+//! noisy step never stops it), or at its last step. The rest of the curve's
+//! time is a sustained run at the knee, whose rate timeline (20 intervals)
+//! gives the *first* rate (the first fifth) and the *steady* rate (the second
+//! half); the profile uses the steady one, since cloud disks burst, then fall
+//! to their provisioned rate. Token-bucket throttles of a few seconds show;
+//! burst credits that last minutes need a longer `--duration`.
+//!
+//! Which window each number covers, for comparing with another tool: a knee's
+//! `iops` and `bandwidth` (and its latencies) are the whole of its sweep step;
+//! the steady rate is the mean over the second half of the sustained run
+//! (seconds `sustain_s / 2` to `sustain_s` of it, where `sustain_s` is what was
+//! left of the curve's time after its sweep); the first rate is its first
+//! fifth. The profile's notes give each curve's exact numbers and the fio
+//! options that measure the same window ([`Curve::window_note`]).
 //!
 //! Time: `--duration` (default 60 s) is the whole run, layout included. The
 //! layout of a directory's test file takes at most a fifth of it; the rest is
@@ -206,6 +215,10 @@ pub struct Curve {
     pub timeline: Vec<f64>,
     /// Length of the sustained run, seconds.
     pub sustain_s: f64,
+    /// Length of each interval of `timeline`, seconds.
+    pub interval_s: f64,
+    /// Length of each sweep step, seconds.
+    pub step_s: f64,
     /// First and steady requests per second of the sustained run.
     pub rates: Option<FirstAndSteady>,
 }
@@ -257,6 +270,34 @@ impl Curve {
         } else {
             iops
         })
+    }
+
+    /// Seconds of the sustained run the steady rate covers: `(from, to)`.
+    pub fn steady_window_s(&self) -> Option<(f64, f64)> {
+        knee::steady_window_s(self.timeline.len(), self.interval_s)
+    }
+
+    /// Which window each of the curve's numbers covers, with the fio options
+    /// that measure the steady one (fio's `ramp_time` is left out of its
+    /// report); `None` without a knee or a sustained run.
+    pub fn window_note(&self) -> Option<String> {
+        let point = self.knee_point()?;
+        let (from_s, to_s) = self.steady_window_s()?;
+        let first_to_s = (self.timeline.len() / 5).max(1) as f64 * self.interval_s;
+        Some(format!(
+            "{}: the knee (depth {} × {}) is the whole {:.2} s sweep step; the steady rate is \
+             seconds {from_s:.2} to {to_s:.2} of the {:.2} s sustained run at the knee (fio: \
+             iodepth={} bs={} ramp_time={from_s:.2}s runtime={:.2}s), the first rate its \
+             seconds 0 to {first_to_s:.2}",
+            self.spec.name,
+            point.queue_depth,
+            report::short_bytes(point.request_bytes),
+            self.step_s,
+            self.sustain_s,
+            point.queue_depth,
+            point.request_bytes,
+            to_s - from_s,
+        ))
     }
 
     fn knee_record(&self) -> Option<Knee> {
@@ -424,13 +465,15 @@ fn measure_curve(
             break;
         }
     }
-    let knee = knee::knee_or_last(&points);
+    let knee = knee::knee_or_candidate(&points);
     let mut curve = Curve {
         spec,
         points,
         knee,
         timeline: Vec::new(),
         sustain_s: 0.0,
+        interval_s: 0.0,
+        step_s: step_time.as_secs_f64(),
         rates: None,
     };
     let Some(point) = curve.knee_point().copied() else {
@@ -446,6 +489,7 @@ fn measure_curve(
     };
     let result = prober.run(pattern, sustain, Some(interval), tick)?;
     curve.sustain_s = result.elapsed_s;
+    curve.interval_s = interval.as_secs_f64();
     curve.rates = knee::first_and_steady(&result.timeline_iops);
     curve.timeline = result.timeline_iops;
     Ok(curve)
@@ -486,6 +530,7 @@ fn build_profile(
         read_bandwidth: rate("sequential_read", uncalibrated.read_bandwidth, &mut notes),
         write_bandwidth: rate("sequential_write", uncalibrated.write_bandwidth, &mut notes),
     };
+    notes.extend(curves.iter().filter_map(Curve::window_note));
     for curve in curves {
         if let Some(rates) = curve.rates.filter(FirstAndSteady::throttled) {
             notes.push(format!(
@@ -655,6 +700,8 @@ mod tests {
             knee: None,
             timeline: Vec::new(),
             sustain_s: 0.0,
+            interval_s: 0.0,
+            step_s: 1.0,
             rates: None,
         }
     }
@@ -670,6 +717,38 @@ mod tests {
         // No lone-read point measured: no suggestion (the default applies).
         let none = random_read_curve(&[(2, 300.0)]);
         assert_eq!(latency_target_us(&none), None);
+    }
+
+    #[test]
+    fn the_window_note_gives_the_steady_seconds_and_fio_options_to_match() {
+        let mut curve = random_read_curve(&[(1, 100.0), (32, 400.0)]);
+        curve.knee = Some(1);
+        curve.step_s = 0.25;
+        curve.timeline = vec![32_000.0; 20];
+        curve.interval_s = 0.4;
+        curve.sustain_s = 8.0;
+        curve.rates = knee::first_and_steady(&curve.timeline);
+        assert_eq!(curve.steady_window_s(), Some((4.0, 8.0)));
+        let note = curve.window_note().expect("a knee and a sustained run");
+        assert!(
+            note.starts_with("random_read: the knee (depth 32 × 4 KiB)"),
+            "{note}"
+        );
+        assert!(note.contains("whole 0.25 s sweep step"), "{note}");
+        assert!(
+            note.contains("seconds 4.00 to 8.00 of the 8.00 s"),
+            "{note}"
+        );
+        assert!(
+            note.contains("iodepth=32 bs=4096 ramp_time=4.00s runtime=4.00s"),
+            "{note}"
+        );
+        assert!(note.contains("seconds 0 to 1.60"), "{note}");
+        let chart = report::terminal_chart(&curve);
+        assert!(chart.contains("(s 4.0-8.0 of 8.0)"), "{chart}");
+        // No sustained run: no window to name.
+        curve.timeline.clear();
+        assert_eq!(curve.window_note(), None);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! The terminal chart is one table per curve (depth, bytes in flight,
 //! throughput, p50, p99) with a bar per step scaled to the curve's best
 //! throughput and the knee marked, followed by a sparkline of the sustained run
-//! at the knee, whose first and second halves give the first and steady rates.
+//! at the knee, whose first fifth and second half give the first and steady
+//! rates (the steady window's seconds are printed beside it).
 //!
 //! The HTML page needs no network and no script: per curve, an inline SVG of
 //! latency (p50 and p99) against throughput, one point per step labelled with
@@ -98,9 +99,13 @@ pub fn terminal_chart(curve: &Curve) -> String {
     }
     if let Some(rates) = curve.rates {
         let scale = curve.sustain_scale();
+        let window = curve
+            .steady_window_s()
+            .map(|(from_s, to_s)| format!(" (s {from_s:.1}-{to_s:.1} of {:.1})", curve.sustain_s))
+            .unwrap_or_default();
         let _ = writeln!(
             text,
-            "  sustained at the knee: {}  first {} {unit}, steady {} {unit}{}",
+            "  sustained at the knee: {}  first {} {unit}, steady {} {unit}{window}{}",
             sparkline(&curve.timeline),
             short_number(rates.first * scale),
             short_number(rates.steady * scale),
@@ -291,6 +296,8 @@ mod tests {
             knee: Some(1),
             timeline: vec![18_000.0, 19_000.0],
             sustain_s: 2.0,
+            interval_s: 1.0,
+            step_s: 0.5,
             rates: None,
         };
         let svg = curve_svg(&curve);

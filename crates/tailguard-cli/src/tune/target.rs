@@ -12,13 +12,19 @@
 //! - An existing regular file: used in place and never removed. Only read
 //!   tests run, unless `--allow-write`, which overwrites its contents.
 //! - A block device: refused unless `--allow-device`, and refused while it or a
-//!   partition on it is mounted. Only read tests run, unless `--allow-write`,
-//!   which destroys the data on it.
+//!   partition on it is mounted or anything holds it, as bench does: it is
+//!   opened with `O_EXCL` ([`open_exclusive`]), which the kernel refuses while a
+//!   filesystem, LVM, RAID, swap or another program holds it, and that
+//!   descriptor is the one measured, so nobody can mount or claim the device
+//!   during the run. Only read tests run, unless `--allow-write`, which
+//!   destroys the data on it.
 //!
 //! Everything is opened with O_DIRECT; a filesystem that refuses it gets an
 //! error saying so, since tune measures the device, not the page cache.
 
-use crate::bench::target::{block_device_bytes, fill_random, interrupted, mount_of, Mount};
+use crate::bench::target::{
+    block_device_bytes, device_in_use, fill_random, interrupted, mount_of, open_exclusive, Mount,
+};
 use crate::bench::BenchError;
 use std::fs::File;
 use std::io;
@@ -154,7 +160,25 @@ fn open_error(path: &Path, error: &io::Error, creating: bool) -> BenchError {
 }
 
 fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<TestFile, BenchError> {
-    let file = open_direct(path, allow_write, false).map_err(|e| open_error(path, &e, false))?;
+    let opened = if kind == TargetKind::BlockDevice {
+        open_exclusive(path, allow_write, libc::O_DIRECT)
+    } else {
+        open_direct(path, allow_write, false)
+    };
+    let file = opened.map_err(|error| {
+        if kind == TargetKind::BlockDevice && error.raw_os_error() == Some(libc::EBUSY) {
+            device_in_use(
+                path,
+                if allow_write {
+                    "tune --allow-write would overwrite its data"
+                } else {
+                    "tune would measure it while something else uses it"
+                },
+            )
+        } else {
+            open_error(path, &error, false)
+        }
+    })?;
     let device = device::device_of(&file).map_err(|error| usage(error.to_string()))?;
     let alignment = device::direct_io_alignment(&file, &device);
     let end = match kind {

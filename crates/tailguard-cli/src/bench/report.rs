@@ -1,0 +1,449 @@
+//! Bench's results: the simulator's run report, with its time split named for
+//! what bench measures, and the scheduler's own split in `tailguard` mode.
+//!
+//! Bench fills the simulator's [`RunReport`] (so the HTML page, the histograms
+//! and the timeline are shared with `tailguard sim`), but two of its numbers
+//! mean something else on a real disk. In the simulator, `queue_wait_us_*` is
+//! the time a request spent in the scheduler's queue; bench cannot see that
+//! queue from outside, and measures instead how late its own driver handed a
+//! request to the mode after the request's intended start. So bench's JSON and
+//! table rename them ([`BenchClassJson`]):
+//!
+//! - `start_lateness_us_max`, `start_lateness_us_mean`: intended start to the
+//!   moment the driver handed the request to the mode (the simulator's
+//!   `queue_wait_us_max` and `queue_wait_us_mean` in the same run report);
+//! - `submit_to_completion_us_mean`: that hand-over to completion, scheduler
+//!   queue and device together (the simulator's `device_time_us_mean`);
+//! - `scheduler`: in `tailguard` mode, the scheduler's own per-class statistics
+//!   ([`SchedulerClassReport`]: its queue wait, device time and latency, each
+//!   as mean, p50, p99, p99.9 and max in µs, from the histograms of
+//!   [`tailguard::stats::ClassStats`], taken once the run has drained); `null`
+//!   in the kernel modes, which have no scheduler.
+//!
+//! Every other field is the simulator's, with its meaning (see
+//! [`tailguard_sim::report`]). The table ([`render_table`]) shows the same:
+//! `late max` for the driver's lateness, and `wait p99` and `dev p99` from the
+//! scheduler's statistics (`-` in the kernel modes).
+
+use serde::Serialize;
+use std::fmt::Write as _;
+use tailguard::stats::{ClassStats, LatencyHistogram};
+use tailguard::StatsSnapshot;
+use tailguard_sim::report::{
+    human_duration, ClassReport, LatencyUs, Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
+};
+
+/// A summary of one histogram of times, in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct TimeSummaryUs {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl TimeSummaryUs {
+    /// Summarises a histogram of nanoseconds (all zero when it is empty).
+    pub fn of(histogram: &LatencyHistogram) -> Self {
+        if histogram.is_empty() {
+            return Self::default();
+        }
+        // Microseconds to three decimals (whole nanoseconds).
+        let us = |nanoseconds: f64| nanoseconds.round() / 1e3;
+        let at = |quantile: f64| us(histogram.value_at_quantile(quantile) as f64);
+        Self {
+            mean: us(histogram.mean()),
+            p50: at(0.5),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: us(histogram.max() as f64),
+        }
+    }
+}
+
+/// The scheduler's own statistics for one class (`tailguard` mode).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SchedulerClassReport {
+    /// Requests the scheduler completed for the class.
+    pub ops: u64,
+    /// Of those, requests that failed.
+    pub errors: u64,
+    /// Enqueue in the scheduler to the dispatch of the request's last piece.
+    pub queue_wait_us: TimeSummaryUs,
+    /// That dispatch to completion: the device's part.
+    pub device_time_us: TimeSummaryUs,
+    /// Submission to the scheduler to completion.
+    pub latency_us: TimeSummaryUs,
+}
+
+impl SchedulerClassReport {
+    /// From the class's statistics in a snapshot.
+    pub fn of(stats: &ClassStats) -> Self {
+        Self {
+            ops: stats.ops,
+            errors: stats.errors,
+            queue_wait_us: TimeSummaryUs::of(&stats.queue_wait_ns),
+            device_time_us: TimeSummaryUs::of(&stats.device_time_ns),
+            latency_us: TimeSummaryUs::of(&stats.latency_ns),
+        }
+    }
+}
+
+/// One run of one mode: the report, and per class row the scheduler's
+/// statistics (`None` outside `tailguard` mode).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchRun {
+    /// What the driver measured.
+    pub report: RunReport,
+    /// Aligned with `report.classes`.
+    pub scheduler: Vec<Option<SchedulerClassReport>>,
+}
+
+impl BenchRun {
+    /// Pairs each class row with its class in `stats` (by name).
+    pub fn new(report: RunReport, stats: Option<&StatsSnapshot>) -> Self {
+        let scheduler = report
+            .classes
+            .iter()
+            .map(|row| {
+                stats
+                    .and_then(|stats| stats.class(&row.name))
+                    .map(SchedulerClassReport::of)
+            })
+            .collect();
+        Self { report, scheduler }
+    }
+}
+
+/// One run in bench's JSON: the run report's fields, classes as
+/// [`BenchClassJson`].
+#[derive(Serialize)]
+pub struct BenchRunJson<'a> {
+    /// The mode.
+    pub policy: &'a str,
+    /// The seed.
+    pub seed: u64,
+    /// Seconds of the run.
+    pub duration_s: f64,
+    /// Per (class, device) pair.
+    pub classes: Vec<BenchClassJson<'a>>,
+}
+
+/// One class in bench's JSON; see the module docs for the renamed fields.
+#[derive(Serialize)]
+pub struct BenchClassJson<'a> {
+    /// The class.
+    pub name: &'a str,
+    /// The device.
+    pub device: &'a str,
+    /// Requests completed.
+    pub ops: u64,
+    /// Bytes completed.
+    pub bytes: u64,
+    /// Requests per second over the active window.
+    pub iops: f64,
+    /// 10^6 bytes per second over the active window.
+    pub mb_per_s: f64,
+    /// Latency from the intended start.
+    pub latency_us: &'a LatencyUs,
+    /// Lowest completions per second over 0.5 s windows.
+    pub worst_500ms_iops: Option<f64>,
+    /// Longest time from intended start to the hand-over to the mode.
+    pub start_lateness_us_max: f64,
+    /// Mean of the same.
+    pub start_lateness_us_mean: f64,
+    /// Mean time from the hand-over to completion.
+    pub submit_to_completion_us_mean: f64,
+    /// The scheduler's statistics (`tailguard` mode), else `null`.
+    pub scheduler: Option<&'a SchedulerClassReport>,
+    /// Requests submitted.
+    pub submitted: u64,
+    /// Requests unfinished at the end.
+    pub outstanding: u64,
+    /// First submission.
+    pub first_submit_s: f64,
+    /// Last completion.
+    pub last_completion_s: f64,
+    /// Per second of the run.
+    pub timeline: &'a [TimelineSecond],
+    /// Latency histogram in power-of-two microsecond buckets.
+    pub latency_log2_us: &'a [Log2Bucket],
+    /// Latency at each of the simulator's curve percentiles.
+    pub latency_curve_us: &'a [PercentilePoint],
+}
+
+impl<'a> BenchClassJson<'a> {
+    fn new(row: &'a ClassReport, scheduler: Option<&'a SchedulerClassReport>) -> Self {
+        Self {
+            name: &row.name,
+            device: &row.device,
+            ops: row.ops,
+            bytes: row.bytes,
+            iops: row.iops,
+            mb_per_s: row.mb_per_s,
+            latency_us: &row.latency_us,
+            worst_500ms_iops: row.worst_500ms_iops,
+            start_lateness_us_max: row.queue_wait_us_max,
+            start_lateness_us_mean: row.queue_wait_us_mean,
+            submit_to_completion_us_mean: row.device_time_us_mean,
+            scheduler,
+            submitted: row.submitted,
+            outstanding: row.outstanding,
+            first_submit_s: row.first_submit_s,
+            last_completion_s: row.last_completion_s,
+            timeline: &row.timeline,
+            latency_log2_us: &row.latency_log2_us,
+            latency_curve_us: &row.latency_curve_us,
+        }
+    }
+}
+
+impl<'a> BenchRunJson<'a> {
+    /// The JSON view of a run.
+    pub fn new(run: &'a BenchRun) -> Self {
+        Self {
+            policy: &run.report.policy,
+            seed: run.report.seed,
+            duration_s: run.report.duration_s,
+            classes: run
+                .report
+                .classes
+                .iter()
+                .zip(&run.scheduler)
+                .map(|(row, scheduler)| BenchClassJson::new(row, scheduler.as_ref()))
+                .collect(),
+        }
+    }
+}
+
+/// The runs as a pretty-printed JSON array.
+pub fn to_json(runs: &[BenchRun]) -> serde_json::Result<String> {
+    let views: Vec<BenchRunJson> = runs.iter().map(BenchRunJson::new).collect();
+    serde_json::to_string_pretty(&views)
+}
+
+const GROUP_COLUMNS: [&str; 11] = [
+    "IOPS",
+    "MB/s",
+    "p50",
+    "p99",
+    "p99.9",
+    "p99.99",
+    "max",
+    "worst0.5s",
+    "late max",
+    "wait p99",
+    "dev p99",
+];
+const COLUMN_WIDTH: usize = 9;
+
+fn group_cells(row: Option<(&ClassReport, Option<&SchedulerClassReport>)>) -> Vec<String> {
+    let Some((row, scheduler)) = row else {
+        return vec!["-".into(); GROUP_COLUMNS.len()];
+    };
+    let scheduler_cell = |value: fn(&SchedulerClassReport) -> f64| {
+        scheduler.map_or_else(|| "-".into(), |report| human_duration(value(report)))
+    };
+    vec![
+        format!("{:.0}", row.iops),
+        format!("{:.1}", row.mb_per_s),
+        human_duration(row.latency_us.p50),
+        human_duration(row.latency_us.p99),
+        human_duration(row.latency_us.p999),
+        human_duration(row.latency_us.p9999),
+        human_duration(row.latency_us.max),
+        row.worst_500ms_iops
+            .map_or_else(|| "-".into(), |iops| format!("{iops:.0}")),
+        human_duration(row.queue_wait_us_max),
+        scheduler_cell(|report| report.queue_wait_us.p99),
+        scheduler_cell(|report| report.device_time_us.p99),
+    ]
+}
+
+/// The row of a class on a device in one run, with its scheduler statistics.
+fn row_of<'a>(
+    run: &'a BenchRun,
+    class: &str,
+    device: &str,
+) -> Option<(&'a ClassReport, Option<&'a SchedulerClassReport>)> {
+    run.report
+        .classes
+        .iter()
+        .zip(&run.scheduler)
+        .find(|(row, _)| row.name == class && row.device == device)
+        .map(|(row, scheduler)| (row, scheduler.as_ref()))
+}
+
+/// The per-class table, one column group per run (the simulator's table with
+/// bench's columns: see the module docs).
+pub fn render_table(runs: &[BenchRun]) -> String {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for run in runs {
+        for row in &run.report.classes {
+            let key = (row.name.clone(), row.device.clone());
+            if !rows.contains(&key) {
+                rows.push(key);
+            }
+        }
+    }
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|(class, device)| format!("{class}@{device}"))
+        .collect();
+    let label_width = labels
+        .iter()
+        .map(|label| label.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    let group_width = GROUP_COLUMNS.len() * (COLUMN_WIDTH + 1);
+    let mut out = String::new();
+    let _ = write!(out, "{:label_width$} ", "");
+    for run in runs {
+        let title = format!("── {} ", run.report.policy);
+        let _ = write!(out, "│{title:─<group_width$}");
+    }
+    out.push('\n');
+    let _ = write!(out, "{:label_width$} ", "class");
+    for _ in runs {
+        out.push('│');
+        for column in GROUP_COLUMNS {
+            let _ = write!(out, "{column:>COLUMN_WIDTH$} ");
+        }
+    }
+    out.push('\n');
+    for ((class, device), label) in rows.iter().zip(&labels) {
+        let _ = write!(out, "{label:label_width$} ");
+        for run in runs {
+            out.push('│');
+            for cell in group_cells(row_of(run, class, device)) {
+                let _ = write!(out, "{cell:>COLUMN_WIDTH$} ");
+            }
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "late max: longest time from a request's intended start to its hand-over to the mode \
+         (the driver's lateness); wait p99, dev p99: the scheduler's queue wait and device \
+         time (tailguard mode only)\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailguard_sim::report::ClassAccumulator;
+
+    /// A class row: one request intended at 0, handed over at 30 µs,
+    /// completed at 130 µs.
+    fn row(name: &str) -> ClassReport {
+        let mut accumulator =
+            ClassAccumulator::new(name.into(), "vda".into(), 1_000_000).starting_at(0);
+        accumulator.on_submit(30_000);
+        accumulator.on_complete(130_000, 0, 30_000, 4096);
+        accumulator.finish()
+    }
+
+    fn histogram(values_ns: &[u64]) -> LatencyHistogram {
+        let mut histogram = LatencyHistogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        for &value in values_ns {
+            histogram.record(value).unwrap();
+        }
+        histogram
+    }
+
+    fn snapshot() -> StatsSnapshot {
+        StatsSnapshot {
+            backend: tailguard::BackendKind::IoUring,
+            devices: Vec::new(),
+            classes: vec![ClassStats {
+                name: "reads".into(),
+                shares: 100,
+                ops: 2,
+                bytes: 8192,
+                errors: 0,
+                // Below 2048 ns the histograms are exact.
+                queue_wait_ns: histogram(&[1_000, 2_000]),
+                device_time_ns: histogram(&[700, 1_000]),
+                latency_ns: histogram(&[800, 1_200]),
+            }],
+        }
+    }
+
+    fn run(policy: &str, stats: Option<&StatsSnapshot>) -> BenchRun {
+        BenchRun::new(
+            RunReport {
+                policy: policy.into(),
+                seed: 1,
+                duration_s: 1.0,
+                classes: vec![row("reads"), row("writes")],
+            },
+            stats,
+        )
+    }
+
+    #[test]
+    fn the_json_renames_the_drivers_split_and_adds_the_schedulers() {
+        let stats = snapshot();
+        let runs = [run("tailguard", Some(&stats)), run("kernel-direct", None)];
+        let json: serde_json::Value = serde_json::from_str(&to_json(&runs).unwrap()).unwrap();
+        let reads = &json[0]["classes"][0];
+        assert_eq!(reads["start_lateness_us_max"], 30.0);
+        assert_eq!(reads["start_lateness_us_mean"], 30.0);
+        assert_eq!(reads["submit_to_completion_us_mean"], 100.0);
+        let scheduler = &reads["scheduler"];
+        assert_eq!(scheduler["ops"], 2);
+        assert_eq!(scheduler["queue_wait_us"]["mean"], 1.5);
+        assert_eq!(scheduler["queue_wait_us"]["max"], 2.0);
+        assert_eq!(scheduler["device_time_us"]["p50"], 0.7);
+        assert_eq!(scheduler["latency_us"]["p99"], 1.2);
+        // A class the scheduler has no statistics for, and a kernel mode.
+        assert!(json[0]["classes"][1]["scheduler"].is_null());
+        assert!(json[1]["classes"][0]["scheduler"].is_null());
+        assert_eq!(json[1]["policy"], "kernel-direct");
+    }
+
+    #[test]
+    fn the_json_keeps_every_other_field_of_the_simulators() {
+        let sim = serde_json::to_value(row("reads")).unwrap();
+        let bench = serde_json::to_value(BenchClassJson::new(&row("reads"), None)).unwrap();
+        let renamed = [
+            "queue_wait_us_max",
+            "queue_wait_us_mean",
+            "device_time_us_mean",
+        ];
+        for (key, value) in sim.as_object().unwrap() {
+            if renamed.contains(&key.as_str()) {
+                assert!(bench.get(key).is_none(), "{key} is still there");
+            } else {
+                assert_eq!(bench.get(key), Some(value), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_names_lateness_and_shows_the_schedulers_times_where_there_are_some() {
+        let stats = snapshot();
+        let table = render_table(&[run("tailguard", Some(&stats)), run("kernel-direct", None)]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].contains("── tailguard") && lines[0].contains("── kernel-direct"));
+        assert_eq!(lines[1].matches("late max").count(), 2, "{table}");
+        assert!(!table.contains("wait max"), "{table}");
+        let reads: Vec<&str> = lines[2].split('│').collect();
+        assert!(reads[0].starts_with("reads@vda"), "{table}");
+        let cells =
+            |group: &str| -> Vec<String> { group.split_whitespace().map(str::to_string).collect() };
+        // tailguard: late max 30 µs, wait p99 2 µs, dev p99 1 µs.
+        assert_eq!(cells(reads[1])[8..], ["30µs", "2µs", "1µs"], "{table}");
+        // kernel-direct: no scheduler.
+        assert_eq!(cells(reads[2])[8..], ["30µs", "-", "-"], "{table}");
+        assert!(table.contains("the driver's lateness"), "{table}");
+    }
+}
