@@ -873,3 +873,61 @@ fn nop_rate() {
         );
     });
 }
+
+#[test]
+#[ignore = "benchmark: run by hand, prints page-cache read rates with and without registered files"]
+fn cached_read_rate_registered_or_not() {
+    // 4 KiB reads of a 1 MiB file in the page cache (no O_DIRECT, so no
+    // device is involved): the CPU cost per op of a plain descriptor against
+    // a registered one, alternating rounds of one second each.
+    const BATCH: usize = 32;
+    on_watched_thread(|| {
+        let path = std::env::temp_dir().join(format!("tailguard-cached-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 1 << 20]).expect("a scratch file");
+        let file = std::fs::File::open(&path).expect("open");
+        let fd = file.as_raw_fd();
+        let options = UringOptions {
+            file_slots: 4,
+            ..UringOptions::default()
+        };
+        let Some(mut ring) = open_uring(64, options) else {
+            return;
+        };
+        let buffers = AlignedBuffer::zeroed(BLOCK * BATCH);
+        for round in 0..6 {
+            let registered = round % 2 == 1 && ring.register_file(fd);
+            let mut results = Vec::with_capacity(BATCH);
+            let (start, mut completed) = (Instant::now(), 0u64);
+            while start.elapsed() < Duration::from_secs(1) {
+                for index in 0..BATCH {
+                    let op = Op {
+                        user_data: index as u64,
+                        fd,
+                        kind: OpKind::Read,
+                        buffer: buffers.block(index, BLOCK),
+                        length: BLOCK as u32,
+                        offset: ((completed as usize + index) % 256 * BLOCK) as u64,
+                    };
+                    // SAFETY: `buffers` outlives every op: all are reaped
+                    // before the next batch and before it is dropped.
+                    unsafe { ring.push(op) }.expect("the batch fits");
+                }
+                while ring.in_flight() > 0 {
+                    ring.submit(true).expect("submit and wait");
+                    results.clear();
+                    ring.reap(&mut results);
+                    assert!(results.iter().all(|result| result.result == BLOCK as i32));
+                    completed += results.len() as u64;
+                }
+            }
+            ring.unregister_file(fd);
+            let seconds = start.elapsed().as_secs_f64();
+            println!(
+                "{}: {:.0} reads/s ({completed} in {seconds:.2} s, batches of {BATCH})",
+                if registered { "registered" } else { "plain" },
+                completed as f64 / seconds
+            );
+        }
+        let _ = std::fs::remove_file(&path);
+    });
+}
