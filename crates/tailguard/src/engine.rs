@@ -81,7 +81,7 @@
 //! still be writing into them.
 
 use crate::backend::EngineWaker;
-use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult};
+use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult, MAX_REGISTERED_FD};
 use crate::buffer::AlignedBuffer;
 use crate::completion::Responder;
 use crate::completion::{Driver, Parker};
@@ -289,7 +289,8 @@ struct TrackedFile {
 /// files" in the module docs.
 #[derive(Default)]
 struct FileRegistry {
-    /// Indexed by descriptor number (small dense integers).
+    /// Indexed by descriptor number (small dense integers; none from
+    /// [`MAX_REGISTERED_FD`] up, which are not tracked).
     by_fd: Vec<Option<TrackedFile>>,
     /// The descriptor numbers with an entry, for sweeps.
     tracked: Vec<RawFd>,
@@ -318,7 +319,7 @@ impl FileRegistry {
     /// Takes `fd`'s entry out if its file is closed (leaving `tracked` to the
     /// caller); returns whether it was registered.
     fn take_if_closed(&mut self, fd: RawFd) -> Option<bool> {
-        let entry = self.entry(fd);
+        let entry = self.by_fd.get_mut(usize::try_from(fd).ok()?)?;
         if entry.as_ref()?.file.strong_count() > 0 {
             return None;
         }
@@ -804,7 +805,7 @@ impl Engine {
             return;
         };
         let fd = file.as_raw_fd();
-        if files.is_current(fd, file) {
+        if fd >= MAX_REGISTERED_FD || files.is_current(fd, file) {
             return;
         }
         // Another file had this descriptor number: it is closed (an open

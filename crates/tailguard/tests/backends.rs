@@ -635,6 +635,10 @@ fn registered_files_carry_data_and_a_full_table_falls_back_to_descriptors() {
         let registered: Vec<_> = fds.iter().map(|&fd| ring.register_file(fd)).collect();
         assert_eq!(registered, [true, true, false], "two slots, three files");
         assert!(ring.register_file(fds[0]), "registering twice is harmless");
+        assert!(
+            !ring.register_file(tailguard::backend::MAX_REGISTERED_FD),
+            "descriptors past the bound are never registered"
+        );
         let seen = registered_paths();
         println!("registered, as the kernel lists them: {seen:?}");
         if let Some(seen) = seen {

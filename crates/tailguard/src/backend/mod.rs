@@ -152,9 +152,9 @@ pub trait Backend: Send {
 
     /// Registers `fd` so that later ops on it are cheaper (io_uring: a slot of
     /// the ring's registered-file table). Returns whether it is registered;
-    /// false (no table, a full one, or a refusal, logged once by the backend)
-    /// leaves ops on `fd` on the plain descriptor, which always works. The
-    /// default registers nothing.
+    /// false (no table, a full one, a descriptor from [`MAX_REGISTERED_FD`]
+    /// up, or a refusal, logged once by the backend) leaves ops on `fd` on the
+    /// plain descriptor, which always works. The default registers nothing.
     ///
     /// Between this call and [`Backend::unregister_file`], `fd` must stay open
     /// on the same file: ops that name `fd` go to the registered file, whatever
@@ -178,6 +178,12 @@ pub trait Backend: Send {
 /// `RLIMIT_NOFILE` soft limit lets a process open; a process with more open
 /// files than slots sends the rest through plain descriptors.
 pub const DEFAULT_FILE_SLOTS: u32 = 1024;
+
+/// Descriptors from this number up are never registered (their ops use the
+/// plain descriptor): the backend and the engine index their bookkeeping by
+/// descriptor number, and this bounds it (a few hundred KiB at most) for a
+/// process whose files sit above many sockets.
+pub const MAX_REGISTERED_FD: RawFd = 1 << 16;
 
 /// What [`open_backend_with`] sets up beyond [`BackendConfig`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

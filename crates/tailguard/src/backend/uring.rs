@@ -111,7 +111,7 @@
 //! its buffer and the eventfd are declared after the ring in [`Uring`] and are
 //! therefore dropped after it.
 
-use super::{Backend, BackendKind, EngineWaker, Op, OpKind, OpResult};
+use super::{Backend, BackendKind, EngineWaker, Op, OpKind, OpResult, MAX_REGISTERED_FD};
 use io_uring::{opcode, types, EnterFlags, IoUring};
 use std::cell::UnsafeCell;
 use std::io;
@@ -212,8 +212,9 @@ const NO_SLOT: u32 = u32::MAX;
 #[derive(Debug)]
 pub struct FileSlots {
     /// The slot of each descriptor, indexed by descriptor ([`NO_SLOT`]: none).
-    /// Descriptors are small dense integers, so this stays short, and a lookup
-    /// on every op is one bounds check and one load.
+    /// Descriptors are small dense integers (and [`Uring`] registers none from
+    /// [`MAX_REGISTERED_FD`] up), so this stays short, and a lookup on every op
+    /// is one bounds check and one load.
     by_fd: Vec<u32>,
     /// Freed slots, reused first.
     free: Vec<u32>,
@@ -780,7 +781,7 @@ impl Backend for Uring {
     /// Installs `fd` in a free slot of the ring's table; see "Registered
     /// files" in the module docs for when it declines.
     fn register_file(&mut self, fd: RawFd) -> bool {
-        if !self.files.enabled || fd < 0 {
+        if !self.files.enabled || !(0..MAX_REGISTERED_FD).contains(&fd) {
             return false;
         }
         self.files.slots.slot_of(fd).is_some() || self.install_file(fd)
