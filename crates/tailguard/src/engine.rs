@@ -44,6 +44,32 @@
 //! helpers off (`SchedulerBuilder::waiters_run_engine(false)`), the engine
 //! thread alone runs the loop and the ring keeps those features.
 //!
+//! # Registered files
+//!
+//! Where the backend has a registered-file table
+//! ([`Backend::registers_files`]: io_uring, unless turned off with
+//! `SchedulerBuilder::registered_files(0)` or refused by the kernel), the
+//! engine registers each file the first time a request on it arrives, and its
+//! ops then name the file's slot instead of its descriptor. Files are told
+//! apart by their `Arc` (a weak handle keeps the allocation, and so the
+//! identity, from being reused), not by descriptor number, which the process
+//! reuses once a file is closed. The registration holds a kernel reference to
+//! the file, so the engine gives it up ([`Backend::unregister_file`]) as soon
+//! as it sees the file closed, which by construction is never while it holds a
+//! request on it (each request holds the file's `Arc`):
+//!
+//! - when it finishes a request that held the file's last reference;
+//! - when a request arrives on a new file under a descriptor number that a
+//!   closed registered file had (before any op on it is pushed);
+//! - in a sweep over its registered files, at most once per
+//!   [`FILE_SWEEP_INTERVAL_NS`] while requests arrive, and before the engine
+//!   thread parks.
+//!
+//! A file its owner closes while the engine holds no request on it therefore
+//! stays open in the kernel (its flock held, its blocks allocated if deleted)
+//! until the engine's next activity: the next request to this scheduler, a
+//! sweep, or shutdown, which closes the ring.
+//!
 //! Shutdown closes the handoff, then keeps looping until every dispatcher is idle
 //! and the backend has nothing in flight: everything accepted is completed,
 //! nothing is dropped, and the thread exits only when the kernel is done.
@@ -55,7 +81,7 @@
 //! still be writing into them.
 
 use crate::backend::EngineWaker;
-use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult};
+use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult, MAX_REGISTERED_FD};
 use crate::buffer::AlignedBuffer;
 use crate::completion::Responder;
 use crate::completion::{Driver, Parker};
@@ -65,8 +91,8 @@ use crate::handoff::Wake;
 use crate::stats::{self, ClassStats, DeviceStats, StatsSnapshot};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::Instant;
 use tailguard_core::{
     AdaptiveBudget, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
@@ -75,6 +101,12 @@ use tailguard_core::{
 
 /// The `tracing` target of budget changes ([`ControllerChoice::Adaptive`]).
 pub const CONTROLLER_TARGET: &str = "tailguard::controller";
+
+/// How often, at most, the engine looks for registered files whose owners
+/// closed them (see "Registered files" in the module docs): 1 ms bounds how
+/// long a busy engine keeps a closed file open in the kernel, at a cost of one
+/// atomic load per registered file per sweep.
+pub const FILE_SWEEP_INTERVAL_NS: Nanos = 1_000_000;
 
 /// Which policy sizes each device's in-flight budget.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -245,6 +277,56 @@ impl<T> Slab<T> {
     }
 }
 
+/// A file the engine has seen, under its descriptor number.
+struct TrackedFile {
+    /// The file's identity; dead once its owner and every request let go.
+    file: Weak<File>,
+    /// Whether the backend registered it (false: full table, or refused).
+    registered: bool,
+}
+
+/// The files the engine has seen, by descriptor number; see "Registered
+/// files" in the module docs.
+#[derive(Default)]
+struct FileRegistry {
+    /// Indexed by descriptor number (small dense integers; none from
+    /// [`MAX_REGISTERED_FD`] up, which are not tracked).
+    by_fd: Vec<Option<TrackedFile>>,
+    /// The descriptor numbers with an entry, for sweeps.
+    tracked: Vec<RawFd>,
+    /// When the last sweep ran.
+    last_sweep_ns: Nanos,
+}
+
+impl FileRegistry {
+    fn entry(&mut self, fd: RawFd) -> &mut Option<TrackedFile> {
+        let index = usize::try_from(fd).expect("an open file has a descriptor");
+        if self.by_fd.len() <= index {
+            self.by_fd.resize_with(index + 1, || None);
+        }
+        &mut self.by_fd[index]
+    }
+
+    /// Whether `fd`'s entry is `file`.
+    fn is_current(&self, fd: RawFd, file: &Arc<File>) -> bool {
+        usize::try_from(fd)
+            .ok()
+            .and_then(|index| self.by_fd.get(index))
+            .and_then(Option::as_ref)
+            .is_some_and(|tracked| std::ptr::eq(tracked.file.as_ptr(), Arc::as_ptr(file)))
+    }
+
+    /// Takes `fd`'s entry out if its file is closed (leaving `tracked` to the
+    /// caller); returns whether it was registered.
+    fn take_if_closed(&mut self, fd: RawFd) -> Option<bool> {
+        let entry = self.by_fd.get_mut(usize::try_from(fd).ok()?)?;
+        if entry.as_ref()?.file.strong_count() > 0 {
+            return None;
+        }
+        entry.take().map(|tracked| tracked.registered)
+    }
+}
+
 /// The engine's state; runs on its own thread.
 pub(crate) struct Engine {
     /// Submit each op as it is pushed instead of once per turn.
@@ -268,6 +350,8 @@ pub(crate) struct Engine {
     dispatched: Vec<DispatchedPiece>,
     ops: Vec<Op>,
     completions: Vec<OpResult>,
+    /// `None` where the backend registers no files.
+    files: Option<FileRegistry>,
 }
 
 impl Engine {
@@ -282,7 +366,6 @@ impl Engine {
             unsubmitted: false,
             backend_kind: backend.kind(),
             controller,
-            backend,
             handoff,
             epoch: Instant::now(),
             devices: Vec::new(),
@@ -295,6 +378,8 @@ impl Engine {
             dispatched: Vec::new(),
             ops: Vec::new(),
             completions: Vec::new(),
+            files: backend.registers_files().then(FileRegistry::default),
+            backend,
         }
     }
 
@@ -342,6 +427,11 @@ impl Engine {
         self.handoff.take_all(&mut inbox);
         // One clock read per batch: the batch was taken at one instant.
         let now = if inbox.is_empty() { 0 } else { self.now() };
+        if let Some(files) = &self.files {
+            if now.saturating_sub(files.last_sweep_ns) >= FILE_SWEEP_INTERVAL_NS {
+                self.sweep_closed_files(now);
+            }
+        }
         for message in inbox.drain(..) {
             self.handle(now, message);
         }
@@ -436,6 +526,9 @@ impl Engine {
     }
 
     fn enqueue(&mut self, now: Nanos, message: Box<IoMessage>) {
+        if let Some(file) = &message.file {
+            self.track_file(file);
+        }
         let device_slot = self
             .device_ids
             .iter()
@@ -688,6 +781,7 @@ impl Engine {
             now.saturating_sub(record.submitted_ns),
         );
         let mut message = message;
+        let file = message.file.take();
         match message.reply {
             Reply::Data(responder) => {
                 let buffer = message.buffer.take().expect("data requests carry a buffer");
@@ -695,6 +789,75 @@ impl Engine {
             }
             Reply::Unit(responder) => {
                 responder.send(result.map(|_| ()));
+            }
+        }
+        if let Some(file) = file {
+            let fd = file.as_raw_fd();
+            drop(file);
+            self.release_if_closed(fd);
+        }
+    }
+
+    /// Registers `file` with the backend the first time a request on it
+    /// arrives; see "Registered files" in the module docs.
+    fn track_file(&mut self, file: &Arc<File>) {
+        let Some(files) = &mut self.files else {
+            return;
+        };
+        let fd = file.as_raw_fd();
+        if fd >= MAX_REGISTERED_FD || files.is_current(fd, file) {
+            return;
+        }
+        // Another file had this descriptor number: it is closed (an open
+        // file's number is not reused), so give up its registration before
+        // an op on the new one can be pushed under the same number.
+        match files.entry(fd).take() {
+            Some(stale) => {
+                debug_assert_eq!(stale.file.strong_count(), 0, "descriptor {fd} reused");
+                if stale.registered {
+                    self.backend.unregister_file(fd);
+                }
+            }
+            None => files.tracked.push(fd),
+        }
+        let registered = self.backend.register_file(fd);
+        *files.entry(fd) = Some(TrackedFile {
+            file: Arc::downgrade(file),
+            registered,
+        });
+    }
+
+    /// Gives up `fd`'s registration if its file is closed.
+    fn release_if_closed(&mut self, fd: RawFd) {
+        let Some(files) = &mut self.files else {
+            return;
+        };
+        let Some(registered) = files.take_if_closed(fd) else {
+            return;
+        };
+        files.tracked.retain(|&other| other != fd);
+        if registered {
+            self.backend.unregister_file(fd);
+        }
+    }
+
+    /// Gives up the registration of every file closed since the last sweep.
+    fn sweep_closed_files(&mut self, now: Nanos) {
+        let Some(files) = &mut self.files else {
+            return;
+        };
+        files.last_sweep_ns = now;
+        let mut index = 0;
+        while index < files.tracked.len() {
+            let fd = files.tracked[index];
+            match files.take_if_closed(fd) {
+                None => index += 1,
+                Some(registered) => {
+                    files.tracked.swap_remove(index);
+                    if registered {
+                        self.backend.unregister_file(fd);
+                    }
+                }
             }
         }
     }
@@ -838,8 +1001,13 @@ impl Shared {
                 if engine.finished() {
                     break true;
                 }
-                if engine.drained() && self.handoff.try_park() {
-                    break false;
+                if engine.drained() {
+                    // Parked, the engine would not see files closed meanwhile
+                    // until its next request: release those closed already.
+                    engine.sweep_closed_files(engine.now());
+                    if self.handoff.try_park() {
+                        break false;
+                    }
                 }
             };
             if finished {

@@ -17,7 +17,7 @@
 //! buffer, length or offset names the alignment the device needs; a filesystem that
 //! refuses O_DIRECT says so and how to open the file instead.
 
-use crate::backend::{self, BackendChoice, BackendConfig, BackendKind};
+use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, BackendOptions};
 use crate::buffer::{check_alignment, AlignedBuffer};
 use crate::completion::{Driver, IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
@@ -53,6 +53,7 @@ pub struct SchedulerBuilder {
     controller: ControllerChoice,
     waiters_run_engine: bool,
     eager_submit: bool,
+    registered_files: u32,
 }
 
 impl Default for SchedulerBuilder {
@@ -67,6 +68,7 @@ impl Default for SchedulerBuilder {
             controller: ControllerChoice::Fixed,
             waiters_run_engine: true,
             eager_submit: true,
+            registered_files: backend::DEFAULT_FILE_SLOTS,
         }
     }
 }
@@ -146,6 +148,19 @@ impl SchedulerBuilder {
         self
     }
 
+    /// How many files the engine registers with the io_uring ring (default
+    /// [`backend::DEFAULT_FILE_SLOTS`]; 0 turns registered files off, as does
+    /// `TAILGUARD_REGISTERED_FILES=off`). Ops on a registered file skip the
+    /// kernel's descriptor lookup; files beyond the table, and every file where
+    /// the kernel refuses the table (older than 5.19), use plain descriptors.
+    /// A registered file that its owner closes stays open in the kernel until
+    /// the engine's next activity (see "Registered files" in
+    /// [`crate::engine`]). The thread pool ignores it.
+    pub fn registered_files(mut self, slots: u32) -> Self {
+        self.registered_files = slots;
+        self
+    }
+
     /// Starts the engine thread.
     pub fn build(self) -> io::Result<Scheduler> {
         for (device, profile) in &self.profiles {
@@ -162,6 +177,9 @@ impl SchedulerBuilder {
             threads: self.threads,
             shared_ring: helpers,
         };
+        let options = BackendOptions {
+            file_slots: self.registered_files,
+        };
         let controller = self.controller;
         let eager_submit = self.eager_submit;
         let thread = std::thread::Builder::new()
@@ -169,7 +187,7 @@ impl SchedulerBuilder {
             .spawn(move || {
                 // The backend is created on the engine thread: an io_uring ring
                 // set up with SINGLE_ISSUER must be used by the thread that made it.
-                match backend::open_backend(config) {
+                match backend::open_backend_with(config, options) {
                     Ok(backend) => {
                         let shared = Shared::new(
                             Engine::new(backend, handoff, controller, eager_submit),

@@ -1,6 +1,7 @@
 //! Both backends against the `Backend` contract: O_DIRECT writes and reads in one
 //! batch, nops, errors as `-errno`, wake-ups, a full queue, and the `auto`
-//! fallback. Every test runs on its own thread with a watchdog, so a hang fails
+//! fallback; io_uring's registered files (a full table, unregistering with ops
+//! in flight, a kernel that refuses them). Every test runs on its own thread with a watchdog, so a hang fails
 //! instead of blocking the run; backends are created on the thread that uses
 //! them (the io_uring ring may be single-issuer).
 
@@ -14,8 +15,9 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use tailguard::backend::threads::ThreadPool;
-use tailguard::backend::uring::Uring;
+use tailguard::backend::uring::{FileTableCall, Uring, UringOptions};
 use tailguard::backend::{
     auto, refusal_reason, Backend, BackendChoice, BackendConfig, BackendKind, Op, OpKind, OpResult,
 };
@@ -515,6 +517,330 @@ fn auto_falls_back_to_threads_when_io_uring_is_forbidden() {
     check_results(&results, &[(1, 0)].into());
 }
 
+/// Opens an io_uring ring with `options`, or `None` (printed) where io_uring
+/// is refused here.
+fn open_uring(depth: u32, options: UringOptions) -> Option<Uring> {
+    match Uring::with_options(depth, options) {
+        Ok(ring) => Some(ring),
+        Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+            println!("skipping io_uring: {} ({error})", refusal_reason(&error));
+            None
+        }
+        Err(error) => panic!("io_uring setup failed: {error}"),
+    }
+}
+
+/// Runs `test` on a fresh thread with the watchdog, like [`for_each_backend`].
+fn on_watched_thread(test: impl FnOnce() + Send + 'static) {
+    let (done, finished) = mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(WATCHDOG) {
+        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = runner.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung"),
+    }
+}
+
+/// The files registered with any io_uring ring of this process, by path, as
+/// the kernel lists them in each ring's `/proc/self/fdinfo` ("UserFiles").
+/// `None` where that listing is not readable here.
+fn registered_paths() -> Option<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    let mut rings = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
+        let is_ring = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().contains("io_uring"));
+        if !is_ring {
+            continue;
+        }
+        let Ok(info) =
+            std::fs::read_to_string(PathBuf::from("/proc/self/fdinfo").join(entry.file_name()))
+        else {
+            continue;
+        };
+        rings += 1;
+        let listing = info.split_once("UserFiles:")?.1;
+        paths.extend(
+            listing
+                .lines()
+                .skip(1)
+                .map_while(|line| line.trim_start().split_once(": "))
+                .filter(|(slot, _)| slot.chars().all(|c| c.is_ascii_digit()))
+                .map(|(_, path)| PathBuf::from(path)),
+        );
+    }
+    (rings > 0).then_some(paths)
+}
+
+/// Whether `path` is registered with a ring; `None` where that cannot be seen.
+fn is_registered(path: &std::path::Path) -> Option<bool> {
+    registered_paths().map(|paths| paths.iter().any(|registered| registered == path))
+}
+
+/// Writes block `index`'s pattern to `fd` at block `index`, then reads it
+/// back, through `backend`; checks both.
+fn write_and_read_back(backend: &mut dyn Backend, fd: i32, index: usize) {
+    let mut source = AlignedBuffer::zeroed(BLOCK);
+    for (position, byte) in source.as_mut_slice().iter_mut().enumerate() {
+        *byte = pattern(index, position);
+    }
+    let target = AlignedBuffer::zeroed(BLOCK);
+    let write = Op {
+        user_data: 1,
+        fd,
+        kind: OpKind::Write,
+        buffer: source.block(0, BLOCK),
+        length: BLOCK as u32,
+        offset: (index * BLOCK) as u64,
+    };
+    check_results(&run_batch(backend, &[write]), &[(1, BLOCK as i32)].into());
+    let read = Op {
+        user_data: 2,
+        kind: OpKind::Read,
+        buffer: target.block(0, BLOCK),
+        ..write
+    };
+    check_results(&run_batch(backend, &[read]), &[(2, BLOCK as i32)].into());
+    assert!(
+        target.as_slice() == source.as_slice(),
+        "block {index} reads back"
+    );
+}
+
+#[test]
+fn registered_files_carry_data_and_a_full_table_falls_back_to_descriptors() {
+    on_watched_thread(|| {
+        let options = UringOptions {
+            file_slots: 2,
+            ..UringOptions::default()
+        };
+        let Some(mut ring) = open_uring(8, options) else {
+            return;
+        };
+        if ring.file_slots() == 0 {
+            println!("skipping: this kernel refused a registered-file table");
+            return;
+        }
+        assert!(ring.registers_files());
+        let files: Vec<_> = (0..3)
+            .map(|index| DirectFile::create(&format!("slots-{index}")))
+            .collect();
+        let fds: Vec<_> = files.iter().map(|file| file.file.as_raw_fd()).collect();
+        let registered: Vec<_> = fds.iter().map(|&fd| ring.register_file(fd)).collect();
+        assert_eq!(registered, [true, true, false], "two slots, three files");
+        assert!(ring.register_file(fds[0]), "registering twice is harmless");
+        assert!(
+            !ring.register_file(tailguard::backend::MAX_REGISTERED_FD),
+            "descriptors past the bound are never registered"
+        );
+        let seen = registered_paths();
+        println!("registered, as the kernel lists them: {seen:?}");
+        if let Some(seen) = seen {
+            assert!(seen.contains(&files[0].path) && seen.contains(&files[1].path));
+            assert!(!seen.contains(&files[2].path), "the third file has no slot");
+        }
+        for (index, &fd) in fds.iter().enumerate() {
+            write_and_read_back(&mut ring, fd, index);
+        }
+        // A freed slot goes to the next file.
+        ring.unregister_file(fds[0]);
+        if let Some(registered) = is_registered(&files[0].path) {
+            assert!(!registered, "its slot is cleared");
+        }
+        assert!(ring.register_file(fds[2]), "the freed slot is reused");
+        for (index, &fd) in fds.iter().enumerate() {
+            write_and_read_back(&mut ring, fd, index + 3);
+        }
+        for fd in fds {
+            ring.unregister_file(fd);
+        }
+    });
+}
+
+#[test]
+fn unregistering_with_ops_in_flight_completes_each_op_once_on_the_right_file() {
+    on_watched_thread(|| {
+        let options = UringOptions {
+            file_slots: 4,
+            ..UringOptions::default()
+        };
+        let Some(mut ring) = open_uring(64, options) else {
+            return;
+        };
+        if ring.file_slots() == 0 {
+            println!("skipping: this kernel refused a registered-file table");
+            return;
+        }
+        let file = DirectFile::create("unregister-in-flight");
+        let fd = file.file.as_raw_fd();
+        let mut source = AlignedBuffer::zeroed(BLOCK * 32);
+        for (index, byte) in source.as_mut_slice().iter_mut().enumerate() {
+            *byte = pattern(index / BLOCK, index % BLOCK);
+        }
+        let write = |block: usize| Op {
+            user_data: block as u64,
+            fd,
+            kind: OpKind::Write,
+            buffer: source.block(block, BLOCK),
+            length: BLOCK as u32,
+            offset: (block * BLOCK) as u64,
+        };
+        // Round 1: pushed on the slot, unregistered before they are submitted
+        // (the slot is cleared only after the submit). Round 2: submitted,
+        // then unregistered while in flight (cleared at once; the kernel
+        // keeps the file for them). Round 3: pushed after, on the descriptor.
+        assert!(ring.register_file(fd));
+        for block in 0..8 {
+            // SAFETY: `source` outlives every op: each is reaped below.
+            unsafe { ring.push(write(block)) }.expect("fits");
+        }
+        ring.unregister_file(fd);
+        ring.submit(false).expect("submit");
+        assert!(ring.register_file(fd), "a new slot for the same file");
+        for block in 8..16 {
+            // SAFETY: as above.
+            unsafe { ring.push(write(block)) }.expect("fits");
+        }
+        ring.submit(false).expect("submit");
+        ring.unregister_file(fd);
+        for block in 16..32 {
+            // SAFETY: as above.
+            unsafe { ring.push(write(block)) }.expect("fits");
+        }
+        ring.submit(false).expect("submit");
+        let mut results = Vec::new();
+        while ring.in_flight() > 0 {
+            ring.submit(true).expect("submit and wait");
+            ring.reap(&mut results);
+        }
+        check_results(
+            &results,
+            &(0..32).map(|block| (block, BLOCK as i32)).collect(),
+        );
+        assert!(
+            !is_registered(&file.path).unwrap_or(false),
+            "no slot holds the file any more"
+        );
+        let written = std::fs::read(&file.path).expect("read back");
+        assert!(written == source.as_slice(), "every write reached the file");
+    });
+}
+
+/// A descriptor [`a_refused_file_install_falls_back_for_that_file_only`]
+/// refuses to install (tests run in parallel: one static per test).
+static REFUSED_FD: AtomicI32 = AtomicI32::new(-1);
+/// Installs attempted by [`a_kernel_that_refuses_installs_turns_the_feature_off`].
+static INSTALLS: AtomicUsize = AtomicUsize::new(0);
+
+#[test]
+fn backends_without_a_file_table_register_nothing_and_keep_working() {
+    // The thread pool, and a ring built without a table (`Uring::new`).
+    for_each_backend(8, |backend| {
+        let file = DirectFile::create(&format!("no-table-{}", backend.kind()));
+        let fd = file.file.as_raw_fd();
+        assert!(!backend.registers_files());
+        assert!(!backend.register_file(fd));
+        write_and_read_back(backend, fd, 0);
+        backend.unregister_file(fd);
+    });
+}
+
+#[test]
+fn a_refused_file_table_leaves_plain_descriptors() {
+    on_watched_thread(|| {
+        let options = UringOptions {
+            file_slots: 16,
+            // A kernel older than 5.19 answers a sparse table with EINVAL.
+            refuse_file_table: Some(|call| {
+                matches!(call, FileTableCall::Create { .. }).then_some(libc::EINVAL)
+            }),
+            ..UringOptions::default()
+        };
+        let Some(mut ring) = open_uring(8, options) else {
+            return;
+        };
+        assert_eq!(ring.file_slots(), 0);
+        assert!(!ring.registers_files());
+        let file = DirectFile::create("refused-table");
+        let fd = file.file.as_raw_fd();
+        assert!(!ring.register_file(fd));
+        write_and_read_back(&mut ring, fd, 0);
+        ring.unregister_file(fd);
+    });
+}
+
+#[test]
+fn a_refused_file_install_falls_back_for_that_file_only() {
+    on_watched_thread(|| {
+        let options = UringOptions {
+            file_slots: 16,
+            refuse_file_table: Some(|call| match call {
+                FileTableCall::Install { fd, .. } if fd == REFUSED_FD.load(Ordering::SeqCst) => {
+                    Some(libc::EBADF)
+                }
+                _ => None,
+            }),
+            ..UringOptions::default()
+        };
+        let Some(mut ring) = open_uring(8, options) else {
+            return;
+        };
+        if ring.file_slots() == 0 {
+            println!("skipping: this kernel refused a registered-file table");
+            return;
+        }
+        let refused = DirectFile::create("refused-install");
+        let accepted = DirectFile::create("accepted-install");
+        REFUSED_FD.store(refused.file.as_raw_fd(), Ordering::SeqCst);
+        assert!(!ring.register_file(refused.file.as_raw_fd()));
+        assert!(ring.registers_files(), "EBADF concerns that file only");
+        assert!(ring.register_file(accepted.file.as_raw_fd()));
+        write_and_read_back(&mut ring, refused.file.as_raw_fd(), 0);
+        write_and_read_back(&mut ring, accepted.file.as_raw_fd(), 1);
+        ring.unregister_file(accepted.file.as_raw_fd());
+        ring.unregister_file(refused.file.as_raw_fd());
+    });
+}
+
+#[test]
+fn a_kernel_that_refuses_installs_turns_the_feature_off() {
+    on_watched_thread(|| {
+        let options = UringOptions {
+            file_slots: 16,
+            refuse_file_table: Some(|call| match call {
+                FileTableCall::Install { .. } => {
+                    INSTALLS.fetch_add(1, Ordering::SeqCst);
+                    Some(libc::EINVAL)
+                }
+                _ => None,
+            }),
+            ..UringOptions::default()
+        };
+        let Some(mut ring) = open_uring(8, options) else {
+            return;
+        };
+        if ring.file_slots() == 0 {
+            println!("skipping: this kernel refused a registered-file table");
+            return;
+        }
+        let first = DirectFile::create("einval-install-1");
+        let second = DirectFile::create("einval-install-2");
+        assert!(!ring.register_file(first.file.as_raw_fd()));
+        assert!(!ring.registers_files(), "EINVAL turns the feature off");
+        assert_eq!(ring.file_slots(), 0);
+        assert!(!ring.register_file(second.file.as_raw_fd()));
+        assert_eq!(INSTALLS.load(Ordering::SeqCst), 1, "no further attempt");
+        write_and_read_back(&mut ring, first.file.as_raw_fd(), 0);
+        write_and_read_back(&mut ring, second.file.as_raw_fd(), 1);
+    });
+}
+
 #[test]
 #[ignore = "benchmark: run by hand, prints NOP rate"]
 fn nop_rate() {
@@ -549,5 +875,63 @@ fn nop_rate() {
             backend.kind(),
             completed as f64 / seconds
         );
+    });
+}
+
+#[test]
+#[ignore = "benchmark: run by hand, prints page-cache read rates with and without registered files"]
+fn cached_read_rate_registered_or_not() {
+    // 4 KiB reads of a 1 MiB file in the page cache (no O_DIRECT, so no
+    // device is involved): the CPU cost per op of a plain descriptor against
+    // a registered one, alternating rounds of one second each.
+    const BATCH: usize = 32;
+    on_watched_thread(|| {
+        let path = std::env::temp_dir().join(format!("tailguard-cached-{}", std::process::id()));
+        std::fs::write(&path, vec![7u8; 1 << 20]).expect("a scratch file");
+        let file = std::fs::File::open(&path).expect("open");
+        let fd = file.as_raw_fd();
+        let options = UringOptions {
+            file_slots: 4,
+            ..UringOptions::default()
+        };
+        let Some(mut ring) = open_uring(64, options) else {
+            return;
+        };
+        let buffers = AlignedBuffer::zeroed(BLOCK * BATCH);
+        for round in 0..6 {
+            let registered = round % 2 == 1 && ring.register_file(fd);
+            let mut results = Vec::with_capacity(BATCH);
+            let (start, mut completed) = (Instant::now(), 0u64);
+            while start.elapsed() < Duration::from_secs(1) {
+                for index in 0..BATCH {
+                    let op = Op {
+                        user_data: index as u64,
+                        fd,
+                        kind: OpKind::Read,
+                        buffer: buffers.block(index, BLOCK),
+                        length: BLOCK as u32,
+                        offset: ((completed as usize + index) % 256 * BLOCK) as u64,
+                    };
+                    // SAFETY: `buffers` outlives every op: all are reaped
+                    // before the next batch and before it is dropped.
+                    unsafe { ring.push(op) }.expect("the batch fits");
+                }
+                while ring.in_flight() > 0 {
+                    ring.submit(true).expect("submit and wait");
+                    results.clear();
+                    ring.reap(&mut results);
+                    assert!(results.iter().all(|result| result.result == BLOCK as i32));
+                    completed += results.len() as u64;
+                }
+            }
+            ring.unregister_file(fd);
+            let seconds = start.elapsed().as_secs_f64();
+            println!(
+                "{}: {:.0} reads/s ({completed} in {seconds:.2} s, batches of {BATCH})",
+                if registered { "registered" } else { "plain" },
+                completed as f64 / seconds
+            );
+        }
+        let _ = std::fs::remove_file(&path);
     });
 }

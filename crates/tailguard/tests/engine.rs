@@ -10,7 +10,9 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tailguard::{AlignedBuffer, BackendChoice, BackendKind, OpenOptions, Scheduler};
+use tailguard::{
+    AlignedBuffer, BackendChoice, BackendKind, OpenOptions, Scheduler, SchedulerBuilder,
+};
 
 const BLOCK: usize = 4096;
 
@@ -37,22 +39,12 @@ fn open_scratch(scheduler: &Scheduler, name: &str) -> (tailguard::File, PathBuf)
 /// A scheduler on `choice`, or `None` (with the reason printed) when this
 /// machine refuses io_uring.
 fn scheduler(choice: BackendChoice) -> Option<Scheduler> {
-    scheduler_with(choice, true, true)
+    scheduler_with(choice, Scheduler::builder())
 }
 
-/// As [`scheduler`], choosing whether waiters run the engine themselves and
-/// whether each request is submitted on its own or once per engine turn.
-fn scheduler_with(
-    choice: BackendChoice,
-    waiters_run_engine: bool,
-    eager_submit: bool,
-) -> Option<Scheduler> {
-    match Scheduler::builder()
-        .backend(choice)
-        .waiters_run_engine(waiters_run_engine)
-        .eager_submit(eager_submit)
-        .build()
-    {
+/// As [`scheduler`], from `builder`'s other settings.
+fn scheduler_with(choice: BackendChoice, builder: SchedulerBuilder) -> Option<Scheduler> {
+    match builder.backend(choice).build() {
         Ok(scheduler) => Some(scheduler),
         Err(error) if choice == BackendChoice::IoUring => {
             println!(
@@ -65,18 +57,27 @@ fn scheduler_with(
     }
 }
 
-/// Every backend, io_uring twice: with waiters running the engine (a shared
-/// ring) and submitting each request on its own, and with the engine thread
-/// alone (a single-issuer ring) submitting once per turn.
+/// Every backend, io_uring three times: with waiters running the engine (a
+/// shared ring), submitting each request on its own, and registered files;
+/// with the engine thread alone (a single-issuer ring) submitting once per
+/// turn; and with registered files off (plain descriptors).
 fn backends() -> Vec<(BackendChoice, Scheduler)> {
+    let builder = Scheduler::builder;
     [
-        (BackendChoice::IoUring, true, true),
-        (BackendChoice::IoUring, false, false),
-        (BackendChoice::Threads, true, true),
+        (
+            BackendChoice::IoUring,
+            builder().waiters_run_engine(true).eager_submit(true),
+        ),
+        (
+            BackendChoice::IoUring,
+            builder().waiters_run_engine(false).eager_submit(false),
+        ),
+        (BackendChoice::IoUring, builder().registered_files(0)),
+        (BackendChoice::Threads, builder()),
     ]
     .into_iter()
-    .filter_map(|(choice, helpers, eager)| {
-        scheduler_with(choice, helpers, eager).map(|scheduler| (choice, scheduler))
+    .filter_map(|(choice, builder)| {
+        scheduler_with(choice, builder).map(|scheduler| (choice, scheduler))
     })
     .collect()
 }
@@ -374,12 +375,63 @@ fn forcing_threads_through_the_environment_selects_the_fallback() {
     assert!(status.success());
 }
 
+#[test]
+fn turning_registered_files_off_through_the_environment() {
+    // As above: the variable is read when a backend is opened, so children
+    // run with it. `off` registers nothing; a value that means nothing fails.
+    if let Ok(setting) = std::env::var("TAILGUARD_TEST_REGISTERED_FILES") {
+        let built = Scheduler::builder().backend(BackendChoice::IoUring).build();
+        if setting == "bogus" {
+            let error = built.unwrap_err();
+            assert!(
+                error.to_string().contains("TAILGUARD_REGISTERED_FILES"),
+                "{error}"
+            );
+            return;
+        }
+        let Ok(scheduler) = built else {
+            println!("skipping: no io_uring here");
+            return;
+        };
+        let (file, path) = open_scratch(&scheduler, "registered-env");
+        let class = scheduler.add_class("c", 1).unwrap();
+        write_and_check(&file, &class, 0, 29);
+        assert_ne!(registered_now(&path), Some(true), "off registers nothing");
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+        return;
+    }
+    for setting in ["off", "bogus"] {
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "turning_registered_files_off_through_the_environment",
+            ])
+            .env("TAILGUARD_TEST_REGISTERED_FILES", setting)
+            .env("TAILGUARD_REGISTERED_FILES", setting)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{setting}");
+    }
+}
+
 /// Unmounts and removes a test mount point, even when the test fails.
 struct Mount(PathBuf);
 
+impl Mount {
+    /// Unmounts it now; returns whether that worked.
+    fn unmount(&self) -> bool {
+        std::process::Command::new("umount")
+            .arg(&self.0)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+}
+
 impl Drop for Mount {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        self.unmount();
         let _ = std::fs::remove_dir(&self.0);
     }
 }
@@ -440,6 +492,9 @@ fn a_full_filesystem_reports_enospc() {
         drop(file);
         std::fs::remove_file(&path).unwrap();
     }
+    // Every scheduler is gone: nothing may hold a file of the filesystem open
+    // any more (registered files are given up before the ring is closed).
+    assert!(mount.unmount(), "the filesystem is not busy");
 }
 
 #[test]
@@ -569,4 +624,250 @@ fn block_on_drives_many_requests_from_one_thread_and_wakes_for_other_futures() {
         assert_eq!(stats.class("c").unwrap().ops, 2 * blocks, "{choice:?}");
         std::fs::remove_file(&path).unwrap();
     }
+}
+
+/// The files registered with any io_uring ring of this process, by path, as
+/// the kernel lists them in each ring's `/proc/self/fdinfo` ("UserFiles").
+/// `None` where no such listing is readable. The kernel skips the list when
+/// the ring's lock is busy at that instant: an absence proves nothing, so
+/// [`registered_soon`] retries before concluding.
+fn registered_paths() -> Option<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    let mut rings = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
+        let is_ring = std::fs::read_link(entry.path())
+            .is_ok_and(|target| target.to_string_lossy().contains("io_uring"));
+        let info =
+            std::fs::read_to_string(PathBuf::from("/proc/self/fdinfo").join(entry.file_name()));
+        let Some(listing) = info
+            .ok()
+            .filter(|_| is_ring)
+            .and_then(|info| Some(info.split_once("UserFiles:")?.1.to_string()))
+        else {
+            continue;
+        };
+        rings += 1;
+        paths.extend(
+            listing
+                .lines()
+                .skip(1)
+                .map_while(|line| line.trim_start().split_once(": "))
+                .filter(|(slot, _)| slot.chars().all(|c| c.is_ascii_digit()))
+                .map(|(_, path)| PathBuf::from(path)),
+        );
+    }
+    (rings > 0).then_some(paths)
+}
+
+/// Whether the kernel lists `path` as registered, looking a few times (see
+/// [`registered_paths`]); `None` where the listing is not readable here.
+fn registered_soon(path: &std::path::Path) -> Option<bool> {
+    let path = path.canonicalize().unwrap();
+    for _ in 0..100 {
+        if registered_paths()?.contains(&path) {
+            return Some(true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Some(false)
+}
+
+/// Whether the kernel lists `path` as registered in one look (`None`: not
+/// readable here). A `false` may come from a busy ring lock: use it only to
+/// check that a file is *not* registered.
+fn registered_now(path: &std::path::Path) -> Option<bool> {
+    let path = path.canonicalize().unwrap();
+    Some(registered_paths()?.contains(&path))
+}
+
+/// Writes block `index`'s pattern (salt `salt`) at block `index` of `file`
+/// and reads it back.
+fn write_and_check(file: &tailguard::File, class: &tailguard::IoClass, index: u64, salt: u64) {
+    let (written, _) = file
+        .write_at(class, pattern(index, salt), index * BLOCK as u64)
+        .wait();
+    assert_eq!(written.unwrap(), BLOCK);
+    let buffer = AlignedBuffer::new(BLOCK, BLOCK).unwrap();
+    let (read, buffer) = file.read_at(class, buffer, index * BLOCK as u64).wait();
+    assert_eq!(read.unwrap(), BLOCK);
+    assert_eq!(&buffer[..], &pattern(index, salt)[..]);
+}
+
+/// Whether the running kernel is `major.minor` or newer.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let found = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+    found >= (major, minor)
+}
+
+#[test]
+fn files_are_registered_with_the_ring_unless_turned_off() {
+    for slots in [tailguard::backend::DEFAULT_FILE_SLOTS, 0] {
+        let Some(scheduler) = scheduler_with(
+            BackendChoice::IoUring,
+            Scheduler::builder().registered_files(slots),
+        ) else {
+            return;
+        };
+        let (file, path) = open_scratch(&scheduler, &format!("registered-{slots}"));
+        let class = scheduler.add_class("c", 1).unwrap();
+        write_and_check(&file, &class, 0, 11);
+        let registered = if slots == 0 {
+            registered_now(&path)
+        } else {
+            registered_soon(&path)
+        };
+        println!("{slots} slots: registered per the kernel: {registered:?}");
+        if let Some(registered) = registered {
+            // A kernel without sparse tables (before 5.19) registers nothing,
+            // nor does a run with TAILGUARD_REGISTERED_FILES=off.
+            let forced_off = std::env::var("TAILGUARD_REGISTERED_FILES").as_deref() == Ok("off");
+            let expected = slots > 0 && kernel_at_least(5, 19) && !forced_off;
+            assert_eq!(registered, expected, "{slots} slots");
+        }
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn more_files_than_table_slots_all_read_back_intact() {
+    let Some(scheduler) = scheduler_with(
+        BackendChoice::IoUring,
+        Scheduler::builder().registered_files(2),
+    ) else {
+        return;
+    };
+    let class = scheduler.add_class("c", 1).unwrap();
+    let files: Vec<_> = (0..5)
+        .map(|index| open_scratch(&scheduler, &format!("slots-{index}")))
+        .collect();
+    // Interleaved, so that every file is in use while the others are.
+    for index in 0..20u64 {
+        let (file, _) = &files[index as usize % files.len()];
+        write_and_check(file, &class, index, 13);
+    }
+    let registered: Vec<_> = files
+        .iter()
+        .filter_map(|(_, path)| registered_now(path))
+        .filter(|&registered| registered)
+        .collect();
+    assert!(registered.len() <= 2, "two slots: {registered:?}");
+    for (file, path) in files {
+        drop(file);
+        let data = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(!data.is_empty());
+    }
+}
+
+#[test]
+fn closing_a_file_with_io_in_flight_completes_everything_once_then_frees_its_slot() {
+    // One slot: the second file can only get it once the first file's
+    // registration is given up.
+    let Some(scheduler) = scheduler_with(
+        BackendChoice::IoUring,
+        Scheduler::builder().registered_files(1),
+    ) else {
+        return;
+    };
+    let class = scheduler.add_class("c", 1).unwrap();
+    let (first, first_path) = open_scratch(&scheduler, "close-in-flight-1");
+    let futures: Vec<_> = (0..64u64)
+        .map(|index| first.write_at(&class, pattern(index, 17), index * BLOCK as u64))
+        .collect();
+    let first_registered = registered_soon(&first_path);
+    drop(first);
+    let completed = futures
+        .into_iter()
+        .map(|future| future.wait().0.unwrap())
+        .inspect(|&written| assert_eq!(written, BLOCK))
+        .count();
+    assert_eq!(completed, 64);
+    let stats = scheduler.stats().unwrap();
+    assert_eq!(
+        stats.class("c").unwrap().ops,
+        64,
+        "each write completed once"
+    );
+    let data = std::fs::read(&first_path).unwrap();
+    for index in 0..64usize {
+        assert_eq!(
+            &data[index * BLOCK..(index + 1) * BLOCK],
+            &pattern(index as u64, 17)[..]
+        );
+    }
+
+    let (second, second_path) = open_scratch(&scheduler, "close-in-flight-2");
+    write_and_check(&second, &class, 0, 19);
+    println!(
+        "first registered while open: {first_registered:?}; after: {:?}; second: {:?}",
+        registered_now(&first_path),
+        registered_now(&second_path)
+    );
+    if first_registered == Some(true) {
+        assert_eq!(registered_now(&first_path), Some(false), "slot given up");
+        assert_eq!(
+            registered_soon(&second_path),
+            Some(true),
+            "the freed slot went to the next file"
+        );
+    }
+    drop(second);
+    std::fs::remove_file(&first_path).unwrap();
+    std::fs::remove_file(&second_path).unwrap();
+}
+
+#[test]
+fn a_reused_descriptor_number_never_reaches_the_closed_file() {
+    // Closing a registered file and opening another usually hands the new one
+    // the same descriptor number; its I/O must reach the new file, not the one
+    // the ring's slot held.
+    let Some(scheduler) = scheduler(BackendChoice::IoUring) else {
+        return;
+    };
+    let class = scheduler.add_class("c", 1).unwrap();
+    let paths: Vec<_> = (0..8u64)
+        .map(|round| {
+            let (file, path) = open_scratch(&scheduler, &format!("reuse-{round}"));
+            write_and_check(&file, &class, 0, round);
+            drop(file);
+            path
+        })
+        .collect();
+    for (round, path) in paths.iter().enumerate() {
+        let data = std::fs::read(path).unwrap();
+        assert_eq!(
+            &data[..BLOCK],
+            &pattern(0, round as u64)[..],
+            "file {round} holds its own data"
+        );
+        std::fs::remove_file(path).unwrap();
+    }
+}
+
+#[test]
+fn a_file_closed_while_idle_is_released_by_the_next_request() {
+    let Some(scheduler) = scheduler(BackendChoice::IoUring) else {
+        return;
+    };
+    let class = scheduler.add_class("c", 1).unwrap();
+    let (file, path) = open_scratch(&scheduler, "closed-while-idle");
+    write_and_check(&file, &class, 0, 23);
+    let was_registered = registered_soon(&path);
+    drop(file);
+    // The engine looks for closed files at most once per sweep interval.
+    std::thread::sleep(std::time::Duration::from_nanos(
+        2 * tailguard::engine::FILE_SWEEP_INTERVAL_NS,
+    ));
+    scheduler.nop(&class).wait().unwrap();
+    scheduler.stats().unwrap();
+    println!("registered while open: {was_registered:?}");
+    if was_registered == Some(true) {
+        assert_eq!(registered_now(&path), Some(false), "released");
+    }
+    std::fs::remove_file(&path).unwrap();
 }

@@ -16,6 +16,9 @@
 //! [`open_backend`] picks one: `auto` tries io_uring and falls back to threads,
 //! logging the reason once; the choice can be forced by configuration or by the
 //! `TAILGUARD_BACKEND` environment variable (`io_uring` or `threads`).
+//! [`open_backend_with`] also sets up the ring's registered-file table, which
+//! `TAILGUARD_REGISTERED_FILES=off` turns off ([`Backend::register_file`]
+//! then always declines and ops use plain descriptors).
 //!
 //! Safety contract: an [`Op`] carries a raw buffer pointer. Whoever pushes it
 //! guarantees the buffer stays allocated, and is neither read nor written by
@@ -139,6 +142,55 @@ pub trait Backend: Send {
 
     /// Ops pushed and not yet reaped.
     fn in_flight(&self) -> usize;
+
+    /// Whether [`Backend::register_file`] can succeed at all here (false for
+    /// the thread pool, and for a ring without a registered-file table), so
+    /// that callers need not track their files otherwise.
+    fn registers_files(&self) -> bool {
+        false
+    }
+
+    /// Registers `fd` so that later ops on it are cheaper (io_uring: a slot of
+    /// the ring's registered-file table). Returns whether it is registered;
+    /// false (no table, a full one, a descriptor from [`MAX_REGISTERED_FD`]
+    /// up, or a refusal, logged once by the backend) leaves ops on `fd` on the
+    /// plain descriptor, which always works. The default registers nothing.
+    ///
+    /// Between this call and [`Backend::unregister_file`], `fd` must stay open
+    /// on the same file: ops that name `fd` go to the registered file, whatever
+    /// `fd` refers to by then (a misdirected op, not memory unsafety).
+    fn register_file(&mut self, fd: RawFd) -> bool {
+        let _ = fd;
+        false
+    }
+
+    /// Forgets `fd`'s registration, if any, before `fd` is closed. Ops pushed
+    /// afterwards use the plain descriptor; ops already pushed complete on the
+    /// registered file, whose last reference the backend gives up only when
+    /// they no longer need it. The default does nothing.
+    fn unregister_file(&mut self, fd: RawFd) {
+        let _ = fd;
+    }
+}
+
+/// Slots of the registered-file table the engine asks for by default
+/// (`SchedulerBuilder::registered_files`): as many files as the common
+/// `RLIMIT_NOFILE` soft limit lets a process open; a process with more open
+/// files than slots sends the rest through plain descriptors.
+pub const DEFAULT_FILE_SLOTS: u32 = 1024;
+
+/// Descriptors from this number up are never registered (their ops use the
+/// plain descriptor): the backend and the engine index their bookkeeping by
+/// descriptor number, and this bounds it (a few hundred KiB at most) for a
+/// process whose files sit above many sockets.
+pub const MAX_REGISTERED_FD: RawFd = 1 << 16;
+
+/// What [`open_backend_with`] sets up beyond [`BackendConfig`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// Slots of the io_uring ring's registered-file table (0: none; see
+    /// [`uring`], "Registered files"). The thread pool ignores it.
+    pub file_slots: u32,
 }
 
 /// How to build a backend.
@@ -158,7 +210,34 @@ pub struct BackendConfig {
 
 /// Builds the backend `config` asks for; see the module docs for `auto`.
 /// `TAILGUARD_BACKEND` (`io_uring`, `threads` or `auto`) overrides the choice.
+/// The io_uring ring has no registered-file table (see [`open_backend_with`]).
 pub fn open_backend(config: BackendConfig) -> io::Result<Box<dyn Backend>> {
+    open_backend_with(config, BackendOptions::default())
+}
+
+/// [`open_backend`] with `options`. `TAILGUARD_REGISTERED_FILES=off` turns the
+/// registered-file table off whatever `options` say (`auto`, or unset: as
+/// they say).
+pub fn open_backend_with(
+    config: BackendConfig,
+    options: BackendOptions,
+) -> io::Result<Box<dyn Backend>> {
+    let file_slots = match std::env::var("TAILGUARD_REGISTERED_FILES").ok().as_deref() {
+        Some("off") => 0,
+        Some("auto") | None => options.file_slots,
+        Some(other) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("TAILGUARD_REGISTERED_FILES={other} is not a setting; use off or auto"),
+            ))
+        }
+    };
+    let uring_options = uring::UringOptions {
+        shared: config.shared_ring,
+        file_slots,
+        refuse_file_table: None,
+    };
+    let open_uring = move |depth| uring::Uring::with_options(depth, uring_options);
     let choice = match std::env::var("TAILGUARD_BACKEND").ok().as_deref() {
         Some("io_uring") => BackendChoice::IoUring,
         Some("threads") => BackendChoice::Threads,
@@ -177,12 +256,8 @@ pub fn open_backend(config: BackendConfig) -> io::Result<Box<dyn Backend>> {
             config.threads,
             config.ring_depth,
         )?)),
-        BackendChoice::IoUring if config.shared_ring => {
-            Ok(Box::new(uring::Uring::new_shared(config.ring_depth)?))
-        }
-        BackendChoice::IoUring => Ok(Box::new(uring::Uring::new(config.ring_depth)?)),
-        BackendChoice::Auto if config.shared_ring => auto(config, uring::Uring::new_shared),
-        BackendChoice::Auto => auto(config, uring::Uring::new),
+        BackendChoice::IoUring => Ok(Box::new(open_uring(config.ring_depth)?)),
+        BackendChoice::Auto => auto(config, open_uring),
     }
 }
 

@@ -64,8 +64,46 @@
 //! waker's `write` of 1 could only block if the counter reached `u64::MAX - 1`,
 //! which 2^64 wakes without a single read would take.
 //!
+//! # Registered files
+//!
+//! [`Uring::with_options`] with `file_slots > 0` registers a sparse table of
+//! that many files with the ring at setup (`IORING_REGISTER_FILES2` with
+//! `IORING_RSRC_REGISTER_SPARSE`, Linux 5.19). [`Backend::register_file`]
+//! installs a descriptor in a free slot (`IORING_REGISTER_FILES_UPDATE`), and
+//! every later op on that descriptor names the slot (`IOSQE_FIXED_FILE`), which
+//! spares the kernel a descriptor-table lookup and a reference count per op. The
+//! slots are handed out by [`FileSlots`], which also maps descriptors to slots
+//! for [`Backend::push`].
+//!
+//! Everything about it is optional: a kernel that refuses the table (EINVAL
+//! before 5.19, EMFILE when the table exceeds `RLIMIT_NOFILE`, ENOMEM) leaves
+//! the ring without one, logged once per process; a full table or a descriptor
+//! the kernel will not install (EBADF, ENOMEM) leaves that file on its plain
+//! descriptor; any other refusal of an install (EINVAL, ENXIO...) turns the
+//! feature off for the ring. Each of these is logged once per ring with its
+//! reason. Ops on a descriptor without a slot use the descriptor, which always
+//! works, so a refusal costs speed, never correctness.
+//!
+//! [`Backend::unregister_file`] unmaps the descriptor at once and clears its slot
+//! (an update to -1) as soon as no unsubmitted entry can name it: at once when
+//! the submission queue is empty, else right after the next submit hands the
+//! queue to the kernel. Ops on that file still in flight are unaffected: the
+//! kernel binds a request to its fixed file when it issues the request, inside
+//! the `io_uring_enter` that submits it (we never set `IOSQE_ASYNC`, links or
+//! drain, which defer the binding), and takes its own reference to the slot's
+//! file for the request (`io_file_get_fixed` takes a reference on the slot's
+//! resource node, put when the request completes; before Linux 6.13, a
+//! reference on the table's current resource node, whose removed files are put
+//! only once every request holding it has completed). Clearing or reusing the
+//! slot therefore only affects ops submitted afterwards. The engine clears a
+//! file's slot only once it holds no request on that file anyway (see
+//! [`crate::engine`]).
+//!
 //! # Drop order
 //!
+//! [`Uring`]'s `Drop` unregisters the registered files first, because the
+//! kernel releases what a closed ring holds in a work item after `close`
+//! returns, and a file must be closed when its owner is done with the ring.
 //! Dropping the ring (closing its file descriptor) makes the kernel cancel what it
 //! can and wait for the rest, so a user op still in flight would complete into its
 //! buffer during teardown: the engine drains every op before dropping the backend
@@ -73,11 +111,11 @@
 //! its buffer and the eventfd are declared after the ring in [`Uring`] and are
 //! therefore dropped after it.
 
-use super::{Backend, BackendKind, EngineWaker, Op, OpKind, OpResult};
+use super::{Backend, BackendKind, EngineWaker, Op, OpKind, OpResult, MAX_REGISTERED_FD};
 use io_uring::{opcode, types, EnterFlags, IoUring};
 use std::cell::UnsafeCell;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -118,6 +156,159 @@ const SETUP_ATTEMPTS: [Features; 4] = [
 
 /// Set once the dropped ring features have been logged.
 static FEATURES_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// Set once a refused registered-file table has been logged.
+static FILE_TABLE_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// How to set up a [`Uring`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UringOptions {
+    /// A ring that any thread may drive, one at a time ([`Uring::new_shared`]);
+    /// false: the best features the kernel has ([`Uring::new`]).
+    pub shared: bool,
+    /// Slots of the registered-file table (0: no table); see "Registered files"
+    /// in the module docs.
+    pub file_slots: u32,
+    /// Test hook: called before each registration call with what it would ask;
+    /// `Some(errno)` makes that call fail with `errno` instead of reaching the
+    /// kernel, to exercise the fallbacks (as [`super::auto`] takes an opener
+    /// that can refuse io_uring).
+    pub refuse_file_table: Option<fn(FileTableCall) -> Option<i32>>,
+}
+
+/// A registration call on the ring's file table (for
+/// [`UringOptions::refuse_file_table`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileTableCall {
+    /// Register a sparse table of `slots` files.
+    Create {
+        /// Table size.
+        slots: u32,
+    },
+    /// Install `fd` in `slot`.
+    Install {
+        /// The slot.
+        slot: u32,
+        /// The descriptor.
+        fd: RawFd,
+    },
+    /// Clear `slot` (an update to -1).
+    Remove {
+        /// The slot.
+        slot: u32,
+    },
+}
+
+/// Marks a descriptor without a slot in [`FileSlots`].
+const NO_SLOT: u32 = u32::MAX;
+
+/// The slots of a registered-file table, and which descriptor holds which.
+/// Pure bookkeeping: the kernel calls are [`Uring`]'s.
+///
+/// A slot goes free -> mapped ([`FileSlots::claim`]) -> unmapped
+/// ([`FileSlots::unmap`]: its descriptor no longer resolves to it, but the
+/// kernel's table may still hold the file) -> free ([`FileSlots::free`], once
+/// the kernel's slot is cleared).
+#[derive(Debug)]
+pub struct FileSlots {
+    /// The slot of each descriptor, indexed by descriptor ([`NO_SLOT`]: none).
+    /// Descriptors are small dense integers (and [`Uring`] registers none from
+    /// [`MAX_REGISTERED_FD`] up), so this stays short, and a lookup on every op
+    /// is one bounds check and one load.
+    by_fd: Vec<u32>,
+    /// Freed slots, reused first.
+    free: Vec<u32>,
+    /// Slots below this have been handed out at least once.
+    next_unused: u32,
+    /// Table size.
+    capacity: u32,
+}
+
+impl FileSlots {
+    /// A table of `capacity` free slots.
+    pub fn new(capacity: u32) -> Self {
+        Self {
+            by_fd: Vec::new(),
+            free: Vec::new(),
+            next_unused: 0,
+            capacity,
+        }
+    }
+
+    /// The slot `fd` is mapped to.
+    pub fn slot_of(&self, fd: RawFd) -> Option<u32> {
+        let index = usize::try_from(fd).ok()?;
+        self.by_fd
+            .get(index)
+            .copied()
+            .filter(|&slot| slot != NO_SLOT)
+    }
+
+    /// Maps `fd` (not mapped yet, and not negative) to a free slot and returns
+    /// it; `None` when every slot is taken.
+    ///
+    /// # Panics
+    ///
+    /// If `fd` is negative or already mapped: the caller's bookkeeping is wrong.
+    pub fn claim(&mut self, fd: RawFd) -> Option<u32> {
+        let index = usize::try_from(fd).expect("a registered descriptor is not negative");
+        assert!(
+            self.slot_of(fd).is_none(),
+            "descriptor {fd} already has a slot"
+        );
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None if self.next_unused < self.capacity => {
+                self.next_unused += 1;
+                self.next_unused - 1
+            }
+            None => return None,
+        };
+        if self.by_fd.len() <= index {
+            self.by_fd.resize(index + 1, NO_SLOT);
+        }
+        self.by_fd[index] = slot;
+        Some(slot)
+    }
+
+    /// Unmaps `fd` and returns the slot it had, which stays taken until
+    /// [`FileSlots::free`].
+    pub fn unmap(&mut self, fd: RawFd) -> Option<u32> {
+        let slot = self.slot_of(fd)?;
+        self.by_fd[fd as usize] = NO_SLOT;
+        Some(slot)
+    }
+
+    /// Makes an unmapped `slot` available again.
+    pub fn free(&mut self, slot: u32) {
+        debug_assert!(slot < self.next_unused && !self.free.contains(&slot));
+        debug_assert!(!self.by_fd.contains(&slot), "slot {slot} is still mapped");
+        self.free.push(slot);
+    }
+
+    /// Slots mapped or not yet freed.
+    pub fn taken(&self) -> u32 {
+        self.next_unused - self.free.len() as u32
+    }
+
+    /// Table size.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+}
+
+/// The ring's registered-file table, as far as this backend uses it.
+struct FileTable {
+    /// Whether the ring has a table and the feature is still on.
+    enabled: bool,
+    slots: FileSlots,
+    /// Slots unmapped while entries were queued and not yet submitted: cleared
+    /// by the next submit that empties the queue.
+    retiring: Vec<u32>,
+    refuse: Option<fn(FileTableCall) -> Option<i32>>,
+    full_logged: bool,
+    file_refusal_logged: bool,
+}
 
 /// Optional ring setup features.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,6 +360,8 @@ pub struct Uring {
     /// Completions taken out of the ring by `submit` (to relieve a full completion
     /// queue) and not yet returned by `reap`.
     pending: Vec<OpResult>,
+    /// The registered-file table (disabled when there is none).
+    files: FileTable,
 }
 
 impl Uring {
@@ -179,17 +372,32 @@ impl Uring {
     ///
     /// Errors from the ring's setup keep their raw errno (ENOSYS, EPERM, ENOMEM…).
     pub fn new(depth: u32) -> io::Result<Self> {
-        Self::with_attempts(depth, &SETUP_ATTEMPTS)
+        Self::with_options(depth, UringOptions::default())
     }
 
     /// A ring that any thread may drive, one at a time (the caller serialises
     /// access): set up without `SINGLE_ISSUER`, `DEFER_TASKRUN` and
     /// `COOP_TASKRUN` (see the module docs).
     pub fn new_shared(depth: u32) -> io::Result<Self> {
-        Self::with_attempts(depth, &SHARED_SETUP)
+        Self::with_options(
+            depth,
+            UringOptions {
+                shared: true,
+                ..UringOptions::default()
+            },
+        )
     }
 
-    fn with_attempts(depth: u32, attempts: &[Features]) -> io::Result<Self> {
+    /// A ring as [`Uring::new`] or [`Uring::new_shared`] make it
+    /// (`options.shared`), with a registered-file table of `options.file_slots`
+    /// where the kernel accepts one (see "Registered files" in the module docs:
+    /// a refused table is logged, never an error).
+    pub fn with_options(depth: u32, options: UringOptions) -> io::Result<Self> {
+        let attempts: &[Features] = if options.shared {
+            &SHARED_SETUP
+        } else {
+            &SETUP_ATTEMPTS
+        };
         let (ring, features) = build_ring(depth, attempts)?;
         let waker = Arc::new(EventFdWaker::new()?);
         let mut uring = Self {
@@ -200,7 +408,18 @@ impl Uring {
             features,
             in_flight: 0,
             pending: Vec::new(),
+            files: FileTable {
+                enabled: false,
+                slots: FileSlots::new(options.file_slots),
+                retiring: Vec::new(),
+                refuse: options.refuse_file_table,
+                full_logged: false,
+                file_refusal_logged: false,
+            },
         };
+        if options.file_slots > 0 {
+            uring.create_file_table(options.file_slots);
+        }
         // Hand the wake read to the kernel now, so that the whole submission queue
         // is free for the engine's first batch.
         uring.submit(false)?;
@@ -210,6 +429,113 @@ impl Uring {
     /// The optional features the kernel accepted for this ring.
     pub fn features(&self) -> Features {
         self.features
+    }
+
+    /// Slots of the ring's registered-file table, 0 when it has none (not asked
+    /// for, refused by the kernel, or given up after a refused install).
+    pub fn file_slots(&self) -> u32 {
+        if self.files.enabled {
+            self.files.slots.capacity()
+        } else {
+            0
+        }
+    }
+
+    /// Makes one registration call, unless the test hook refuses it.
+    fn file_table_call(&self, call: FileTableCall) -> io::Result<()> {
+        if let Some(errno) = self.files.refuse.and_then(|refuse| refuse(call)) {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        let submitter = self.ring.submitter();
+        match call {
+            FileTableCall::Create { slots } => submitter.register_files_sparse(slots),
+            FileTableCall::Install { slot, fd } => submitter
+                .register_files_update(slot, &[fd])
+                .and_then(|updated| {
+                    if updated == 1 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::from_raw_os_error(libc::EINVAL))
+                    }
+                }),
+            FileTableCall::Remove { slot } => {
+                submitter.register_files_update(slot, &[-1]).map(drop)
+            }
+        }
+    }
+
+    /// Registers a sparse table of `slots` files, or logs (once per process)
+    /// why the kernel would not.
+    fn create_file_table(&mut self, slots: u32) {
+        match self.file_table_call(FileTableCall::Create { slots }) {
+            Ok(()) => self.files.enabled = true,
+            Err(error) => {
+                if !FILE_TABLE_LOGGED.swap(true, Ordering::Relaxed) {
+                    let reason = file_table_refusal_reason(&error);
+                    tracing::info!(
+                        %error,
+                        reason,
+                        "tailguard io_uring: no registered-file table ({reason}: {error}); ops use plain descriptors"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Installs `fd` in a free slot; see [`Backend::register_file`].
+    fn install_file(&mut self, fd: RawFd) -> bool {
+        let Some(slot) = self.files.slots.claim(fd) else {
+            if !std::mem::replace(&mut self.files.full_logged, true) {
+                tracing::info!(
+                    slots = self.files.slots.capacity(),
+                    "tailguard io_uring: the registered-file table is full; further files use plain descriptors"
+                );
+            }
+            return false;
+        };
+        let Err(error) = self.file_table_call(FileTableCall::Install { slot, fd }) else {
+            return true;
+        };
+        self.files.slots.unmap(fd);
+        self.files.slots.free(slot);
+        if matches!(error.raw_os_error(), Some(libc::EBADF | libc::ENOMEM)) {
+            if !std::mem::replace(&mut self.files.file_refusal_logged, true) {
+                tracing::info!(
+                    fd,
+                    %error,
+                    "tailguard io_uring: the kernel would not register a file ({error}); it uses its plain descriptor"
+                );
+            }
+        } else {
+            self.files.enabled = false;
+            tracing::info!(
+                %error,
+                "tailguard io_uring: registering a file failed ({error}); registered files are off for this ring"
+            );
+        }
+        false
+    }
+
+    /// Clears `slot` in the kernel's table and frees it. On failure the slot
+    /// stays taken (the kernel may still hold its file; installing another
+    /// file there would replace it, but one more failure is not worth that).
+    fn remove_slot(&mut self, slot: u32) {
+        match self.file_table_call(FileTableCall::Remove { slot }) {
+            Ok(()) => self.files.slots.free(slot),
+            Err(error) => tracing::warn!(
+                slot,
+                %error,
+                "tailguard io_uring: clearing a registered-file slot failed; the slot stays taken"
+            ),
+        }
+    }
+
+    /// Clears the slots unregistered while entries were queued, now that the
+    /// queue has been handed to the kernel.
+    fn retire_slots(&mut self) {
+        while let Some(slot) = self.files.retiring.pop() {
+            self.remove_slot(slot);
+        }
     }
 
     /// Queues the wake read if it is not in the ring and there is room; returns
@@ -325,6 +651,27 @@ fn build_ring(depth: u32, attempts: &[Features]) -> io::Result<(IoUring, Feature
     Err(last_error.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)))
 }
 
+/// The submission entry for `op` on `target` (a plain descriptor or a slot of
+/// the registered-file table), without its user data. A macro
+/// because the opcode builders take either through a sealed trait.
+macro_rules! entry_on {
+    ($op:expr, $target:expr) => {
+        match $op.kind {
+            OpKind::Read => opcode::Read::new($target, $op.buffer, $op.length)
+                .offset($op.offset)
+                .build(),
+            OpKind::Write => opcode::Write::new($target, $op.buffer.cast_const(), $op.length)
+                .offset($op.offset)
+                .build(),
+            OpKind::Fsync => opcode::Fsync::new($target).build(),
+            OpKind::Fdatasync => opcode::Fsync::new($target)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+            OpKind::Nop => opcode::Nop::new().build(),
+        }
+    };
+}
+
 impl Backend for Uring {
     fn kind(&self) -> BackendKind {
         BackendKind::IoUring
@@ -338,19 +685,9 @@ impl Backend for Uring {
             op.user_data, WAKE_USER_DATA,
             "user data u64::MAX is reserved by the io_uring backend"
         );
-        let fd = types::Fd(op.fd);
-        let entry = match op.kind {
-            OpKind::Read => opcode::Read::new(fd, op.buffer, op.length)
-                .offset(op.offset)
-                .build(),
-            OpKind::Write => opcode::Write::new(fd, op.buffer.cast_const(), op.length)
-                .offset(op.offset)
-                .build(),
-            OpKind::Fsync => opcode::Fsync::new(fd).build(),
-            OpKind::Fdatasync => opcode::Fsync::new(fd)
-                .flags(types::FsyncFlags::DATASYNC)
-                .build(),
-            OpKind::Nop => opcode::Nop::new().build(),
+        let entry = match self.files.slots.slot_of(op.fd) {
+            Some(slot) => entry_on!(op, types::Fixed(slot)),
+            None => entry_on!(op, types::Fd(op.fd)),
         }
         .user_data(op.user_data);
         // Keep a slot for re-arming the wake read.
@@ -415,6 +752,8 @@ impl Backend for Uring {
             // completion posted: done. Otherwise a partial submit (or a full queue
             // that kept the wake read out) needs another round.
             if armed && self.ring.submission().is_empty() {
+                // No queued entry can name a retiring slot any more.
+                self.retire_slots();
                 return Ok(());
             }
         }
@@ -434,6 +773,42 @@ impl Backend for Uring {
     fn in_flight(&self) -> usize {
         self.in_flight
     }
+
+    fn registers_files(&self) -> bool {
+        self.files.enabled
+    }
+
+    /// Installs `fd` in a free slot of the ring's table; see "Registered
+    /// files" in the module docs for when it declines.
+    fn register_file(&mut self, fd: RawFd) -> bool {
+        if !self.files.enabled || !(0..MAX_REGISTERED_FD).contains(&fd) {
+            return false;
+        }
+        self.files.slots.slot_of(fd).is_some() || self.install_file(fd)
+    }
+
+    /// Unmaps `fd` now and clears its slot once no queued entry names it; ops
+    /// already submitted keep the file (module docs, "Registered files").
+    fn unregister_file(&mut self, fd: RawFd) {
+        let Some(slot) = self.files.slots.unmap(fd) else {
+            return;
+        };
+        if self.ring.submission().is_empty() {
+            self.remove_slot(slot);
+        } else {
+            self.files.retiring.push(slot);
+        }
+    }
+}
+
+/// Why the kernel refused a registered-file table, in words that name the cause.
+pub fn file_table_refusal_reason(error: &io::Error) -> &'static str {
+    match error.raw_os_error() {
+        Some(libc::EINVAL) => "the kernel has no sparse file tables (older than 5.19)",
+        Some(libc::EMFILE) => "the table is larger than RLIMIT_NOFILE",
+        Some(libc::ENOMEM) => "the kernel is short of memory for the table",
+        _ => "registering the table failed",
+    }
 }
 
 impl Drop for Uring {
@@ -447,6 +822,15 @@ impl Drop for Uring {
                 in_flight = self.in_flight,
                 "tailguard io_uring: dropped with ops in flight; the kernel finishes them during teardown"
             );
+        }
+        // The kernel tears a closed ring down in a work item, after `close`
+        // returns: give up the registered files now, so that they are closed
+        // when the ring's owner is done with it (a filesystem can be unmounted,
+        // a deleted file's blocks are freed).
+        if self.files.slots.taken() > 0 {
+            if let Err(error) = self.ring.submitter().unregister_files() {
+                tracing::debug!(%error, "tailguard io_uring: unregistering the files failed");
+            }
         }
     }
 }
@@ -493,5 +877,54 @@ impl EngineWaker for EventFdWaker {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_slots_hand_out_each_slot_once_and_reuse_freed_ones() {
+        let mut slots = FileSlots::new(3);
+        assert_eq!(slots.slot_of(5), None);
+        assert_eq!(slots.slot_of(-1), None, "a negative descriptor has no slot");
+        let claimed = [5, 9, 0].map(|fd| slots.claim(fd).expect("room"));
+        let mut sorted = claimed.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, [0, 1, 2], "every slot once, none out of range");
+        assert_eq!(slots.slot_of(9), Some(claimed[1]));
+        assert_eq!(slots.claim(7), None, "full");
+        assert_eq!(slots.taken(), 3);
+
+        // Unmapped but not freed: the descriptor no longer resolves, and the
+        // slot is not handed out again (the kernel may still hold its file).
+        assert_eq!(slots.unmap(9), Some(claimed[1]));
+        assert_eq!(slots.slot_of(9), None);
+        assert_eq!(slots.unmap(9), None, "unmapping twice is a no-op");
+        assert_eq!(slots.claim(7), None, "the unmapped slot is not free yet");
+
+        slots.free(claimed[1]);
+        assert_eq!(slots.taken(), 2);
+        assert_eq!(slots.claim(7), Some(claimed[1]), "the freed slot is reused");
+        assert_eq!(slots.slot_of(7), Some(claimed[1]));
+        assert_eq!(slots.slot_of(5), Some(claimed[0]), "others unchanged");
+        assert_eq!(slots.slot_of(1000), None, "beyond the map");
+    }
+
+    #[test]
+    fn an_empty_table_has_no_slot_to_give() {
+        let mut slots = FileSlots::new(0);
+        assert_eq!(slots.claim(3), None);
+        assert_eq!(slots.slot_of(3), None);
+        assert_eq!(slots.taken(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "already has a slot")]
+    fn claiming_a_mapped_descriptor_is_a_bug() {
+        let mut slots = FileSlots::new(4);
+        slots.claim(3);
+        slots.claim(3);
     }
 }
