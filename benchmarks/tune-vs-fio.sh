@@ -19,10 +19,10 @@
 #              FIO_SECONDS (seconds fio measures, default 3).
 #
 # Like for like: tune's profile rate is the steady (second) half of its
-# sustained run at the knee, which is the last ~40% of a curve's time, so with
-# one curve of TUNE_DURATION D the measured window is about the last 0.2 D after
-# 0.8 D of load. fio skips FIO_RAMP seconds (ramp_time) and measures FIO_SECONDS;
-# the defaults match D = 15 s.
+# sustained run at the knee; the profile's notes name that window per curve
+# ("... (fio: iodepth=N bs=B ramp_time=Rs runtime=Ss)"), and fio runs with that
+# ramp_time and runtime, so both measure the same seconds of load. FIO_RAMP and
+# FIO_SECONDS are used only if a profile has no such note.
 set -euo pipefail
 
 repository=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,9 +63,10 @@ for round in $(seq 1 "$rounds"); do
         echo "round $round: tailguard tune --curves $name --duration $tune_duration" >&2
         "$tailguard" tune "$file" --allow-write --curves "$name" --duration "$tune_duration" \
             --output "$profile" >"$directory/tune-$round-$name.txt"
-        # request bytes, depth, tune's steady rate, its unit
-        read -r request_bytes depth tune_rate unit < <(python3 - "$profile" "$name" <<'EOF'
-import sys, tomllib
+        # request bytes, depth, tune's steady rate, its unit, fio's ramp and runtime
+        read -r request_bytes depth tune_rate unit ramp runtime < <(python3 - "$profile" "$name" \
+            "$fio_ramp" "$fio_seconds" <<'EOF'
+import re, sys, tomllib
 profile = tomllib.load(open(sys.argv[1], "rb"))
 name = sys.argv[2]
 (device,) = profile["device"].values()
@@ -73,14 +74,19 @@ key = {"random_read": "read_iops", "random_write": "write_iops",
        "sequential_read": "read_bandwidth", "sequential_write": "write_bandwidth"}[name]
 knee = device["knee"][name]
 unit = "iops" if name.startswith("random") else "bytes/s"
-print(knee["request_bytes"], knee["queue_depth"], device[key], unit)
+ramp, runtime = sys.argv[3], sys.argv[4]
+for note in profile.get("metadata", {}).get("notes", []):
+    window = re.search(r"ramp_time=([\d.]+)s runtime=([\d.]+)s", note)
+    if note.startswith(name + ":") and window:
+        ramp, runtime = window.groups()
+print(knee["request_bytes"], knee["queue_depth"], device[key], unit, ramp, runtime)
 EOF
         )
         rw=$(fio_rw "$name")
-        echo "round $round: fio $rw bs=$request_bytes iodepth=$depth" >&2
+        echo "round $round: fio $rw bs=$request_bytes iodepth=$depth ramp_time=${ramp}s runtime=${runtime}s" >&2
         fio_json=$("$FIO" --name="$name" --filename="$file" --rw="$rw" --bs="$request_bytes" \
             --iodepth="$depth" --direct=1 --ioengine=io_uring --time_based \
-            --ramp_time="$fio_ramp" --runtime="$fio_seconds" --size="$size" --randrepeat=0 --output-format=json)
+            --ramp_time="$ramp" --runtime="$runtime" --size="$size" --randrepeat=0 --output-format=json)
         fio_rate=$(python3 -c '
 import json, sys
 job = json.loads(sys.stdin.read())["jobs"][0]

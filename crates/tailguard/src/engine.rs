@@ -65,10 +65,13 @@
 //!   [`FILE_SWEEP_INTERVAL_NS`] while requests arrive, and before the engine
 //!   thread parks.
 //!
-//! A file its owner closes while the engine holds no request on it therefore
-//! stays open in the kernel (its flock held, its blocks allocated if deleted)
-//! until the engine's next activity: the next request to this scheduler, a
-//! sweep, or shutdown, which closes the ring.
+//! - when a `File` is dropped: it sends `Message::FileClosed` after giving
+//!   up its own reference, so a file closed while the engine is idle does not
+//!   stay open in the kernel (its flock held, its blocks allocated if deleted).
+//!
+//! The sweep is the backstop: it needs no message, so no path that closes a
+//! file can leave its registration behind for longer than one interval of an
+//! active engine.
 //!
 //! Shutdown closes the handoff, then keeps looping until every dispatcher is idle
 //! and the backend has nothing in flight: everything accepted is completed,
@@ -201,6 +204,11 @@ pub(crate) enum Message {
         class: ClassNumber,
     },
     Stats(Responder<io::Result<StatsSnapshot>>),
+    /// A `File` was dropped: give up the registration of descriptor `fd` if
+    /// that file is now closed (see "Registered files" in the module docs).
+    FileClosed {
+        fd: RawFd,
+    },
     Shutdown,
     /// Makes the engine panic: tests of the crash path only.
     #[cfg(test)]
@@ -455,6 +463,7 @@ impl Engine {
                 self.classes.push(ClassStats::new(name, shares));
             }
             Message::SetShares { class, shares } => self.set_shares(class, shares),
+            Message::FileClosed { fd } => self.release_if_closed(fd),
             Message::RemoveClass { class } => {
                 for device in &mut self.devices {
                     if let Some(id) = device

@@ -30,6 +30,7 @@ use crate::stats::StatsSnapshot;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -643,7 +644,7 @@ impl OpenOptions {
         scheduler.announce_device(info.id, info.name.clone(), profile)?;
         Ok(File {
             scheduler: scheduler.clone(),
-            file: Arc::new(file),
+            file: Some(Arc::new(file)),
             path: path.to_path_buf(),
             device: info,
             alignment,
@@ -667,9 +668,16 @@ fn open_error(path: &Path, direct: bool, error: io::Error) -> io::Error {
 }
 
 /// A file opened through a [`Scheduler`].
+///
+/// Dropping it closes the file once no request on it is left; the engine is
+/// told at once, so a registered descriptor (see
+/// [`SchedulerBuilder::registered_files`]) is given up right away and the
+/// file's space and locks are released as with any close.
 pub struct File {
     scheduler: Scheduler,
-    file: Arc<std::fs::File>,
+    /// `None` only inside `drop`, which gives up this reference before it
+    /// tells the engine.
+    file: Option<Arc<std::fs::File>>,
     path: PathBuf,
     device: DeviceInfo,
     alignment: DirectIoAlignment,
@@ -685,7 +693,28 @@ impl std::fmt::Debug for File {
     }
 }
 
+impl Drop for File {
+    fn drop(&mut self) {
+        let Some(file) = self.file.take() else {
+            return;
+        };
+        let fd = file.as_raw_fd();
+        // Our reference goes first: if no request holds the file, it is closed
+        // in this process now, and the engine, told next, sees it closed and
+        // gives up its registration (a request still holding the file releases
+        // it when it finishes). A scheduler already shut down has no engine
+        // and no registrations left.
+        drop(file);
+        let _ = self.scheduler.inner.send(Message::FileClosed { fd });
+    }
+}
+
 impl File {
+    /// The open file; present until `drop`.
+    fn handle(&self) -> &Arc<std::fs::File> {
+        self.file.as_ref().expect("a File holds its file until dropped")
+    }
+
     /// The device this file lives on.
     pub fn device(&self) -> &DeviceInfo {
         &self.device
@@ -750,7 +779,7 @@ impl File {
         let message = IoMessage {
             class: class.number,
             device: self.device.id,
-            file: Some(self.file.clone()),
+            file: Some(self.handle().clone()),
             kind,
             buffer: Some(buffer),
             offset,
@@ -771,7 +800,7 @@ impl File {
         let message = IoMessage {
             class: class.number,
             device: self.device.id,
-            file: Some(self.file.clone()),
+            file: Some(self.handle().clone()),
             kind,
             buffer: None,
             offset: 0,

@@ -849,6 +849,44 @@ fn a_reused_descriptor_number_never_reaches_the_closed_file() {
     }
 }
 
+/// Dropping a `File` tells the engine, so an idle scheduler gives up the
+/// registration (the kernel's reference) without waiting for other activity.
+#[test]
+fn a_dropped_file_is_released_without_another_request() {
+    let Some(scheduler) = scheduler(BackendChoice::IoUring) else {
+        return;
+    };
+    let class = scheduler.add_class("c", 1).unwrap();
+    let (file, path) = open_scratch(&scheduler, "dropped-while-idle");
+    write_and_check(&file, &class, 0, 29);
+    let was_registered = registered_soon(&path);
+    println!("registered while open: {was_registered:?}");
+    if was_registered != Some(true) {
+        std::fs::remove_file(&path).unwrap();
+        return; // registration off or not observable here: nothing to check
+    }
+    drop(file);
+    // No request follows: only the drop's message can release it. A single
+    // look may miss the listing (busy ring lock), so the release counts once
+    // the file is absent from many looks in a row; a liveness bound, not a
+    // timing assertion.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut absent_in_a_row = 0;
+    while absent_in_a_row < 50 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a dropped file stays registered while the engine is idle"
+        );
+        absent_in_a_row = match registered_now(&path) {
+            Some(false) => absent_in_a_row + 1,
+            _ => 0,
+        };
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    std::fs::remove_file(&path).unwrap();
+    drop(scheduler);
+}
+
 #[test]
 fn a_file_closed_while_idle_is_released_by_the_next_request() {
     let Some(scheduler) = scheduler(BackendChoice::IoUring) else {
