@@ -4,6 +4,7 @@
 #   benchmarks/engine-vs-fio.sh            # everything, ~4 minutes
 #   DEPTHS="1 16" REPS=5 DRIVERS=block-on benchmarks/engine-vs-fio.sh
 #   DRIVERS="block-on raw-plain raw-defer" benchmarks/engine-vs-fio.sh   # + the bare ring
+#   DRIVERS="block-on block-on/per-turn raw-plain/batch" ...   # submission variants
 #
 # Builds the `engine` bench binary once (release), runs `engine nop`, then creates a
 # real (non-sparse) test file, and for each queue depth runs REPS interleaved rounds
@@ -64,10 +65,19 @@ run_fio() { # depth rep
 }
 
 run_tailguard() { # depth rep driver
-  if [[ $3 == raw-* ]]; then # the io-uring crate alone, ring flags ${3#raw-}
-    line=$("$BIN" randread-raw --file "$FILE" --depth "$1" --secs "$SECS" --ring "${3#raw-}" | grep '^RESULT')
+  # A name is DRIVER[/SUBMIT]: raw-RING is the io-uring crate alone with those
+  # ring flags (SUBMIT each or batch); otherwise an engine driver (SUBMIT each
+  # or per-turn).
+  # raw-RING/SUBMIT/SPIN adds SPIN ns of busy work per completion.
+  local driver=${3%%/*} submit=each spin=0
+  [[ $3 == */* ]] && submit=${3#*/} && submit=${submit%%/*}
+  [[ $3 == */*/* ]] && spin=${3##*/}
+  if [[ $driver == raw-* ]]; then
+    line=$("$BIN" randread-raw --file "$FILE" --depth "$1" --secs "$SECS" --ring "${driver#raw-}" \
+      --submit "$submit" --spin-ns "$spin" | grep '^RESULT')
   else
-    line=$("$BIN" randread --file "$FILE" --depth "$1" --secs "$SECS" --driver "$3" | grep '^RESULT')
+    line=$("$BIN" randread --file "$FILE" --depth "$1" --secs "$SECS" --driver "$driver" \
+      --submit "$submit" | grep '^RESULT')
   fi
   echo "$line" >>"$RESULTS/tailguard-raw.txt"
   val() { echo "$line" | tr ' ' '\n' | sed -n "s/^$1=//p"; }

@@ -4,7 +4,7 @@
 //! cargo bench -p tailguard --bench engine -- nop [--secs 1] [--reps 3] [--depth 256]
 //! cargo bench -p tailguard --bench engine -- nop-uring [--secs 1] [--depth 256]   # profiling
 //! cargo bench -p tailguard --bench engine -- randread --file PATH --depth N [--secs 5] [--driver block-on|engine-thread|dedicated] [--submit each|per-turn]
-//! cargo bench -p tailguard --bench engine -- randread-raw --file PATH --depth N [--secs 5] [--ring plain|coop|defer]
+//! cargo bench -p tailguard --bench engine -- randread-raw --file PATH --depth N [--secs 5] [--ring plain|coop|defer] [--submit each|batch] [--spin-ns 0]
 //! ```
 //!
 //! Both modes drive their requests from one thread, as fio does, with one of two
@@ -38,7 +38,10 @@
 //! `randread-raw`: the same reads with the `io-uring` crate alone, no scheduler:
 //! the floor any library on this ring can reach, to tell the engine's own cost
 //! from the ring's. One read submitted per system call (as fio does), waiting
-//! for one completion when nothing else is to be done. `--ring` picks the setup
+//! for one completion when nothing else is to be done (`--submit batch`: the
+//! resubmissions of one wake-up go in one system call; `--spin-ns N`: N ns of
+//! busy work per completion, standing in for a library's per-request cost, to
+//! see how the device answers a slower turnaround). `--ring` picks the setup
 //! flags: `plain` (none: the ring tailguard's waiters share), `coop`
 //! (`COOP_TASKRUN`), `defer` (`SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN`, what
 //! fio 3.33 asks for, and the ring of the `dedicated` driver).
@@ -104,6 +107,12 @@ fn main() {
             num("--depth", 1.0) as usize,
             num("--secs", 5.0),
             &opt("--ring").unwrap_or_else(|| "plain".into()),
+            match opt("--submit").as_deref().unwrap_or("each") {
+                "each" => false,
+                "batch" => true,
+                other => panic!("unknown --submit {other}; use each or batch"),
+            },
+            num("--spin-ns", 0.0) as u64,
         )
         .expect("randread-raw"),
         other => {
@@ -560,7 +569,14 @@ fn randread_mode(
 }
 
 /// `randread-raw`: see the module docs.
-fn raw_randread_mode(path: &str, depth: usize, secs: f64, ring_flags: &str) -> io::Result<()> {
+fn raw_randread_mode(
+    path: &str,
+    depth: usize,
+    secs: f64,
+    ring_flags: &str,
+    batch: bool,
+    spin_ns: u64,
+) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::io::AsRawFd;
     const BLOCK: u64 = 4096;
@@ -600,6 +616,7 @@ fn raw_randread_mode(path: &str, depth: usize, secs: f64, ring_flags: &str) -> i
     let mut submit_read = |ring: &mut io_uring::IoUring,
                            started: &mut [Instant],
                            slot: usize,
+                           submit: bool,
                            wait: bool|
      -> io::Result<()> {
         let read = io_uring::opcode::Read::new(fd, buffers[slot].as_mut_ptr(), BLOCK as u32)
@@ -610,11 +627,13 @@ fn raw_randread_mode(path: &str, depth: usize, secs: f64, ring_flags: &str) -> i
         // SAFETY: the buffer lives in `buffers` until the end of this function,
         // which reaps every read before returning; each slot has one read at a time.
         unsafe { ring.submission().push(&read).expect("room: one per slot") };
-        ring.submit_and_wait(usize::from(wait))?;
+        if submit {
+            ring.submit_and_wait(usize::from(wait))?;
+        }
         Ok(())
     };
     for slot in 0..depth {
-        submit_read(&mut ring, &mut started, slot, false)?;
+        submit_read(&mut ring, &mut started, slot, true, false)?;
         outstanding += 1;
     }
     let mut done: Vec<(usize, i32)> = Vec::with_capacity(depth);
@@ -630,6 +649,12 @@ fn raw_randread_mode(path: &str, depth: usize, secs: f64, ring_flags: &str) -> i
         let count = done.len();
         for (index, (slot, result)) in done.drain(..).enumerate() {
             histogram.saturating_record(started[slot].elapsed().as_nanos() as u64);
+            if spin_ns > 0 {
+                let spin_start = Instant::now();
+                while (spin_start.elapsed().as_nanos() as u64) < spin_ns {
+                    std::hint::spin_loop();
+                }
+            }
             outstanding -= 1;
             completed += 1;
             errors += u64::from(result != BLOCK as i32);
@@ -637,7 +662,7 @@ fn raw_randread_mode(path: &str, depth: usize, secs: f64, ring_flags: &str) -> i
                 // The last resubmission waits for the next completion in the
                 // same system call, as the engine's turn does.
                 let last = index + 1 == count;
-                submit_read(&mut ring, &mut started, slot, last)?;
+                submit_read(&mut ring, &mut started, slot, last || !batch, last)?;
                 outstanding += 1;
             }
         }
@@ -647,7 +672,8 @@ fn raw_randread_mode(path: &str, depth: usize, secs: f64, ring_flags: &str) -> i
     let us = |ns: u64| ns as f64 / 1000.0;
     println!(
         "RESULT mode=randread-raw depth={depth} iops={:.0} p50_us={:.1} p99_us={:.1} \
-         engine_p50_us=0 ops={completed} errors={errors} wall_s={wall:.2} cpu={cpu:.3} ring={ring_flags}",
+         engine_p50_us=0 ops={completed} errors={errors} wall_s={wall:.2} cpu={cpu:.3} ring={ring_flags} \
+         batch={batch} spin_ns={spin_ns}",
         completed as f64 / wall,
         us(histogram.value_at_quantile(0.5)),
         us(histogram.value_at_quantile(0.99)),

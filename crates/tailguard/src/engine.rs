@@ -697,9 +697,13 @@ impl Engine {
             return;
         }
         let now = self.now();
-        for completion in std::mem::take(&mut self.completions) {
+        // Drain a swapped-out vector and swap it back, so reaping reuses one
+        // allocation instead of growing a fresh vector on every wake-up.
+        let mut completions = std::mem::take(&mut self.completions);
+        for completion in completions.drain(..) {
             self.complete_piece(now, completion);
         }
+        self.completions = completions;
         self.log_budget_changes();
     }
 

@@ -712,7 +712,9 @@ impl Drop for File {
 impl File {
     /// The open file; present until `drop`.
     fn handle(&self) -> &Arc<std::fs::File> {
-        self.file.as_ref().expect("a File holds its file until dropped")
+        self.file
+            .as_ref()
+            .expect("a File holds its file until dropped")
     }
 
     /// The device this file lives on.
