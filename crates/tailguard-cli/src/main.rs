@@ -14,6 +14,11 @@
 //! - `tailguard demo [DIR] [--quick]` runs the embedded main job (readers alone,
 //!   beside kernel writeback, beside writes through tailguard) and writes
 //!   `tailguard-demo.html`.
+//!
+//! The library's `tracing` events go to standard error: warnings by default
+//! (such as the announced fall-back from io_uring to the thread pool), more
+//! with `RUST_LOG` (for example `RUST_LOG=tailguard::controller=info` shows
+//! every budget change of the adaptive controller).
 
 use clap::{Parser, Subcommand};
 
@@ -69,7 +74,20 @@ struct SimArguments {
     json: bool,
 }
 
+/// Library events to standard error, filtered by `RUST_LOG` (default: warnings).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Only fails if a subscriber is already set, which nothing here does.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
 fn main() -> ExitCode {
+    init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(arguments) => run_sim(&arguments).map_err(bench::BenchError::usage),
