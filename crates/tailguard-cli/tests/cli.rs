@@ -5,8 +5,11 @@ use std::path::{Path, PathBuf};
 mod common;
 use common::{tailguard, tailguard_ok};
 
+/// A file under cargo's scratch directory for tests (inside `target/`, so runs
+/// leave nothing in the system's temporary directory).
 fn scratch_file(name: &str, text: &str) -> PathBuf {
-    let directory = std::env::temp_dir().join(format!("tailguard-cli-test-{}", std::process::id()));
+    let directory = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("tailguard-cli-test-{}", std::process::id()));
     std::fs::create_dir_all(&directory).unwrap();
     let path = directory.join(name);
     std::fs::write(&path, text).unwrap();
