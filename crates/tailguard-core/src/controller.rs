@@ -11,9 +11,9 @@
 //!
 //! - **congested**: more than 1% of the window's reads took longer than the
 //!   latency target (fair-queue wait plus device time) *and would have been on
-//!   time without the work dispatched ahead of them*; or, when reads do not
-//!   vouch for the budget (below), the Little's-law delay exceeds the goal (what
-//!   a read arriving now would wait at a first-come-first-served device). The budget shrinks at once to what
+//!   time without the work dispatched ahead of them*; or, when no read completed in the last [`READS_REMEMBERED_NS`], the
+//!   Little's-law delay exceeds the goal (what a read arriving now would wait at
+//!   a first-come-first-served device). The budget shrinks at once to what
 //!   drains within the goal, by at most 4× per window. This holds whether or not
 //!   the budget held work back: a budget far above what the workload keeps in
 //!   flight (a guessed profile that overrates the device) is cut from what was
@@ -33,35 +33,27 @@
 //! - **probe verdicts**: a growth is judged only once it changed what was in
 //!   flight by [`IN_FLIGHT_GREW`] (pieces come in whole sizes, so a 25% larger
 //!   budget may hold the same pieces: that is *unfelt* and the probe grows on);
-//!   it is kept only if the rate rose by at least [`GROWTH_PAYS`] (5%), otherwise
-//!   undone. A shrink probe is kept only if the rate stayed within
-//!   [`SHRINK_KEEPS`] of the rate before it. So the budget settles at the *knee*
-//!   of throughput against depth, from either side.
-//! - **settled**: while Little's law judges (reads do not vouch), after a wasted
+//!   it is kept only if the rate rose by at least [`GROWTH_PAYS`] (5%) *and the
+//!   reads did not pay for it* (next), otherwise undone. A shrink probe is kept
+//!   only if the rate stayed within [`SHRINK_KEEPS`] of the rate before it. So
+//!   the budget settles at the *knee* of throughput against depth, from either
+//!   side.
+//! - **reads pay for no growth**: a growth probe in whose window more reads
+//!   missed the target (for any reason) than the share before the probe
+//!   predicts, by more than one and more than [`LATE_READS_PER_HUNDRED`] in a
+//!   hundred, is wasted whatever the rate. Reads excused one by one as the
+//!   floor (below) can still be made late by the depth: on a virtio disk (1 ms
+//!   target, the demo's 16 readers beside a 1 MiB writer) 48 of a window's 85
+//!   reads took 2.6 ms with 0.77 ms of work ahead at the window's rate (the
+//!   work ahead drained about 3x slower for them than the rate says), each was
+//!   excused, and the rate alone, which the writes' bursts move by ±30% from
+//!   one 10 ms window to the next, judged the growth paid. The budget doubled
+//!   on, to 15–20 ms of cost and a Little's-law delay of 2.2–4.6 ms, before a
+//!   window called congestion: read p99 3.5–4.1 ms where the readers alone
+//!   have 1.3 ms.
+//! - **settled**: while Little's law judges (no recent reads), after a wasted
 //!   growth the next probe goes down, looking for a smaller budget with the same
 //!   throughput; probes are [`HOLD_WINDOWS`] apart.
-//! - **reads vouch only while on time**: recent reads overrule Little's law
-//!   (their verdict decides congestion and room to grow) only while no more
-//!   than 1% of the reads of the last [`READS_REMEMBERED_NS`] missed the target
-//!   *for any reason* ([`WindowSummary::reads_missed`]). A read excused as the
-//!   floor (below) does not call congestion, but it cannot vouch for more depth
-//!   either. On a virtio disk (1 ms target, 16 readers beside a 1 MiB writer),
-//!   reads whose lateness the per-read test put on the floor (2.6 ms with 0.77
-//!   ms of work ahead at the window's rate: the work ahead drained about 3x
-//!   slower for them than the rate says) made half of some windows' reads, and
-//!   those windows grew the budget, doubling, to 15 ms of cost and a Little's-law
-//!   delay of 1-4.6 ms against a 0.67 ms goal: read p99 3.5-4.1 ms where the
-//!   readers alone have 1.3 ms. Counted in reads over a second, a device whose
-//!   rare reads hit a floor (`nvme`'s write-cache stalls: 0.4% of reads) keeps
-//!   the reads' verdict.
-//! - **floor-bound**: while more than 1% of recent reads miss the target at the
-//!   device's floor ([`WindowSummary::floor_bound`]: a USB stick's 200-600 ms
-//!   stalls under a 500 ms target), the target is out of reach and every piece
-//!   queued ahead of such a read adds to its miss. Shrink probes then run
-//!   although reads are recent, are kept while the rate stays within
-//!   [`FLOOR_SHRINK_KEEPS`] (5%) of the rate before them, and may go down to
-//!   [`crate::budget::PIPELINE_PIECES`] pieces rather than
-//!   [`SHRINK_FLOOR_PIECES`].
 //! - **idle** or **fine**: hold.
 //!
 //! - **starvation**: a read late and overtaken (served after more than
@@ -105,12 +97,12 @@
 //!   any budget, so shrinking would cost throughput and not help. Unlike a
 //!   minimum, it still sees a tail made by queueing (the 1% that matters for a
 //!   p99 target). The test trusts the window's rate to say how long the work
-//!   ahead took; where it does not (a virtio disk, above), the share of reads
-//!   late for any reason takes the reads' vouching away.
+//!   ahead took, which is not always so (a virtio disk, above): so a growth
+//!   probe counts every read over the target, excused or not.
 //! - **Reads are not throttled behind stalled writes.** kyber's per-domain pools
 //!   become the dispatcher's progress rule (a class with nothing in flight may
 //!   always send one piece), which works for any number of classes.
-//! - **While reads vouch, the budget only probes upwards.** A smaller budget
+//! - **While reads judge, the budget only probes upwards.** A smaller budget
 //!   buys reads nothing once they meet the target, and on a device with a
 //!   write cache (`sata-ssd`, `nvme`) the throughput cost of a smaller budget
 //!   (smaller pieces) shows only after the cache turns over (~150 ms), far
@@ -126,7 +118,7 @@
 //! situation, the budget before and after, the rate and delay measured), which
 //! the dispatcher reports in its stats so an engine can trace each one.
 
-use crate::budget::{split_bytes, Budget, CompletionSample, LatencyController, PIPELINE_PIECES};
+use crate::budget::{split_bytes, Budget, CompletionSample, LatencyController};
 use crate::profile::{CostModel, DeviceProfile};
 use crate::request::{Direction, Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
 
@@ -160,12 +152,6 @@ pub const GROW_STEP: f64 = 1.25;
 /// Step once growth paid twice in a row: double (slow start), so a budget 100×
 /// too small recovers in about seven probes.
 pub const GROW_STEP_FAST: f64 = 2.0;
-/// While reads miss the target at the device's floor ([`WindowSummary::floor_bound`]),
-/// a shrink probe is kept if the rate stayed at 95% or more of the rate before
-/// the first shrink: the target is out of reach, so every piece queued ahead
-/// of a read adds to a miss, and a smaller queue is worth up to the same 5%
-/// that a growth probe must gain ([`GROWTH_PAYS`]) to be kept.
-pub const FLOOR_SHRINK_KEEPS: f64 = 0.95;
 /// A shrink probe takes 20% off (the inverse of [`GROW_STEP`]).
 pub const SHRINK_STEP: f64 = 0.8;
 /// A congested window cuts the budget to at least a quarter, so a device slowed
@@ -244,7 +230,7 @@ pub enum Situation {
     GrowthPaid,
     /// A growth probe did not change what was in flight: grow further before judging.
     GrowthUnfelt,
-    /// A growth probe did not pay: undo it.
+    /// A growth probe did not pay, or reads paid for it: undo it.
     GrowthWasted,
     /// A shrink probe kept the rate: keep it, shrink again.
     ShrinkFree,
@@ -346,14 +332,6 @@ pub struct AdaptiveConfig {
     pub max_limit_ns: Nanos,
 }
 
-impl WindowSummary {
-    /// Whether the reads' verdict overrules Little's law: a read completed
-    /// recently and the recent reads met the target ([`Self::reads_missed`]).
-    pub fn reads_vouch(&self) -> bool {
-        self.reads_recent && !self.reads_missed
-    }
-}
-
 impl AdaptiveConfig {
     /// Bounds for a profile.
     pub fn for_profile(profile: &DeviceProfile) -> Self {
@@ -399,18 +377,20 @@ pub struct WindowSummary {
     pub late_reads: u64,
     /// The longest device time of those late reads, in ns (0 when none).
     pub worst_late_read_ns: Nanos,
-    /// Reads over the target, whatever the cause (the late ones and those
-    /// late at the device's floor).
+    /// Reads over the target, whatever the cause (the late ones, and those the
+    /// per-read test puts on the device's floor).
     pub over_target_reads: u64,
-    /// Whether more than 1% ([`LATE_READS_PER_HUNDRED`]) of the reads of the
-    /// last [`READS_REMEMBERED_NS`] missed the target, for any reason: then
-    /// they do not vouch for the budget ([`WindowSummary::reads_vouch`]).
-    pub reads_missed: bool,
-    /// Whether more than 1% of the reads of the last [`READS_REMEMBERED_NS`]
-    /// missed the target at the device's floor (late even without the work
-    /// ahead of them): the target is out of reach, and the budget looks for
-    /// the least queueing that keeps the rate ([`FLOOR_SHRINK_KEEPS`]).
-    pub floor_bound: bool,
+}
+
+impl WindowSummary {
+    /// The share of the window's reads that missed the target, for any reason
+    /// (0 without reads).
+    pub fn missed_share(&self) -> f64 {
+        if self.reads == 0 {
+            return 0.0;
+        }
+        self.over_target_reads as f64 / self.reads as f64
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -436,6 +416,8 @@ enum Probe {
         from_ns: Nanos,
         baseline: f64,
         baseline_in_flight_ns: f64,
+        /// The share of reads that missed the target before the probe.
+        baseline_missed: f64,
     },
     Down {
         from_ns: Nanos,
@@ -471,36 +453,6 @@ pub struct AdaptiveBudget {
     /// How the dispatcher prices and splits pieces, when built from a profile
     /// (see [`SHRINK_FLOOR_PIECES`]).
     pieces: Option<(CostModel, u64)>,
-    /// Reads of the last [`READS_REMEMBERED_NS`] or so (counts decaying with
-    /// that time constant): all, those over the target, and those over it at
-    /// the device's floor.
-    recent_reads: RecentReads,
-}
-
-/// Read counts decaying with the time constant [`READS_REMEMBERED_NS`].
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct RecentReads {
-    reads: f64,
-    over_target: f64,
-    floor_late: f64,
-}
-
-impl RecentReads {
-    /// These counts `elapsed_ns` later, with a window's counts added.
-    fn after(self, elapsed_ns: Nanos, reads: u64, over_target: u64, floor_late: u64) -> Self {
-        let keep = (-(elapsed_ns as f64) / READS_REMEMBERED_NS as f64).exp();
-        Self {
-            reads: self.reads * keep + reads as f64,
-            over_target: self.over_target * keep + over_target as f64,
-            floor_late: self.floor_late * keep + floor_late as f64,
-        }
-    }
-
-    /// Whether more than [`LATE_READS_PER_HUNDRED`] in a hundred of the reads
-    /// are among `count`.
-    fn too_many(&self, count: f64) -> bool {
-        count >= 1.0 && count * 100.0 > self.reads * LATE_READS_PER_HUNDRED as f64
-    }
 }
 
 impl AdaptiveBudget {
@@ -524,7 +476,6 @@ impl AdaptiveBudget {
             starving_until_ns: None,
             now_ns: 0,
             pieces: None,
-            recent_reads: RecentReads::default(),
         }
     }
 
@@ -605,7 +556,7 @@ impl AdaptiveBudget {
         let (late_reads, worst_late_read_ns) = late.fold((0, 0), |(count, worst), device_ns| {
             (count + 1, Nanos::max(worst, device_ns))
         });
-        let mut summary = WindowSummary {
+        WindowSummary {
             completions: window.completions,
             rate,
             mean_in_flight_ns,
@@ -620,23 +571,7 @@ impl AdaptiveBudget {
             late_reads,
             worst_late_read_ns,
             over_target_reads: window.late_candidates.len() as u64,
-            reads_missed: false,
-            floor_bound: false,
-        };
-        let recent = self.recent_reads_with(now, &summary);
-        summary.reads_missed = recent.too_many(recent.over_target);
-        summary.floor_bound = recent.too_many(recent.floor_late);
-        summary
-    }
-
-    /// The recent read counts with the window that ends at `now` added.
-    fn recent_reads_with(&self, now: Nanos, window: &WindowSummary) -> RecentReads {
-        self.recent_reads.after(
-            now.saturating_sub(self.window.start_ns),
-            window.reads,
-            window.over_target_reads,
-            window.over_target_reads - window.late_reads,
-        )
+        }
     }
 
     /// Names the situation after a window; pure in the window and the probe state.
@@ -647,7 +582,7 @@ impl AdaptiveBudget {
         let goal = self.config.goal_ns();
         let late = window.late_reads > 0
             && window.late_reads * 100 > window.reads * LATE_READS_PER_HUNDRED;
-        let delay_over = !window.reads_vouch() && window.delay_ns > goal;
+        let delay_over = !window.reads_recent && window.delay_ns > goal;
         // Congestion even when the budget held nothing back: a budget far above
         // what the workload keeps in flight (a wrong profile, a slow device) must
         // come down to what is in flight and below, or the next burst fills it.
@@ -671,9 +606,19 @@ impl AdaptiveBudget {
             Probe::Up {
                 baseline,
                 baseline_in_flight_ns,
+                baseline_missed,
                 ..
             } => {
-                return if !window.binding {
+                // More reads missed the target than before the probe: more
+                // than one, and more than 1% of the window's reads.
+                let extra_missed =
+                    window.over_target_reads as f64 - baseline_missed * window.reads as f64;
+                let reads_paid = extra_missed
+                    > f64::max(
+                        1.0,
+                        window.reads as f64 * LATE_READS_PER_HUNDRED as f64 / 100.0,
+                    );
+                return if !window.binding || reads_paid {
                     Situation::GrowthWasted
                 } else if window.rate >= baseline * GROWTH_PAYS {
                     Situation::GrowthPaid
@@ -686,12 +631,7 @@ impl AdaptiveBudget {
                 };
             }
             Probe::Down { baseline, .. } => {
-                let keeps = if window.floor_bound {
-                    FLOOR_SHRINK_KEEPS
-                } else {
-                    SHRINK_KEEPS
-                };
-                return if window.rate >= baseline * keeps {
+                return if window.rate >= baseline * SHRINK_KEEPS {
                     Situation::ShrinkFree
                 } else {
                     Situation::ShrinkCostly
@@ -707,10 +647,10 @@ impl AdaptiveBudget {
         }
         // Probes alternate up and down only while Little's law judges the budget;
         // while reads judge it, a smaller budget buys them nothing, so probes go up.
-        let probe_up = !self.probe_down_next || window.reads_vouch();
+        let probe_up = !self.probe_down_next || window.reads_recent;
         if self.has_room(window, limit_ns) && probe_up && limit_ns < self.config.max_limit_ns {
             Situation::Underused
-        } else if self.may_shrink(window, limit_ns) && !window.reads_vouch() {
+        } else if self.may_shrink(window, limit_ns) && !window.reads_recent {
             Situation::Settled
         } else {
             Situation::Fine
@@ -725,21 +665,16 @@ impl AdaptiveBudget {
         let piece_ns = window
             .mean_piece_cost_ns
             .max(self.split_piece_cost_ns(shrunk) as f64);
-        let floor_pieces = if window.floor_bound {
-            PIPELINE_PIECES as f64
-        } else {
-            SHRINK_FLOOR_PIECES
-        };
         shrunk < limit_ns
             && self.now_ns >= self.shrink_not_before_ns
-            && shrunk as f64 >= floor_pieces * piece_ns
+            && shrunk as f64 >= SHRINK_FLOOR_PIECES * piece_ns
     }
 
     /// Whether a growth step stays within the goal: by the reads themselves
     /// while there are any (none was late, or the window would be congested),
     /// by Little's law otherwise.
     fn has_room(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
-        window.reads_vouch() || (limit_ns as f64 * GROW_STEP) / window.rate <= self.config.goal_ns()
+        window.reads_recent || (limit_ns as f64 * GROW_STEP) / window.rate <= self.config.goal_ns()
     }
 
     fn clamp(&self, limit_ns: f64) -> Nanos {
@@ -796,6 +731,7 @@ impl AdaptiveBudget {
             from_ns: limit_ns,
             baseline: window.rate,
             baseline_in_flight_ns: window.mean_in_flight_ns,
+            baseline_missed: window.missed_share(),
         };
         Some(grown)
     }
@@ -925,7 +861,6 @@ impl AdaptiveBudget {
         after: Option<Nanos>,
     ) {
         let rate_milli = (summary.rate * 1000.0).round() as u64;
-        self.recent_reads = self.recent_reads_with(now, summary);
         self.stats.windows += 1;
         self.stats.last = Some(situation);
         self.stats.rate_milli = rate_milli;
@@ -1244,120 +1179,87 @@ mod tests {
         assert!(c.stats().grows > 0 && c.stats().windows > 10);
     }
 
-    /// One window as a virtio disk showed it (1 ms target, 16 readers beside
-    /// a 1 MiB writer, traced during `tailguard demo`): 20 writes of 2.1 ms of
-    /// cost and 85 reads in 10 ms (rate 4.3), 6 ms of cost in flight (a
-    /// Little's-law delay of 1.4 ms against a 0.67 ms goal), and 48 of the
-    /// reads 2.58 ms late with 3.2 ms of cost ahead of them, i.e. 0.75 ms at
-    /// the window's rate: late by more than that, so each is excused as the
-    /// floor. Returns the controller's decision on it at `limit_ns`.
-    fn virtio_window(limit_ns: Nanos) -> (Situation, Option<Nanos>) {
+    /// Drives one 10 ms window from `start_ns` at `limit_ns`, as a virtio disk
+    /// showed it (1 ms target; the demo's 16 readers beside a 1 MiB writer):
+    /// `writes` writes of 2.1 ms of cost, reads filling the rest of 105
+    /// completions, 6 ms of cost in flight. With `late`, 48 of the reads take
+    /// 2.58 ms with 3.2 ms of cost ahead (0.75 ms at the window's rate of 4.3):
+    /// late by more than the work ahead explains, so each is excused as the
+    /// floor; the others take 0.5 ms. Returns the new limit, if any.
+    fn virtio_window(
+        c: &mut AdaptiveBudget,
+        start_ns: Nanos,
+        writes: u64,
+        late: bool,
+        limit_ns: Nanos,
+    ) -> Option<Nanos> {
+        let mut decision = None;
+        for k in 1..=105u64 {
+            let now = start_ns + k * 10_000_000 / 105;
+            let write = k % 5 == 1 && k <= 5 * writes;
+            let slow = late && (k % 2 == 0 || k > 93);
+            let sample = CompletionSample {
+                now,
+                direction: if write {
+                    Direction::Write
+                } else {
+                    Direction::Read
+                },
+                cost_ns: if write { 2_100_000 } else { 10_000 },
+                device_time_ns: match (write, slow) {
+                    (true, _) => now.min(12_000_000),
+                    (false, true) => 2_580_000,
+                    (false, false) => 500_000,
+                },
+                queue_wait_ns: 0,
+                in_flight_ns: 6_000_000,
+                ahead_ns: if write { 6_000_000 } else { 3_200_000 },
+                queued_pieces: 8,
+                overtaken_ns: 0,
+            };
+            decision = c.on_completion(&sample, limit_ns);
+        }
+        decision
+    }
+
+    #[test]
+    fn a_growth_that_made_reads_late_is_wasted_even_if_each_is_excused() {
         let mut c = AdaptiveBudget::new(AdaptiveConfig {
             latency_target_ns: 1_000_000,
             min_limit_ns: 80_000,
             max_limit_ns: 64_000_000,
         });
-        let mut decision = None;
-        for k in 1..=105u64 {
-            let now = k * 10_000_000 / 105;
-            let sample = if k % 5 == 1 && k <= 100 {
-                CompletionSample {
-                    now,
-                    direction: Direction::Write,
-                    cost_ns: 2_100_000,
-                    device_time_ns: 12_000_000.min(now),
-                    queue_wait_ns: 0,
-                    in_flight_ns: 6_000_000,
-                    ahead_ns: 6_000_000,
-                    queued_pieces: 8,
-                    overtaken_ns: 0,
-                }
-            } else {
-                let late = k % 2 == 0 || k > 93;
-                CompletionSample {
-                    now,
-                    direction: Direction::Read,
-                    cost_ns: 10_000,
-                    device_time_ns: if late { 2_580_000 } else { 500_000 },
-                    queue_wait_ns: 0,
-                    in_flight_ns: 6_000_000,
-                    ahead_ns: 3_200_000,
-                    queued_pieces: 8,
-                    overtaken_ns: 0,
-                }
-            };
-            decision = c.on_completion(&sample, limit_ns);
-        }
-        let window = c.last_window();
-        assert_eq!(c.stats().windows, 1, "one window judged");
-        assert_eq!((window.reads, window.late_reads), (85, 0), "all excused");
-        assert_eq!((window.over_target_reads, window.reads_missed), (48, true));
-        (c.stats().last.expect("judged"), decision)
+        // Reads on time: room, so the budget probes upwards.
+        let limit: Nanos = 2_960_000;
+        let grown = virtio_window(&mut c, 0, 18, false, limit).expect("a probe");
+        assert_eq!(
+            (c.stats().last, grown),
+            (Some(Situation::Underused), 3_700_000)
+        );
+        // The probe's window: the rate rose 11%, and 48 of 85 reads missed the
+        // target, every one excused as the floor. Before, the rate alone judged
+        // it paid (on the disk: doubled twice more, to 15 ms of cost).
+        let undone = virtio_window(&mut c, 10_000_000, 20, true, grown);
+        let window = *c.last_window();
+        assert_eq!((window.reads, window.over_target_reads), (85, 48));
+        assert_eq!(window.late_reads, 0, "each excused as the floor");
+        assert!(window.rate > 1.05 * 3.87 && window.rate < 4.3);
+        assert_eq!(c.stats().last, Some(Situation::GrowthWasted));
+        assert_eq!(undone, Some(limit));
     }
 
     #[test]
-    fn reads_that_missed_the_target_at_the_floor_do_not_vouch_for_more_depth() {
-        // Before, the excused reads vouched for the budget and the window grew
-        // it (on the disk: doubling, to 15 ms of cost and 4.6 ms of delay).
-        let limit: Nanos = 7_400_000;
-        let (situation, new) = virtio_window(limit);
-        assert_eq!(situation, Situation::Congested);
-        // Cut to what drains within the goal: 0.67 ms at rate 4.3.
-        let new = new.expect("a cut");
-        assert!((2_700_000..3_000_000).contains(&new), "cut to {new}");
-    }
-
-    /// `windows` windows of 10 ms, each of 10 reads on time but for one in
-    /// every `floor_every` windows, which is 2 ms late with nothing ahead.
-    fn reads_with_floor_misses(windows: u64, floor_every: u64) -> AdaptiveBudget {
+    fn one_read_over_the_target_does_not_condemn_a_growth() {
+        // Ten reads a window (`nvme`'s write-cache stalls make one in 250 late):
+        // one late read in the probe's window is not more than one.
         let mut c = controller();
-        for w in 0..windows {
-            for i in 1..=10 {
-                let now = w * 10_000_000 + i * 1_000_000;
-                let latency = if i == 5 && w % floor_every == floor_every - 1 {
-                    2_000_000
-                } else {
-                    100_000
-                };
-                c.on_completion(&read(now, latency, 0), 100_000);
-            }
-        }
-        c
-    }
-
-    #[test]
-    fn rare_floor_misses_keep_the_reads_verdict_and_frequent_ones_bind() {
-        // One read in 250 (0.4%, like `nvme`'s write-cache stalls): the window
-        // that holds it still lets reads vouch.
-        let c = reads_with_floor_misses(250, 25);
-        let w = c.last_window();
-        assert_eq!((w.over_target_reads, w.late_reads), (1, 0));
-        assert!(w.reads_vouch() && !w.floor_bound);
-        // One read in 20 (5%, like a USB stick's stalls): floor-bound.
-        let c = reads_with_floor_misses(250, 2);
-        let w = c.last_window();
-        assert!(w.reads_missed && w.floor_bound && !w.reads_vouch());
-    }
-
-    #[test]
-    fn while_floor_bound_a_shrink_may_cost_five_percent_and_go_to_two_pieces() {
-        let mut c = controller();
-        c.probe = Probe::Down {
-            from_ns: 375_000,
-            baseline: 1.0,
-        };
-        let mut w = window(0.96, 150_000.0, true);
-        w.reads_recent = true;
-        w.reads = 10;
-        assert_eq!(c.classify(&w, 300_000), Situation::ShrinkCostly);
-        w.reads_missed = true;
-        w.floor_bound = true;
-        assert_eq!(c.classify(&w, 300_000), Situation::ShrinkFree);
-        // Pieces of 100 µs: 240 µs holds three only while floor-bound.
-        c.probe = Probe::None;
-        w.mean_piece_cost_ns = 100_000.0;
-        assert!(c.may_shrink(&w, 300_000));
-        w.floor_bound = false;
-        assert!(!c.may_shrink(&w, 300_000));
+        let w = window(1.0, 50_000.0, true);
+        let grown = c.act(Situation::Underused, &w, 50_000).unwrap();
+        let mut probe = window(1.1, 60_000.0, true);
+        probe.reads = 10;
+        probe.over_target_reads = 1;
+        assert_eq!(c.classify(&probe, grown), Situation::GrowthPaid);
+        probe.over_target_reads = 2;
+        assert_eq!(c.classify(&probe, grown), Situation::GrowthWasted);
     }
 }
