@@ -16,11 +16,50 @@
 //!   sub-millisecond goal allows too little concurrency), and, with reads beside
 //!   them, read p99 within target or floor while writes keep 90% — at 4 reads/s
 //!   (~5% of the disk) over 12 s, so p99 rests on 40 reads. The latency
-//!   criterion is unchanged. The writer-alone check is met (third pass); the
-//!   one with reads is ignored, with the numbers.
-//! - `usb-flash` runs 20 s (90 reads at 5/s): its floor is set by 200–600 ms
-//!   stalls, and 10 reads (the old 4 s run) made p99 their maximum. Ignored for
-//!   now, with the numbers.
+//!   criterion is unchanged. Met.
+//! - `hdd` with reads is judged over 2 s windows, not 1 s: each read costs the
+//!   stream about 12 ms (1 s windows holding 7 reads run at 90.2–90.9% of the
+//!   maximum, the one holding 9 at 89.5%), so a 1 s window with 9 or more of
+//!   the Poisson reads (mean 4: p = 2.1% per window, and a 12 s run has 100
+//!   overlapping windows) is under 90% for any scheduler that serves each read
+//!   on time. A 2 s window needs 17 reads for that (mean 8: p = 0.4%); the
+//!   worst 2 s window holds 12 and runs at 92.0%.
+//! - `usb-flash`: 20 reads/s for 300 s (about 5900 reads, so p99 is the 60th
+//!   largest; 92 reads at 5/s made it their maximum, one read behind the
+//!   longest stall, and two policies' maxima differed by chance). The reads
+//!   take 2.4% of the stick. Two definitions differ, each for a reason measured
+//!   on this model:
+//!   - *The floor* is read p99 with the device holding at most one write at a
+//!     time, in the writer's own 128 KiB commands (`fifo`, the writer at queue
+//!     depth 1: 541.5 ms). The stick gains nothing from a queue (a command's
+//!     overhead follows the previous completion), so this writer runs at the
+//!     full rate (2.04 MB/s), and a read waits only for the write in service and
+//!     the stall in it. The small-piece floor (`budget_us = 1`, 485 ms, within
+//!     the 500 ms target) moves 4 KiB writes at 65% of the rate, and no budget
+//!     of this dispatcher reaches it at 90%: fixed budgets (in model cost) of
+//!     two 16, 32, 64 and 128 KiB pieces give 497, 517, 571 and 594 ms with
+//!     writes at 1.78, 1.90, 1.96 and 2.00 MB/s (seeds 1–3 within 25 ms),
+//!     because a budget always holds the next piece queued behind the one in
+//!     service.
+//!     Serial writes of 32 KiB (`fifo`, queue depth 1) reach 494–515 ms at 95%:
+//!     the target itself sits at the stalls' own p99.
+//!   - *Convergence* is judged on the same stick with its stalls turned off
+//!     (`stall_max_us = 0`): with them, the writer alone under `fifo` falls to
+//!     58–64% of its mean in its worst 2 s window, 77–81% in 5 s, 85–87% in
+//!     10 s and 91.5–92% in 20 s (seeds 5, 1, 2), so no window short enough to
+//!     show convergence within 2 s holds even for it. Comparing windows with
+//!     the writer alone over the same bytes (the stalls fall at byte marks)
+//!     fails too: each stall's mark moves by the overshoot of the piece that
+//!     crosses it, so the marks drift apart by a stall interval within a
+//!     minute. Overall writes (2 s to the end) and read p99 are judged with
+//!     the stalls.
+//!
+//!   Not met yet, so ignored (numbers in the ignore reason).
+//! - The redefined checks still fail a scheduler that does not do the job
+//!   (`the_disk_and_stick_checks_fail_without_the_controller`): under a fixed
+//!   budget from the guessed profile reads starve in the disk's queue (p99
+//!   10.5 s) or wait behind seconds of writes on the stick (2.74 s); with
+//!   `budget_us = 1` the disk streams 0.3% of its rate and the stick 65%.
 //! - `scenarios/controller-slowdown.toml`: the controller reacts to a device slowed
 //!   to 30% within 1 s and recovers within 1 s after it speeds up again. (With
 //!   `controller = "fixed"` in that file the same test fails: reaction 2.0 s, so
@@ -76,6 +115,17 @@ fn p99_us(finished: &[FinishedRequest], class: usize, from: Nanos, to: Nanos) ->
 
 const SECOND: Nanos = NANOS_PER_SECOND;
 
+/// What a check calls the device's floor for read latency.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// Read p99 with the writes one small piece at a time (`controller =
+    /// "fixed"`, `budget_us = 1`: 4 KiB pieces, one in flight).
+    SmallPieces,
+    /// Read p99 under `fifo` with the same writer at queue depth 1: the device
+    /// never holds more than one of its writes, at the writer's block size.
+    OneWriteAtATime,
+}
+
 /// One model's check: a saturating sequential writer of `block` pieces and, when
 /// `read_iops > 0`, random 4 KiB reads at that rate beside it.
 #[derive(Clone, Copy)]
@@ -87,9 +137,16 @@ struct Check {
     /// Convergence is judged over windows this long: long enough to hold a few
     /// reads' interruptions (a disk) or a stall (a USB stick).
     judge_ms: u64,
+    floor: Floor,
+    /// Device parameters (TOML lines) for the runs convergence is judged on;
+    /// empty: the same runs as the rest of the check.
+    converge_with: &'static str,
 }
 
-fn model_scenario(check: Check, tailguard: &str) -> Scenario {
+/// The tailguard policy settings of the controller under test.
+const ADAPTIVE: &str = "controller = \"adaptive\"\nprofile = \"none\"";
+
+fn model_scenario(check: Check, tailguard: &str, writer_depth: u32, device: &str) -> Scenario {
     let Check {
         model,
         block,
@@ -105,6 +162,7 @@ seed = 5
 [[device]]
 name = "dev"
 model = "{model}"
+{device}
 
 [[class]]
 name = "reads"
@@ -128,7 +186,7 @@ class = "bulk"
 device = "dev"
 pattern = "seqwrite"
 block_size = "{block}"
-queue_depth = 32
+queue_depth = {writer_depth}
 sync = false
 offset = "32g"
 size = "8g"
@@ -145,125 +203,226 @@ size = "8g"
     scenario
 }
 
-fn converges_on(check: Check) {
-    let adaptive = model_scenario(check, "controller = \"adaptive\"\nprofile = \"none\"");
-    let model = check.model;
-    let end = check.duration_s * SECOND;
-    let target_us = adaptive.devices[0].profile.latency_target_us as f64;
-    let bulk = class_index(&adaptive, "bulk");
-    let mut alone = adaptive.clone();
+/// The writer alone under `fifo` (its maximum), and the same jobs under the
+/// tailguard policy with `tailguard` settings, on the device with `device`
+/// parameters.
+fn alone_and_ours(
+    check: Check,
+    tailguard: &str,
+    device: &str,
+) -> (Vec<FinishedRequest>, Vec<FinishedRequest>) {
+    let scenario = model_scenario(check, tailguard, 32, device);
+    let mut alone = scenario.clone();
     alone.jobs.retain(|job| job.name != "readers");
-    let max = rate(&observe(&alone, "fifo"), bulk, SECOND, end);
+    (observe(&alone, "fifo"), observe(&scenario, "tailguard"))
+}
 
-    let finished = observe(&adaptive, "tailguard");
-    let got = rate(&finished, bulk, 2 * SECOND, end);
-    // Convergence: the first 100 ms step from which on throughput stays ≥ 90% in
-    // every window of `judge_ms` (a single 100 ms interval of a disk or a USB
-    // stick holds a handful of pieces, too few to judge).
+/// What one configuration achieved against a check.
+struct Verdict {
+    model: &'static str,
+    /// Writes over 2 s to the end, and the maximum (the writer alone), B/s.
+    writes: f64,
+    max: f64,
+    /// The first 100 ms step from which every window of `judge_ms` holds 90%
+    /// of the maximum (NaN: never).
+    converged_at_s: f64,
+    /// Read p99, the reads it rests on, the target and the floor, µs.
+    reads: Option<(f64, usize, f64, f64)>,
+}
+
+impl Verdict {
+    /// Why the check fails, if it does.
+    fn failures(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        if let Some((p99, _, target_us, floor_us)) = self.reads {
+            let allowed = target_us.max(floor_us);
+            if p99 > allowed {
+                failures.push(format!("read p99 {p99:.0} µs > {allowed:.0} µs"));
+            }
+        }
+        if self.writes < 0.9 * self.max {
+            failures.push(format!("writes {} < 90% of {}", self.writes, self.max));
+        }
+        if self.converged_at_s.is_nan() || self.converged_at_s > 2.0 {
+            failures.push(format!("at 90% only from {} s", self.converged_at_s));
+        }
+        failures
+    }
+
+    fn print(&self) {
+        print!(
+            "{}: writes {:.2} MB/s of {:.2} MB/s max ({:.1}%), at 90% from {:.1} s",
+            self.model,
+            self.writes / 1e6,
+            self.max / 1e6,
+            100.0 * self.writes / self.max,
+            self.converged_at_s
+        );
+        if let Some((p99, samples, target_us, floor_us)) = self.reads {
+            print!(
+                "; read p99 {p99:.0} µs ({samples} reads), target {target_us:.0} µs, floor {floor_us:.0} µs"
+            );
+        }
+        println!();
+    }
+}
+
+/// The first 100 ms step from which on every window of `judge_ms` reaches 90%
+/// of the writer alone's mean (a single 100 ms interval of a disk or a USB
+/// stick holds a handful of pieces, too few to judge); NaN if none.
+fn converged_at_s(check: Check, tailguard: &str, device: &str) -> f64 {
+    let (alone, ours) = alone_and_ours(check, tailguard, device);
+    let scenario = model_scenario(check, tailguard, 32, device);
+    let bulk = class_index(&scenario, "bulk");
+    let end = check.duration_s * SECOND;
+    let max = rate(&alone, bulk, SECOND, end);
     let step = 100 * NANOS_PER_MILLISECOND;
     let judge = check.judge_ms * NANOS_PER_MILLISECOND / step;
-    let converged_at = (0..=end / step - judge)
+    (0..=end / step - judge)
         .rev()
-        .take_while(|&i| rate(&finished, bulk, i * step, (i + judge) * step) >= 0.9 * max)
+        .take_while(|&i| rate(&ours, bulk, i * step, (i + judge) * step) >= 0.9 * max)
         .last()
-        .map_or(f64::NAN, |i| (i * step) as f64 / 1e9);
-    print!(
-        "{model}: writes {:.1} MB/s of {:.1} MB/s max ({:.1}%), at 90% from {converged_at:.1} s",
-        got / 1e6,
-        max / 1e6,
-        100.0 * got / max
-    );
-    if check.read_iops > 0.0 {
-        let reads = class_index(&adaptive, "reads");
-        let floor_scenario = model_scenario(check, "controller = \"fixed\"\nbudget_us = 1");
-        let floor_us = p99_us(
-            &observe(&floor_scenario, "tailguard"),
-            reads,
-            2 * SECOND,
-            end,
-        );
-        let p99 = p99_us(&finished, reads, 2 * SECOND, end);
+        .map_or(f64::NAN, |i| (i * step) as f64 / 1e9)
+}
+
+/// Judges the tailguard policy with `tailguard` settings against `check`.
+fn judge(check: Check, tailguard: &str) -> Verdict {
+    let scenario = model_scenario(check, tailguard, 32, "");
+    let end = check.duration_s * SECOND;
+    let bulk = class_index(&scenario, "bulk");
+    let (alone, finished) = alone_and_ours(check, tailguard, "");
+    let max = rate(&alone, bulk, SECOND, end);
+    let reads = (check.read_iops > 0.0).then(|| {
+        let reads = class_index(&scenario, "reads");
+        let target_us = scenario.devices[0].profile.latency_target_us as f64;
+        let floor = match check.floor {
+            Floor::SmallPieces => observe(
+                &model_scenario(check, "controller = \"fixed\"\nbudget_us = 1", 32, ""),
+                "tailguard",
+            ),
+            Floor::OneWriteAtATime => observe(&model_scenario(check, tailguard, 1, ""), "fifo"),
+        };
         let samples = finished
             .iter()
             .filter(|r| r.class == reads && (2 * SECOND..end).contains(&r.completed_at))
             .count();
-        println!(
-            "; read p99 {p99:.0} µs ({samples} reads), target {target_us:.0} µs, floor {floor_us:.0} µs"
-        );
-        let allowed = target_us.max(floor_us);
-        assert!(p99 <= allowed, "{model}: read p99 {p99} µs > {allowed} µs");
-    } else {
-        println!();
+        (
+            p99_us(&finished, reads, 2 * SECOND, end),
+            samples,
+            target_us,
+            p99_us(&floor, reads, 2 * SECOND, end),
+        )
+    });
+    Verdict {
+        model: check.model,
+        writes: rate(&finished, bulk, 2 * SECOND, end),
+        max,
+        converged_at_s: converged_at_s(check, tailguard, check.converge_with),
+        reads,
     }
-    assert!(got >= 0.9 * max, "{model}: {got} < 90% of {max}");
-    assert!(
-        converged_at <= 2.0,
-        "{model}: at 90% only from {converged_at} s"
-    );
 }
+
+fn converges_on(check: Check) {
+    let verdict = judge(check, ADAPTIVE);
+    verdict.print();
+    let failures = verdict.failures();
+    assert!(failures.is_empty(), "{}: {failures:?}", check.model);
+}
+
+const NVME: Check = Check {
+    model: "nvme",
+    block: "1m",
+    read_iops: 1000.0,
+    duration_s: 4,
+    judge_ms: 500,
+    floor: Floor::SmallPieces,
+    converge_with: "",
+};
+
+const SATA_SSD: Check = Check {
+    model: "sata-ssd",
+    ..NVME
+};
+
+const HDD_WRITES_ALONE: Check = Check {
+    model: "hdd",
+    read_iops: 0.0,
+    ..NVME
+};
+
+const HDD: Check = Check {
+    model: "hdd",
+    block: "1m",
+    read_iops: 4.0,
+    duration_s: 12,
+    judge_ms: 2000,
+    floor: Floor::SmallPieces,
+    converge_with: "",
+};
+
+const USB_FLASH: Check = Check {
+    model: "usb-flash",
+    block: "128k",
+    read_iops: 20.0,
+    duration_s: 300,
+    judge_ms: 2000,
+    floor: Floor::OneWriteAtATime,
+    converge_with: "stall_max_us = 0",
+};
 
 #[test]
 fn nvme_converges_without_a_profile() {
-    converges_on(Check {
-        model: "nvme",
-        block: "1m",
-        read_iops: 1000.0,
-        duration_s: 4,
-        judge_ms: 500,
-    });
+    converges_on(NVME);
 }
 
 #[test]
 fn sata_ssd_converges_without_a_profile() {
-    converges_on(Check {
-        model: "sata-ssd",
-        block: "1m",
-        read_iops: 1000.0,
-        duration_s: 4,
-        judge_ms: 500,
-    });
+    converges_on(SATA_SSD);
 }
 
 /// The disk's media rate from no profile, writes alone: the Seastar #584 check.
 #[test]
 fn hdd_writes_alone_reach_the_media_rate() {
-    converges_on(Check {
-        model: "hdd",
-        block: "1m",
-        read_iops: 0.0,
-        duration_s: 4,
-        judge_ms: 500,
-    });
+    converges_on(HDD_WRITES_ALONE);
 }
 
 #[test]
-#[ignore = "not met yet: read p99 36.2 ms (target 50 ms) and 94.5% over 2-12 s, every 1 s \
-            window from 0 s at 90% or more except 7.1-8.1 s (89.5%), which holds 9 of the \
-            Poisson reads (mean 4): each read costs the stream ~12 ms of seeks out and back, \
-            so at 90% only from 7.2 s"]
 fn hdd_converges_without_a_profile() {
-    converges_on(Check {
-        model: "hdd",
-        block: "1m",
-        read_iops: 4.0,
-        duration_s: 12,
-        judge_ms: 1000,
-    });
+    converges_on(HDD);
 }
 
 #[test]
-#[ignore = "not met yet: 98.6% of the maximum but read p99 719 ms over 92 reads (target \
-            500 ms, floor 548 ms; p99 of 92 reads is their maximum, a read behind the \
-            longest stall), and no 2 s window rule can hold: the writer alone under fifo \
-            itself falls to 72% of its mean in its worst 2 s window (stalls)"]
+#[ignore = "not met yet: read p99 561 ms over 5944 reads against the one-write-at-a-time \
+            floor of 541.5 ms (target 500 ms); writes 93.4% of max, at 90% from 1.0 s on \
+            the stall-free stick. Seeds 1-3: 565/536/587 ms against floors of \
+            550/526/539 ms. Left: the budget holds three 64 KiB pieces (~68 ms) ahead of a \
+            read behind a stall, where a fixed budget of two 32 KiB pieces gives 517 ms at \
+            95% of the rate; and the first 20 s (slow start queues 250 ms before the first \
+            stall) hold 23 of the 60 slowest reads"]
 fn usb_flash_converges_without_a_profile() {
-    converges_on(Check {
-        model: "usb-flash",
-        block: "128k",
-        read_iops: 5.0,
-        duration_s: 20,
-        judge_ms: 2000,
-    });
+    converges_on(USB_FLASH);
+}
+
+/// The redefined checks still fail a scheduler that does not do the job: a
+/// fixed budget from the guessed profile (reads starve behind the disk's
+/// queue, or wait behind seconds of writes on the stick), and a budget too
+/// small to stream (`budget_us = 1`: 4 KiB writes one at a time).
+#[test]
+fn the_disk_and_stick_checks_fail_without_the_controller() {
+    for check in [HDD, USB_FLASH] {
+        for tailguard in [
+            "controller = \"fixed\"\nprofile = \"none\"",
+            "controller = \"fixed\"\nbudget_us = 1",
+        ] {
+            let verdict = judge(check, tailguard);
+            verdict.print();
+            assert!(
+                !verdict.failures().is_empty(),
+                "{} passes with {tailguard:?}",
+                check.model
+            );
+        }
+    }
 }
 
 #[test]
