@@ -185,7 +185,8 @@ pub(crate) struct IoMessage {
 
 /// Everything submitters send the engine.
 pub(crate) enum Message {
-    Io(Box<IoMessage>),
+    /// Unboxed: a box would cost an allocation and a free per request.
+    Io(IoMessage),
     AddDevice {
         device: DeviceId,
         name: String,
@@ -227,7 +228,7 @@ struct DeviceState {
 }
 
 struct RequestRecord {
-    message: Box<IoMessage>,
+    message: IoMessage,
     length: u64,
     submitted_ns: Nanos,
     transferred: u64,
@@ -403,8 +404,8 @@ impl Engine {
     /// backend when operations are in flight, nothing is queued and `done` is
     /// still false), reap.
     fn turn(&mut self, done: &dyn Fn() -> bool) {
-        self.take_messages();
-        self.dispatch_all();
+        let taken_at = self.take_messages();
+        self.dispatch_all(taken_at);
         // Announce the sleep before the last look at `done`: a wake from another
         // thread either is seen by that look or finds the flag and interrupts
         // the sleep (see `crate::handoff`).
@@ -430,11 +431,17 @@ impl Engine {
         self.requests.len() == 0 && self.backend.in_flight() == 0
     }
 
-    fn take_messages(&mut self) {
+    /// Takes and handles every queued message; returns when it took them
+    /// (`None`: there were none, and the clock was not read).
+    fn take_messages(&mut self) -> Option<Nanos> {
         let mut inbox = std::mem::take(&mut self.inbox);
         self.handoff.take_all(&mut inbox);
+        if inbox.is_empty() {
+            self.inbox = inbox;
+            return None;
+        }
         // One clock read per batch: the batch was taken at one instant.
-        let now = if inbox.is_empty() { 0 } else { self.now() };
+        let now = self.now();
         if let Some(files) = &self.files {
             if now.saturating_sub(files.last_sweep_ns) >= FILE_SWEEP_INTERVAL_NS {
                 self.sweep_closed_files(now);
@@ -444,6 +451,7 @@ impl Engine {
             self.handle(now, message);
         }
         self.inbox = inbox;
+        Some(now)
     }
 
     fn handle(&mut self, now: Nanos, message: Message) {
@@ -534,7 +542,7 @@ impl Engine {
         }
     }
 
-    fn enqueue(&mut self, now: Nanos, message: Box<IoMessage>) {
+    fn enqueue(&mut self, now: Nanos, message: IoMessage) {
         if let Some(file) = &message.file {
             self.track_file(file);
         }
@@ -591,20 +599,39 @@ impl Engine {
             .expect("the class is live on this device");
     }
 
-    fn dispatch_all(&mut self) {
-        let now = self.now();
+    fn dispatch_all(&mut self, taken_at: Option<Nanos>) {
+        // A turn that took no message, with nothing waiting for budget, has
+        // nothing to dispatch: no clock read then. A turn that took messages
+        // dispatches at the instant it took them (its clock read, microseconds
+        // old at most), so a request admitted at once shows no queue wait.
+        if !self
+            .devices
+            .iter()
+            .any(|device| device.dispatcher.has_queued())
+        {
+            return;
+        }
+        let now = taken_at.unwrap_or_else(|| self.now());
+        // Drain swapped-out vectors and swap them back, so each turn reuses
+        // their allocations (as `reap` does).
+        let mut dispatched = std::mem::take(&mut self.dispatched);
+        let mut ops = std::mem::take(&mut self.ops);
         for device_slot in 0..self.devices.len() {
+            if !self.devices[device_slot].dispatcher.has_queued() {
+                continue;
+            }
             self.devices[device_slot]
                 .dispatcher
-                .dispatch(now, &mut self.dispatched);
-            for piece in std::mem::take(&mut self.dispatched) {
-                let op = self.op_for(device_slot, &piece);
-                self.ops.push(op);
+                .dispatch(now, &mut dispatched);
+            for piece in dispatched.drain(..) {
+                ops.push(self.op_for(device_slot, &piece));
             }
         }
-        for op in std::mem::take(&mut self.ops) {
+        for op in ops.drain(..) {
             self.push(op);
         }
+        self.dispatched = dispatched;
+        self.ops = ops;
     }
 
     fn op_for(&mut self, device: usize, piece: &DispatchedPiece) -> Op {

@@ -278,14 +278,10 @@ impl Inner {
     /// becomes the future's kick to pay (see `crate::completion`). When the
     /// engine is shut down, hands the request back so its buffer returns to
     /// the caller.
-    fn send_io<T>(
-        &self,
-        message: IoMessage,
-        future: &mut IoFuture<T>,
-    ) -> Result<(), Box<IoMessage>> {
+    fn send_io<T>(&self, message: IoMessage, future: &mut IoFuture<T>) -> Result<(), IoMessage> {
         match self
             .handoff()
-            .push(Message::Io(Box::new(message)), &self.shared.waker)
+            .push(Message::Io(message), &self.shared.waker)
         {
             Ok(pushed) => {
                 future.attach(self.driver.clone(), pushed == Pushed::Deferred);
