@@ -42,6 +42,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -99,6 +100,7 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
         }
     }
     let parker = Arc::new(Parker {
+        notified: AtomicBool::new(false),
         state: Mutex::new(ParkerState::default()),
         ready: Condvar::new(),
         owner: thread_token(),
@@ -122,6 +124,10 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
 
 /// A thread's wake-up flag for [`block_on`]: the waker of the future it polls.
 pub(crate) struct Parker {
+    /// Whether a wake-up came. Set only under `state`'s lock (so `park` cannot
+    /// miss it), cleared only by the owner; read without the lock, since the
+    /// engine loop asks once or twice a turn (see `is_notified`).
+    notified: AtomicBool,
     state: Mutex<ParkerState>,
     ready: Condvar,
     /// The thread that waits ([`thread_token`]).
@@ -131,7 +137,6 @@ pub(crate) struct Parker {
 
 #[derive(Default)]
 struct ParkerState {
-    notified: bool,
     /// The owner sleeps on `ready`.
     blocked: bool,
     /// The owner runs the engine (and may sleep in the backend).
@@ -141,12 +146,23 @@ struct ParkerState {
 impl Parker {
     /// Whether a wake-up came; consumes it.
     pub(crate) fn take_notified(&self) -> bool {
-        std::mem::take(&mut self.state.lock().expect("parker lock poisoned").notified)
+        // Only the owner clears the flag and only wakers set it: a swap that
+        // races a wake either takes it or leaves it for the next look, as the
+        // lock did.
+        self.notified.load(Ordering::Acquire) && self.notified.swap(false, Ordering::AcqRel)
     }
 
     /// Whether a wake-up came, without consuming it.
+    ///
+    /// No lock, yet no wake is missed by a runner about to sleep in the
+    /// backend: a waker sets the flag and then reads `running_engine` under
+    /// `state`'s lock, which the owner set (under the lock) before it ran the
+    /// engine. If the waker's critical section came first, the owner's
+    /// `set_running_engine` happens after it, so this load (later in the
+    /// owner's program order) sees the flag; otherwise the waker sees
+    /// `running_engine` and interrupts the sleep.
     pub(crate) fn is_notified(&self) -> bool {
-        self.state.lock().expect("parker lock poisoned").notified
+        self.notified.load(Ordering::Acquire)
     }
 
     /// The owner starts or stops running the engine: a wake from another thread
@@ -161,12 +177,12 @@ impl Parker {
     /// Blocks until notified; consumes the wake-up.
     pub(crate) fn park(&self) {
         let mut state = self.state.lock().expect("parker lock poisoned");
-        while !state.notified {
+        while !self.notified.load(Ordering::Acquire) {
             state.blocked = true;
             state = self.ready.wait(state).expect("parker lock poisoned");
         }
         state.blocked = false;
-        state.notified = false;
+        self.notified.store(false, Ordering::Release);
     }
 }
 
@@ -177,8 +193,8 @@ impl Wake for Parker {
 
     fn wake_by_ref(self: &Arc<Self>) {
         let (blocked, running_engine) = {
-            let mut state = self.state.lock().expect("parker lock poisoned");
-            state.notified = true;
+            let state = self.state.lock().expect("parker lock poisoned");
+            self.notified.store(true, Ordering::Release);
             (state.blocked, state.running_engine)
         };
         if blocked {
