@@ -763,6 +763,12 @@ impl<C: LatencyController> Dispatcher<C> {
         }
     }
 
+    /// Whether pieces wait in the queue: when none do, [`Dispatcher::dispatch`]
+    /// would move nothing, so a caller may skip it (and its clock read).
+    pub fn has_queued(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
     /// Whether nothing is queued or in flight.
     pub fn is_idle(&self) -> bool {
         self.queue.is_empty() && self.in_flight.live_count() == 0

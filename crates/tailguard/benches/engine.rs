@@ -500,14 +500,14 @@ fn randread_mode(
                         errors += u64::from(result.is_err());
                         spare[slot] = Some(buffer);
                         todo.push(slot);
+                        // Answered at once (refused): this loop alone turns, so
+                        // it looks at the clock itself.
+                        stopping = start.elapsed() >= deadline;
                     }
                     Poll::Pending => {
                         inflight[slot] = Some((future, submitted));
                         outstanding += 1;
                     }
-                }
-                if start.elapsed() >= deadline {
-                    stopping = true;
                 }
             }
             if outstanding == 0 {

@@ -314,26 +314,37 @@ pub fn check_alignment(
 ) -> Result<(), AlignmentError> {
     let offset_align = alignment.offset_bytes.max(1);
     let memory_align = alignment.memory_bytes.max(1);
-    if offset % u64::from(offset_align) != 0 {
+    if !is_multiple(offset, u64::from(offset_align)) {
         return Err(AlignmentError::Offset {
             offset,
             required: offset_align,
         });
     }
-    if length % u64::from(offset_align) != 0 {
+    if !is_multiple(length, u64::from(offset_align)) {
         return Err(AlignmentError::Length {
             length,
             required: offset_align,
         });
     }
     // u32 -> usize is lossless on every target with 32-bit or wider pointers.
-    if pointer % memory_align as usize != 0 {
+    if !is_multiple(pointer as u64, u64::from(memory_align)) {
         return Err(AlignmentError::Pointer {
             pointer,
             required: memory_align,
         });
     }
     Ok(())
+}
+
+/// Whether `value` is a multiple of `align` (not 0). Alignments are powers of
+/// two in practice, and a mask then spares the division (tens of cycles, three
+/// times per request); any other value still gets the exact answer.
+fn is_multiple(value: u64, align: u64) -> bool {
+    if align.is_power_of_two() {
+        value & (align - 1) == 0
+    } else {
+        value % align == 0
+    }
 }
 
 #[cfg(test)]
@@ -510,6 +521,33 @@ mod tests {
         let odd = vec.as_ptr() as usize | 1;
         assert!(matches!(
             check_alignment(odd, 4096, 0, DIO_4K),
+            Err(AlignmentError::Pointer { .. })
+        ));
+    }
+
+    // The mask for powers of two and the division otherwise agree with `%`.
+    #[test]
+    fn multiples_match_the_remainder_for_any_alignment() {
+        for align in [1u64, 2, 3, 512, 520, 4096, 6144] {
+            for value in [0u64, 1, 511, 512, 1040, 4096, 6144, 8191, 12288] {
+                assert_eq!(
+                    is_multiple(value, align),
+                    value % align == 0,
+                    "{value} {align}"
+                );
+            }
+        }
+        let odd = DirectIoAlignment {
+            memory_bytes: 3,
+            offset_bytes: 520,
+        };
+        assert_eq!(check_alignment(9, 1040, 520, odd), Ok(()));
+        assert!(matches!(
+            check_alignment(9, 1041, 520, odd),
+            Err(AlignmentError::Length { .. })
+        ));
+        assert!(matches!(
+            check_alignment(10, 1040, 520, odd),
             Err(AlignmentError::Pointer { .. })
         ));
     }

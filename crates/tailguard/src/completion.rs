@@ -42,6 +42,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -99,6 +100,8 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
         }
     }
     let parker = Arc::new(Parker {
+        notified: AtomicBool::new(false),
+        running_engine: AtomicBool::new(false),
         state: Mutex::new(ParkerState::default()),
         ready: Condvar::new(),
         owner: thread_token(),
@@ -122,6 +125,14 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
 
 /// A thread's wake-up flag for [`block_on`]: the waker of the future it polls.
 pub(crate) struct Parker {
+    /// Whether a wake-up came. Set only under `state`'s lock (so `park` cannot
+    /// miss it), cleared only by the owner; read without the lock, since the
+    /// engine loop asks once or twice a turn (see `is_notified`).
+    notified: AtomicBool,
+    /// The owner runs the engine (and may sleep in the backend): a wake from
+    /// another thread must interrupt that sleep. Written by the owner alone.
+    running_engine: AtomicBool,
+    /// `blocked` alone, the owner's sleep on `ready`.
     state: Mutex<ParkerState>,
     ready: Condvar,
     /// The thread that waits ([`thread_token`]).
@@ -131,42 +142,48 @@ pub(crate) struct Parker {
 
 #[derive(Default)]
 struct ParkerState {
-    notified: bool,
     /// The owner sleeps on `ready`.
     blocked: bool,
-    /// The owner runs the engine (and may sleep in the backend).
-    running_engine: bool,
 }
 
 impl Parker {
     /// Whether a wake-up came; consumes it.
     pub(crate) fn take_notified(&self) -> bool {
-        std::mem::take(&mut self.state.lock().expect("parker lock poisoned").notified)
+        // Only the owner clears the flag and only wakers set it: a swap that
+        // races a wake either takes it or leaves it for the next look, as the
+        // lock did.
+        self.notified.load(Ordering::SeqCst) && self.notified.swap(false, Ordering::SeqCst)
     }
 
     /// Whether a wake-up came, without consuming it.
+    ///
+    /// No lock, yet no wake is missed by a runner about to sleep in the
+    /// backend. The two flags form Dekker's pattern, every access `SeqCst`:
+    /// the owner stores `running_engine` and later loads `notified` (here);
+    /// a waker stores `notified` and then loads `running_engine`. In the
+    /// single total order of `SeqCst` operations one of the two stores comes
+    /// first, so either this load sees the wake, or the waker sees the owner
+    /// running the engine and interrupts its sleep (and `crate::handoff`'s
+    /// `sleeping` flag, set before this look, makes that interrupt land).
     pub(crate) fn is_notified(&self) -> bool {
-        self.state.lock().expect("parker lock poisoned").notified
+        self.notified.load(Ordering::SeqCst)
     }
 
     /// The owner starts or stops running the engine: a wake from another thread
     /// meanwhile must interrupt its sleep in the backend.
     pub(crate) fn set_running_engine(&self, running: bool) {
-        self.state
-            .lock()
-            .expect("parker lock poisoned")
-            .running_engine = running;
+        self.running_engine.store(running, Ordering::SeqCst);
     }
 
     /// Blocks until notified; consumes the wake-up.
     pub(crate) fn park(&self) {
         let mut state = self.state.lock().expect("parker lock poisoned");
-        while !state.notified {
+        while !self.notified.load(Ordering::SeqCst) {
             state.blocked = true;
             state = self.ready.wait(state).expect("parker lock poisoned");
         }
         state.blocked = false;
-        state.notified = false;
+        self.notified.store(false, Ordering::SeqCst);
     }
 }
 
@@ -176,11 +193,13 @@ impl Wake for Parker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        let (blocked, running_engine) = {
-            let mut state = self.state.lock().expect("parker lock poisoned");
-            state.notified = true;
-            (state.blocked, state.running_engine)
+        let blocked = {
+            let state = self.state.lock().expect("parker lock poisoned");
+            self.notified.store(true, Ordering::SeqCst);
+            state.blocked
         };
+        // After the store above: see `is_notified` for why this order matters.
+        let running_engine = self.running_engine.load(Ordering::SeqCst);
         if blocked {
             self.ready.notify_one();
         }

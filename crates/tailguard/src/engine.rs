@@ -96,7 +96,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
-use std::time::Instant;
 use tailguard_core::{
     AdaptiveBudget, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
     DispatcherConfig, FixedBudget, IoRequest, LatencyController, Nanos, RequestId,
@@ -179,13 +178,17 @@ pub(crate) struct IoMessage {
     pub(crate) kind: IoKind,
     pub(crate) buffer: Option<AlignedBuffer>,
     pub(crate) offset: u64,
-    pub(crate) submitted_at: Instant,
+    /// When the request was made, in [`monotonic_ns`] (a raw clock reading,
+    /// not an `Instant`: the engine then turns it into its own time with one
+    /// subtraction).
+    pub(crate) submitted_at_ns: Nanos,
     pub(crate) reply: Reply,
 }
 
 /// Everything submitters send the engine.
 pub(crate) enum Message {
-    Io(Box<IoMessage>),
+    /// Unboxed: a box would cost an allocation and a free per request.
+    Io(IoMessage),
     AddDevice {
         device: DeviceId,
         name: String,
@@ -227,7 +230,7 @@ struct DeviceState {
 }
 
 struct RequestRecord {
-    message: Box<IoMessage>,
+    message: IoMessage,
     length: u64,
     submitted_ns: Nanos,
     transferred: u64,
@@ -345,7 +348,8 @@ pub(crate) struct Engine {
     backend_kind: BackendKind,
     controller: ControllerChoice,
     handoff: Arc<Handoff<Message>>,
-    epoch: Instant,
+    /// The engine's time zero, in [`monotonic_ns`].
+    epoch_ns: Nanos,
     devices: Vec<DeviceState>,
     /// Device ids in `devices` order: a process has few devices, so a scan of
     /// this short vector beats hashing on every request.
@@ -375,7 +379,7 @@ impl Engine {
             backend_kind: backend.kind(),
             controller,
             handoff,
-            epoch: Instant::now(),
+            epoch_ns: monotonic_ns(),
             devices: Vec::new(),
             device_ids: Vec::new(),
             classes: Vec::new(),
@@ -392,19 +396,20 @@ impl Engine {
     }
 
     fn now(&self) -> Nanos {
-        self.epoch.elapsed().as_nanos() as Nanos
+        monotonic_ns().saturating_sub(self.epoch_ns)
     }
 
-    fn nanos_at(&self, instant: Instant) -> Nanos {
-        instant.saturating_duration_since(self.epoch).as_nanos() as Nanos
+    /// The engine time of `at_ns`, a [`monotonic_ns`] reading.
+    fn nanos_at(&self, at_ns: Nanos) -> Nanos {
+        at_ns.saturating_sub(self.epoch_ns)
     }
 
     /// One loop iteration: take the queue, dispatch, submit (sleeping in the
     /// backend when operations are in flight, nothing is queued and `done` is
     /// still false), reap.
     fn turn(&mut self, done: &dyn Fn() -> bool) {
-        self.take_messages();
-        self.dispatch_all();
+        let taken_at = self.take_messages();
+        self.dispatch_all(taken_at);
         // Announce the sleep before the last look at `done`: a wake from another
         // thread either is seen by that look or finds the flag and interrupts
         // the sleep (see `crate::handoff`).
@@ -430,11 +435,17 @@ impl Engine {
         self.requests.len() == 0 && self.backend.in_flight() == 0
     }
 
-    fn take_messages(&mut self) {
+    /// Takes and handles every queued message; returns when it took them
+    /// (`None`: there were none, and the clock was not read).
+    fn take_messages(&mut self) -> Option<Nanos> {
         let mut inbox = std::mem::take(&mut self.inbox);
         self.handoff.take_all(&mut inbox);
+        if inbox.is_empty() {
+            self.inbox = inbox;
+            return None;
+        }
         // One clock read per batch: the batch was taken at one instant.
-        let now = if inbox.is_empty() { 0 } else { self.now() };
+        let now = self.now();
         if let Some(files) = &self.files {
             if now.saturating_sub(files.last_sweep_ns) >= FILE_SWEEP_INTERVAL_NS {
                 self.sweep_closed_files(now);
@@ -444,6 +455,7 @@ impl Engine {
             self.handle(now, message);
         }
         self.inbox = inbox;
+        Some(now)
     }
 
     fn handle(&mut self, now: Nanos, message: Message) {
@@ -534,7 +546,7 @@ impl Engine {
         }
     }
 
-    fn enqueue(&mut self, now: Nanos, message: Box<IoMessage>) {
+    fn enqueue(&mut self, now: Nanos, message: IoMessage) {
         if let Some(file) = &message.file {
             self.track_file(file);
         }
@@ -567,7 +579,7 @@ impl Engine {
             IoKind::Nop => (Direction::Read, 0),
         };
         let offset = message.offset;
-        let submitted_ns = self.nanos_at(message.submitted_at);
+        let submitted_ns = self.nanos_at(message.submitted_at_ns);
         let request = self.requests.insert(RequestRecord {
             message,
             length,
@@ -591,20 +603,39 @@ impl Engine {
             .expect("the class is live on this device");
     }
 
-    fn dispatch_all(&mut self) {
-        let now = self.now();
+    fn dispatch_all(&mut self, taken_at: Option<Nanos>) {
+        // A turn that took no message, with nothing waiting for budget, has
+        // nothing to dispatch: no clock read then. A turn that took messages
+        // dispatches at the instant it took them (its clock read, microseconds
+        // old at most), so a request admitted at once shows no queue wait.
+        if !self
+            .devices
+            .iter()
+            .any(|device| device.dispatcher.has_queued())
+        {
+            return;
+        }
+        let now = taken_at.unwrap_or_else(|| self.now());
+        // Drain swapped-out vectors and swap them back, so each turn reuses
+        // their allocations (as `reap` does).
+        let mut dispatched = std::mem::take(&mut self.dispatched);
+        let mut ops = std::mem::take(&mut self.ops);
         for device_slot in 0..self.devices.len() {
+            if !self.devices[device_slot].dispatcher.has_queued() {
+                continue;
+            }
             self.devices[device_slot]
                 .dispatcher
-                .dispatch(now, &mut self.dispatched);
-            for piece in std::mem::take(&mut self.dispatched) {
-                let op = self.op_for(device_slot, &piece);
-                self.ops.push(op);
+                .dispatch(now, &mut dispatched);
+            for piece in dispatched.drain(..) {
+                ops.push(self.op_for(device_slot, &piece));
             }
         }
-        for op in std::mem::take(&mut self.ops) {
+        for op in ops.drain(..) {
             self.push(op);
         }
+        self.dispatched = dispatched;
+        self.ops = ops;
     }
 
     fn op_for(&mut self, device: usize, piece: &DispatchedPiece) -> Op {
@@ -1109,6 +1140,22 @@ impl Driver for Shared {
     fn interrupt(&self) {
         self.handoff.interrupt(&self.waker);
     }
+}
+
+/// Nanoseconds on the monotonic clock (`CLOCK_MONOTONIC`, the clock behind
+/// `std::time::Instant` on Linux), as one integer: reading it costs the vDSO
+/// call alone, where `Instant::elapsed().as_nanos()` adds a checked
+/// `timespec` subtraction and 128-bit arithmetic, three times per request.
+pub(crate) fn monotonic_ns() -> Nanos {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec for the call's duration.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    debug_assert_eq!(status, 0, "CLOCK_MONOTONIC is always available");
+    // A monotonic reading is non-negative (time since boot).
+    (now.tv_sec as Nanos) * 1_000_000_000 + now.tv_nsec as Nanos
 }
 
 fn engine_stopped() -> io::Error {

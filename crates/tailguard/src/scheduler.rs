@@ -35,7 +35,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tailguard_core::fair_queue::{SHARES_MAX, SHARES_MIN};
 use tailguard_core::DeviceProfile;
 
@@ -278,14 +278,10 @@ impl Inner {
     /// becomes the future's kick to pay (see `crate::completion`). When the
     /// engine is shut down, hands the request back so its buffer returns to
     /// the caller.
-    fn send_io<T>(
-        &self,
-        message: IoMessage,
-        future: &mut IoFuture<T>,
-    ) -> Result<(), Box<IoMessage>> {
+    fn send_io<T>(&self, message: IoMessage, future: &mut IoFuture<T>) -> Result<(), IoMessage> {
         match self
             .handoff()
-            .push(Message::Io(Box::new(message)), &self.shared.waker)
+            .push(Message::Io(message), &self.shared.waker)
         {
             Ok(pushed) => {
                 future.attach(self.driver.clone(), pushed == Pushed::Deferred);
@@ -386,7 +382,7 @@ impl Scheduler {
             kind: IoKind::Nop,
             buffer: None,
             offset: 0,
-            submitted_at: Instant::now(),
+            submitted_at_ns: engine::monotonic_ns(),
             reply: Reply::Unit(responder),
         };
         match self.inner.send_io(message, &mut future) {
@@ -785,7 +781,7 @@ impl File {
             kind,
             buffer: Some(buffer),
             offset,
-            submitted_at: Instant::now(),
+            submitted_at_ns: engine::monotonic_ns(),
             reply: Reply::Data(responder),
         };
         match self.scheduler.inner.send_io(message, &mut future) {
@@ -806,7 +802,7 @@ impl File {
             kind,
             buffer: None,
             offset: 0,
-            submitted_at: Instant::now(),
+            submitted_at_ns: engine::monotonic_ns(),
             reply: Reply::Unit(responder),
         };
         match self.scheduler.inner.send_io(message, &mut future) {
