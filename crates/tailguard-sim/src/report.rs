@@ -460,9 +460,24 @@ fn group_cells(row: Option<&ClassReport>) -> Vec<String> {
 
 /// Renders the per-class table, one column group per policy.
 pub fn render_table(reports: &[RunReport]) -> String {
+    render_grouped_table(reports, &GROUP_COLUMNS, |report, class, device| {
+        group_cells(report.class(class, device))
+    })
+}
+
+/// A per-class table with one column group per run: one row per (class,
+/// device) in the order the runs first name them, each group titled by its
+/// run's policy, with `columns` as headers and `cells(run, class, device)` as
+/// a row's cells in that group (as many as `columns`). The simulator's table
+/// and `tailguard bench`'s share this layout with their own columns.
+pub fn render_grouped_table<'a, R: AsRef<RunReport>>(
+    runs: &'a [R],
+    columns: &[&str],
+    cells: impl Fn(&'a R, &str, &str) -> Vec<String>,
+) -> String {
     let mut rows: Vec<(String, String)> = Vec::new();
-    for report in reports {
-        for row in &report.classes {
+    for run in runs {
+        for row in &run.as_ref().classes {
             let key = (row.name.clone(), row.device.clone());
             if !rows.contains(&key) {
                 rows.push(key);
@@ -479,33 +494,39 @@ pub fn render_table(reports: &[RunReport]) -> String {
         .max()
         .unwrap_or(0)
         .max(5);
-    let group_width = GROUP_COLUMNS.len() * (COLUMN_WIDTH + 1);
+    let group_width = columns.len() * (COLUMN_WIDTH + 1);
     let mut out = String::new();
     let _ = write!(out, "{:label_width$} ", "");
-    for report in reports {
-        let title = format!("── {} ", report.policy);
+    for run in runs {
+        let title = format!("── {} ", run.as_ref().policy);
         let _ = write!(out, "│{title:─<group_width$}");
     }
     out.push('\n');
     let _ = write!(out, "{:label_width$} ", "class");
-    for _ in reports {
+    for _ in runs {
         out.push('│');
-        for column in GROUP_COLUMNS {
+        for column in columns {
             let _ = write!(out, "{column:>COLUMN_WIDTH$} ");
         }
     }
     out.push('\n');
     for ((class, device), label) in rows.iter().zip(&labels) {
         let _ = write!(out, "{label:label_width$} ");
-        for report in reports {
+        for run in runs {
             out.push('│');
-            for cell in group_cells(report.class(class, device)) {
+            for cell in cells(run, class, device) {
                 let _ = write!(out, "{cell:>COLUMN_WIDTH$} ");
             }
         }
         out.push('\n');
     }
     out
+}
+
+impl AsRef<RunReport> for RunReport {
+    fn as_ref(&self) -> &RunReport {
+        self
+    }
 }
 
 #[cfg(test)]

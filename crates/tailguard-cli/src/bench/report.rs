@@ -26,11 +26,11 @@
 //! scheduler's statistics (`-` in the kernel modes).
 
 use serde::Serialize;
-use std::fmt::Write as _;
 use tailguard::stats::{ClassStats, LatencyHistogram};
 use tailguard::StatsSnapshot;
 use tailguard_sim::report::{
-    human_duration, ClassReport, LatencyUs, Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
+    human_duration, render_grouped_table, ClassReport, LatencyUs, Log2Bucket, PercentilePoint,
+    RunReport, TimelineSecond,
 };
 
 /// A summary of one histogram of times, in microseconds.
@@ -241,7 +241,6 @@ const GROUP_COLUMNS: [&str; 11] = [
     "wait p99",
     "dev p99",
 ];
-const COLUMN_WIDTH: usize = 9;
 
 fn group_cells(row: Option<(&ClassReport, Option<&SchedulerClassReport>)>) -> Vec<String> {
     let Some((row, scheduler)) = row else {
@@ -283,57 +282,21 @@ fn row_of<'a>(
 /// The per-class table, one column group per run (the simulator's table with
 /// bench's columns: see the module docs).
 pub fn render_table(runs: &[BenchRun]) -> String {
-    let mut rows: Vec<(String, String)> = Vec::new();
-    for run in runs {
-        for row in &run.report.classes {
-            let key = (row.name.clone(), row.device.clone());
-            if !rows.contains(&key) {
-                rows.push(key);
-            }
-        }
-    }
-    let labels: Vec<String> = rows
-        .iter()
-        .map(|(class, device)| format!("{class}@{device}"))
-        .collect();
-    let label_width = labels
-        .iter()
-        .map(|label| label.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(5);
-    let group_width = GROUP_COLUMNS.len() * (COLUMN_WIDTH + 1);
-    let mut out = String::new();
-    let _ = write!(out, "{:label_width$} ", "");
-    for run in runs {
-        let title = format!("── {} ", run.report.policy);
-        let _ = write!(out, "│{title:─<group_width$}");
-    }
-    out.push('\n');
-    let _ = write!(out, "{:label_width$} ", "class");
-    for _ in runs {
-        out.push('│');
-        for column in GROUP_COLUMNS {
-            let _ = write!(out, "{column:>COLUMN_WIDTH$} ");
-        }
-    }
-    out.push('\n');
-    for ((class, device), label) in rows.iter().zip(&labels) {
-        let _ = write!(out, "{label:label_width$} ");
-        for run in runs {
-            out.push('│');
-            for cell in group_cells(row_of(run, class, device)) {
-                let _ = write!(out, "{cell:>COLUMN_WIDTH$} ");
-            }
-        }
-        out.push('\n');
-    }
+    let mut out = render_grouped_table(runs, &GROUP_COLUMNS, |run, class, device| {
+        group_cells(row_of(run, class, device))
+    });
     out.push_str(
         "late max: longest time from a request's intended start to its hand-over to the mode \
          (the driver's lateness); wait p99, dev p99: the scheduler's queue wait and device \
          time (tailguard mode only)\n",
     );
     out
+}
+
+impl AsRef<RunReport> for BenchRun {
+    fn as_ref(&self) -> &RunReport {
+        &self.report
+    }
 }
 
 #[cfg(test)]
