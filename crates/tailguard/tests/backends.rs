@@ -5,6 +5,8 @@
 //! instead of blocking the run; backends are created on the thread that uses
 //! them (the io_uring ring may be single-issuer).
 
+mod common;
+use common::registered_paths;
 use std::alloc::{self, Layout};
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -545,37 +547,6 @@ fn on_watched_thread(test: impl FnOnce() + Send + 'static) {
         }
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung"),
     }
-}
-
-/// The files registered with any io_uring ring of this process, by path, as
-/// the kernel lists them in each ring's `/proc/self/fdinfo` ("UserFiles").
-/// `None` where that listing is not readable here.
-fn registered_paths() -> Option<Vec<PathBuf>> {
-    let mut paths = Vec::new();
-    let mut rings = 0;
-    for entry in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
-        let is_ring = std::fs::read_link(entry.path())
-            .is_ok_and(|target| target.to_string_lossy().contains("io_uring"));
-        if !is_ring {
-            continue;
-        }
-        let Ok(info) =
-            std::fs::read_to_string(PathBuf::from("/proc/self/fdinfo").join(entry.file_name()))
-        else {
-            continue;
-        };
-        rings += 1;
-        let listing = info.split_once("UserFiles:")?.1;
-        paths.extend(
-            listing
-                .lines()
-                .skip(1)
-                .map_while(|line| line.trim_start().split_once(": "))
-                .filter(|(slot, _)| slot.chars().all(|c| c.is_ascii_digit()))
-                .map(|(_, path)| PathBuf::from(path)),
-        );
-    }
-    (rings > 0).then_some(paths)
 }
 
 /// Whether `path` is registered with a ring; `None` where that cannot be seen.

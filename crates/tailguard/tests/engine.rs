@@ -5,6 +5,8 @@
 //! that supports O_DIRECT. io_uring tests skip with a printed reason where the
 //! kernel or a seccomp profile refuses io_uring.
 
+mod common;
+use common::registered_paths;
 use std::collections::HashSet;
 use std::io;
 use std::path::PathBuf;
@@ -624,39 +626,6 @@ fn block_on_drives_many_requests_from_one_thread_and_wakes_for_other_futures() {
         assert_eq!(stats.class("c").unwrap().ops, 2 * blocks, "{choice:?}");
         std::fs::remove_file(&path).unwrap();
     }
-}
-
-/// The files registered with any io_uring ring of this process, by path, as
-/// the kernel lists them in each ring's `/proc/self/fdinfo` ("UserFiles").
-/// `None` where no such listing is readable. The kernel skips the list when
-/// the ring's lock is busy at that instant: an absence proves nothing, so
-/// [`registered_soon`] retries before concluding.
-fn registered_paths() -> Option<Vec<PathBuf>> {
-    let mut paths = Vec::new();
-    let mut rings = 0;
-    for entry in std::fs::read_dir("/proc/self/fd").ok()?.flatten() {
-        let is_ring = std::fs::read_link(entry.path())
-            .is_ok_and(|target| target.to_string_lossy().contains("io_uring"));
-        let info =
-            std::fs::read_to_string(PathBuf::from("/proc/self/fdinfo").join(entry.file_name()));
-        let Some(listing) = info
-            .ok()
-            .filter(|_| is_ring)
-            .and_then(|info| Some(info.split_once("UserFiles:")?.1.to_string()))
-        else {
-            continue;
-        };
-        rings += 1;
-        paths.extend(
-            listing
-                .lines()
-                .skip(1)
-                .map_while(|line| line.trim_start().split_once(": "))
-                .filter(|(slot, _)| slot.chars().all(|c| c.is_ascii_digit()))
-                .map(|(_, path)| PathBuf::from(path)),
-        );
-    }
-    (rings > 0).then_some(paths)
 }
 
 /// Whether the kernel lists `path` as registered, looking a few times (see
