@@ -29,7 +29,11 @@
 //! - **underused**: the budget held work back (pieces were queued) and, by the
 //!   reads seen (or by Little's law when there are none), there is room: probe
 //!   upwards by [`GROW_STEP`] (doubling while growth keeps paying, like TCP's slow
-//!   start, so a bad starting point costs a few windows, not seconds).
+//!   start, so a bad starting point costs a few windows, not seconds). Like
+//!   TCP's slow-start threshold, a congested window remembers the budget it cut
+//!   to: doubling stops there, and above it each step adds a quarter of it,
+//!   until [`THRESHOLD_PAID_WINDOWS`] paid windows in a row forget it
+//!   ([`AdaptiveBudget::congestion_threshold_ns`]).
 //! - **probe verdicts**: a growth is judged only once it changed what was in
 //!   flight by [`IN_FLIGHT_GREW`] (pieces come in whole sizes, so a 25% larger
 //!   budget may hold the same pieces: that is *unfelt* and the probe grows on);
@@ -152,6 +156,13 @@ pub const GROW_STEP: f64 = 1.25;
 /// Step once growth paid twice in a row: double (slow start), so a budget 100×
 /// too small recovers in about seven probes.
 pub const GROW_STEP_FAST: f64 = 2.0;
+/// Consecutive paid growth windows above the congestion threshold after which
+/// the threshold is forgotten and growth may double again (see
+/// [`AdaptiveBudget::congestion_threshold_ns`]). One paid window proves little
+/// where the rate moves ±30% from window to window (a virtio disk's write
+/// bursts); four in a row, each with reads on time, say the device really
+/// takes more than when it last congested (a device that sped up).
+pub const THRESHOLD_PAID_WINDOWS: u32 = 4;
 /// A shrink probe takes 20% off (the inverse of [`GROW_STEP`]).
 pub const SHRINK_STEP: f64 = 0.8;
 /// A congested window cuts the budget to at least a quarter, so a device slowed
@@ -318,6 +329,13 @@ pub struct ControllerStats {
     /// Whether the overdue rule is on (starvation seen within
     /// [`STARVATION_MEMORY_NS`]).
     pub starving: bool,
+    /// The budget the last congestion cut to, above which growth is additive
+    /// (`None`: no congestion yet, or forgotten after
+    /// [`THRESHOLD_PAID_WINDOWS`] paid windows above it).
+    pub threshold_ns: Option<Nanos>,
+    /// Growth steps held to one additive step by the threshold (a doubling, or
+    /// a step larger than the threshold's, that was not taken).
+    pub additive_grows: u64,
 }
 
 /// How an [`AdaptiveBudget`] is bounded.
@@ -448,6 +466,11 @@ pub struct AdaptiveBudget {
     slow_start: bool,
     /// The overdue rule is on until then (see [`STARVATION_MEMORY_NS`]).
     starving_until_ns: Option<Nanos>,
+    /// Where the last congestion cut the budget to (TCP's ssthresh); see
+    /// [`AdaptiveBudget::congestion_threshold_ns`].
+    threshold_ns: Option<Nanos>,
+    /// Paid growth windows in a row above the threshold.
+    paid_above_threshold: u32,
     /// The last completion's time.
     now_ns: Nanos,
     /// How the dispatcher prices and splits pieces, when built from a profile
@@ -474,6 +497,8 @@ impl AdaptiveBudget {
             shrink_not_before_ns: 0,
             slow_start: false,
             starving_until_ns: None,
+            threshold_ns: None,
+            paid_above_threshold: 0,
             now_ns: 0,
             pieces: None,
         }
@@ -525,6 +550,57 @@ impl AdaptiveBudget {
     /// The last window's summary.
     pub fn last_window(&self) -> &WindowSummary {
         &self.last
+    }
+
+    /// The congestion threshold, like TCP's slow-start threshold: the budget
+    /// the last congested window cut to. Below it growth steps as usual
+    /// (doubling once growth paid twice, but not past it); above it each step
+    /// adds a quarter of the threshold ([`GROW_STEP`] of it), never doubles,
+    /// until [`THRESHOLD_PAID_WINDOWS`] paid windows in a row forget it. On a
+    /// virtio disk two windows judged paid by the writes' noisy rate after a
+    /// congestion doubled the budget to 3.5–5 ms of cost, and reads went late
+    /// (p99 2.7–2.9 ms against a 1 ms target) until the next congestion.
+    pub fn congestion_threshold_ns(&self) -> Option<Nanos> {
+        self.threshold_ns
+    }
+
+    /// Bounds a growth step from `limit_ns` to `grown` by the congestion
+    /// threshold, and counts the steps it held back.
+    fn bound_by_threshold(&mut self, limit_ns: Nanos, grown: f64) -> f64 {
+        let Some(threshold_ns) = self.threshold_ns else {
+            return grown;
+        };
+        let limit = limit_ns as f64;
+        let threshold = threshold_ns as f64;
+        let bounded = if limit >= threshold {
+            grown.min(limit + threshold * (GROW_STEP - 1.0))
+        } else {
+            grown.min(threshold.max(limit * GROW_STEP))
+        };
+        if bounded < grown {
+            self.stats.additive_grows += 1;
+        }
+        bounded
+    }
+
+    /// Counts a paid growth window above the threshold, and forgets the
+    /// threshold after [`THRESHOLD_PAID_WINDOWS`] in a row.
+    fn note_paid_above_threshold(&mut self, situation: Situation, limit_ns: Nanos) {
+        let Some(threshold_ns) = self.threshold_ns else {
+            return;
+        };
+        if situation != Situation::GrowthPaid || limit_ns <= threshold_ns {
+            // An unfelt step or a stalled window says nothing either way.
+            if !matches!(situation, Situation::GrowthUnfelt | Situation::Idle) {
+                self.paid_above_threshold = 0;
+            }
+            return;
+        }
+        self.paid_above_threshold += 1;
+        if self.paid_above_threshold >= THRESHOLD_PAID_WINDOWS {
+            self.threshold_ns = None;
+            self.paid_above_threshold = 0;
+        }
     }
 
     fn window_done(&self, now: Nanos) -> bool {
@@ -713,7 +789,7 @@ impl AdaptiveBudget {
         } else {
             GROW_STEP
         };
-        let mut grown = limit_ns as f64 * step;
+        let mut grown = self.bound_by_threshold(limit_ns, limit_ns as f64 * step);
         if !self.has_room(window, limit_ns) {
             grown = grown.min(self.ceiling_ns(window.rate));
         }
@@ -747,6 +823,7 @@ impl AdaptiveBudget {
         if !matches!(situation, Situation::SlowStart | Situation::Idle) {
             self.slow_start = false;
         }
+        self.note_paid_above_threshold(situation, limit_ns);
         let new = match situation {
             Situation::Idle | Situation::Fine => {
                 self.holds_left = self.holds_left.saturating_sub(1);
@@ -765,7 +842,10 @@ impl AdaptiveBudget {
                 self.paid_streak = 0;
                 self.probe_down_next = false;
                 self.holds_left = 1;
-                Some(self.clamp(limit * cut))
+                let cut_to = self.clamp(limit * cut);
+                self.threshold_ns = Some(cut_to);
+                self.paid_above_threshold = 0;
+                Some(cut_to)
             }
             Situation::GrowthPaid | Situation::GrowthUnfelt | Situation::Underused => {
                 self.grow(situation, window, limit_ns)
@@ -827,6 +907,7 @@ impl AdaptiveBudget {
         if situation == Situation::Congested {
             self.stats.congested += 1;
         }
+        self.stats.threshold_ns = self.threshold_ns;
         new
     }
 
@@ -1246,6 +1327,58 @@ mod tests {
         assert!(window.rate > 1.05 * 3.87 && window.rate < 4.3);
         assert_eq!(c.stats().last, Some(Situation::GrowthWasted));
         assert_eq!(undone, Some(limit));
+    }
+
+    /// Classifies `w` at `limit_ns` and acts on it, as a window's end does.
+    fn judge(c: &mut AdaptiveBudget, w: &WindowSummary, limit_ns: Nanos) -> (Situation, Nanos) {
+        let situation = c.classify(w, limit_ns);
+        let new = c.act(situation, w, limit_ns).unwrap_or(limit_ns);
+        (situation, new)
+    }
+
+    #[test]
+    fn after_congestion_paid_growth_adds_steps_and_does_not_double() {
+        // The virtio sawtooth: congestion, then windows the noisy rate judges
+        // paid. Before the threshold, the second paid window doubled the
+        // budget (300 µs to 600 µs, three times the delay goal).
+        let mut c = controller();
+        let reading = |rate: f64, in_flight: f64| {
+            let mut w = window(rate, in_flight, true);
+            (w.reads_recent, w.reads) = (true, 10);
+            w
+        };
+        let congested = window(1.0, 400_000.0, true);
+        let (situation, mut limit) = judge(&mut c, &congested, 400_000);
+        assert_eq!((situation, limit), (Situation::Congested, 200_000));
+        assert_eq!(c.congestion_threshold_ns(), Some(200_000));
+        assert_eq!(
+            judge(&mut c, &reading(1.0, 200_000.0), limit).0,
+            Situation::Fine
+        );
+        let mut steps = Vec::new();
+        let mut rate = 1.0;
+        for _ in 0..THRESHOLD_PAID_WINDOWS {
+            let (situation, new) = judge(&mut c, &reading(rate, limit as f64), limit);
+            steps.push((situation, new));
+            limit = new;
+            rate *= 1.1;
+        }
+        // Each step adds a quarter of the threshold: never doubles.
+        assert_eq!(
+            steps,
+            [
+                (Situation::Underused, 250_000),
+                (Situation::GrowthPaid, 300_000),
+                (Situation::GrowthPaid, 350_000),
+                (Situation::GrowthPaid, 400_000),
+            ]
+        );
+        assert_eq!(c.stats().additive_grows, 3);
+        // The fourth paid window in a row forgets the threshold: the device
+        // takes more than when it congested, and growth doubles again.
+        let (situation, new) = judge(&mut c, &reading(rate, limit as f64), limit);
+        assert_eq!((situation, new), (Situation::GrowthPaid, 2 * limit));
+        assert_eq!(c.stats().threshold_ns, None);
     }
 
     #[test]
