@@ -16,7 +16,8 @@
 #   ROUNDS     tune/fio pairs per pattern (default 3)
 # Environment: SIZE (test file, default 1g), TUNE_DURATION (per pattern, default 15s),
 #              FIO_RAMP (seconds fio runs before it measures, default 3),
-#              FIO_SECONDS (seconds fio measures, default 3).
+#              FIO_SECONDS (seconds fio measures, default 3),
+#              PATTERNS (default: all four, "random_read random_write sequential_read sequential_write").
 #
 # Like for like: tune's profile rate is the steady (second) half of its
 # sustained run at the knee; the profile's notes name that window per curve
@@ -32,6 +33,7 @@ size=${SIZE:-1g}
 tune_duration=${TUNE_DURATION:-15s}
 fio_seconds=${FIO_SECONDS:-3}
 fio_ramp=${FIO_RAMP:-3}
+patterns=${PATTERNS:-random_read random_write sequential_read sequential_write}
 
 . "$repository/benchmarks/lib.sh"
 need_fio
@@ -58,7 +60,7 @@ fio_rw() {
     esac
 }
 for round in $(seq 1 "$rounds"); do
-    for name in random_read random_write sequential_read sequential_write; do
+    for name in $patterns; do
         profile=$directory/profile-$round-$name.toml
         echo "round $round: tailguard tune --curves $name --duration $tune_duration" >&2
         "$tailguard" tune "$file" --allow-write --curves "$name" --duration "$tune_duration" \
