@@ -162,7 +162,8 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
             &arguments.scheduler,
             scenario.seed,
             &mut |elapsed| bar.tick(elapsed),
-        )?;
+        )?
+        .report;
         let elapsed_s = started.elapsed().as_secs_f64();
         drop(bar);
         let sectors_after = disk_sectors_written(&plan.device_name);

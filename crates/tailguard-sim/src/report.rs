@@ -443,6 +443,15 @@ fn group_cells(row: Option<&ClassReport>) -> Vec<String> {
     } else {
         "-".into()
     };
+    let mut cells = rate_and_latency_cells(row);
+    cells.push(human_duration(row.queue_wait_us_max));
+    cells.push(ratio);
+    cells
+}
+
+/// The cells every per-class table starts with, under `IOPS`, `MB/s`, `p50`,
+/// `p99`, `p99.9`, `p99.99`, `max` and `worst0.5s`.
+pub fn rate_and_latency_cells(row: &ClassReport) -> Vec<String> {
     vec![
         format!("{:.0}", row.iops),
         format!("{:.1}", row.mb_per_s),
@@ -453,8 +462,6 @@ fn group_cells(row: Option<&ClassReport>) -> Vec<String> {
         human_duration(row.latency_us.max),
         row.worst_500ms_iops
             .map_or_else(|| "-".into(), |iops| format!("{iops:.0}")),
-        human_duration(row.queue_wait_us_max),
-        ratio,
     ]
 }
 

@@ -180,19 +180,9 @@ impl SchedulerSettings {
     }
 }
 
+/// Runs one mode: the report, and the scheduler's own statistics in `tailguard`
+/// mode.
 pub fn run(
-    scenario: &Scenario,
-    plan: &Plan,
-    mode: Mode,
-    settings: &SchedulerSettings,
-    seed: u64,
-    progress: &mut dyn FnMut(Nanos),
-) -> Result<RunReport, BenchError> {
-    run_with_stats(scenario, plan, mode, settings, seed, progress).map(|run| run.report)
-}
-
-/// [`run`], with the scheduler's own statistics in `tailguard` mode.
-pub fn run_with_stats(
     scenario: &Scenario,
     plan: &Plan,
     mode: Mode,

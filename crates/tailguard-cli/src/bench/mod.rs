@@ -185,7 +185,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
                 &format!("run {}/{run_count}: {}", runs.len() + 1, mode.name()),
                 scenario.duration_ns,
             );
-            let mut run = driver::run_with_stats(
+            let mut run = driver::run(
                 scenario,
                 &plan,
                 mode,

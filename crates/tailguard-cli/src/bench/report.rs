@@ -29,8 +29,8 @@ use serde::Serialize;
 use tailguard::stats::{ClassStats, LatencyHistogram};
 use tailguard::StatsSnapshot;
 use tailguard_sim::report::{
-    human_duration, render_grouped_table, ClassReport, LatencyUs, Log2Bucket, PercentilePoint,
-    RunReport, TimelineSecond,
+    human_duration, rate_and_latency_cells, render_grouped_table, ClassReport, LatencyUs,
+    Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
 };
 
 /// A summary of one histogram of times, in microseconds.
@@ -249,20 +249,11 @@ fn group_cells(row: Option<(&ClassReport, Option<&SchedulerClassReport>)>) -> Ve
     let scheduler_cell = |value: fn(&SchedulerClassReport) -> f64| {
         scheduler.map_or_else(|| "-".into(), |report| human_duration(value(report)))
     };
-    vec![
-        format!("{:.0}", row.iops),
-        format!("{:.1}", row.mb_per_s),
-        human_duration(row.latency_us.p50),
-        human_duration(row.latency_us.p99),
-        human_duration(row.latency_us.p999),
-        human_duration(row.latency_us.p9999),
-        human_duration(row.latency_us.max),
-        row.worst_500ms_iops
-            .map_or_else(|| "-".into(), |iops| format!("{iops:.0}")),
-        human_duration(row.queue_wait_us_max),
-        scheduler_cell(|report| report.queue_wait_us.p99),
-        scheduler_cell(|report| report.device_time_us.p99),
-    ]
+    let mut cells = rate_and_latency_cells(row);
+    cells.push(human_duration(row.queue_wait_us_max));
+    cells.push(scheduler_cell(|report| report.queue_wait_us.p99));
+    cells.push(scheduler_cell(|report| report.device_time_us.p99));
+    cells
 }
 
 /// The row of a class on a device in one run, with its scheduler statistics.
