@@ -532,6 +532,17 @@ fn open_uring(depth: u32, options: UringOptions) -> Option<Uring> {
     }
 }
 
+/// [`open_uring`] for tests of the registered-file table: `None` (with the
+/// reason printed) also when the kernel refused the table.
+fn open_uring_with_file_table(depth: u32, options: UringOptions) -> Option<Uring> {
+    let ring = open_uring(depth, options)?;
+    if ring.file_slots() == 0 {
+        println!("skipping: this kernel refused a registered-file table");
+        return None;
+    }
+    Some(ring)
+}
+
 /// Runs `test` on a fresh thread with the watchdog, like [`for_each_backend`].
 fn on_watched_thread(test: impl FnOnce() + Send + 'static) {
     let (done, finished) = mpsc::channel();
@@ -591,13 +602,9 @@ fn registered_files_carry_data_and_a_full_table_falls_back_to_descriptors() {
             file_slots: 2,
             ..UringOptions::default()
         };
-        let Some(mut ring) = open_uring(8, options) else {
+        let Some(mut ring) = open_uring_with_file_table(8, options) else {
             return;
         };
-        if ring.file_slots() == 0 {
-            println!("skipping: this kernel refused a registered-file table");
-            return;
-        }
         assert!(ring.registers_files());
         let files: Vec<_> = (0..3)
             .map(|index| DirectFile::create(&format!("slots-{index}")))
@@ -641,13 +648,9 @@ fn unregistering_with_ops_in_flight_completes_each_op_once_on_the_right_file() {
             file_slots: 4,
             ..UringOptions::default()
         };
-        let Some(mut ring) = open_uring(64, options) else {
+        let Some(mut ring) = open_uring_with_file_table(64, options) else {
             return;
         };
-        if ring.file_slots() == 0 {
-            println!("skipping: this kernel refused a registered-file table");
-            return;
-        }
         let file = DirectFile::create("unregister-in-flight");
         let fd = file.file.as_raw_fd();
         let mut source = AlignedBuffer::zeroed(BLOCK * 32);
@@ -759,13 +762,9 @@ fn a_refused_file_install_falls_back_for_that_file_only() {
             }),
             ..UringOptions::default()
         };
-        let Some(mut ring) = open_uring(8, options) else {
+        let Some(mut ring) = open_uring_with_file_table(8, options) else {
             return;
         };
-        if ring.file_slots() == 0 {
-            println!("skipping: this kernel refused a registered-file table");
-            return;
-        }
         let refused = DirectFile::create("refused-install");
         let accepted = DirectFile::create("accepted-install");
         REFUSED_FD.store(refused.file.as_raw_fd(), Ordering::SeqCst);
@@ -793,13 +792,9 @@ fn a_kernel_that_refuses_installs_turns_the_feature_off() {
             }),
             ..UringOptions::default()
         };
-        let Some(mut ring) = open_uring(8, options) else {
+        let Some(mut ring) = open_uring_with_file_table(8, options) else {
             return;
         };
-        if ring.file_slots() == 0 {
-            println!("skipping: this kernel refused a registered-file table");
-            return;
-        }
         let first = DirectFile::create("einval-install-1");
         let second = DirectFile::create("einval-install-2");
         assert!(!ring.register_file(first.file.as_raw_fd()));
