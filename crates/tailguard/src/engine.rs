@@ -223,6 +223,8 @@ struct DeviceState {
     dispatcher: DeviceDispatcher,
     /// The budget last seen, to log each change once.
     budget_ns: Nanos,
+    /// The controller's window count last seen, to log each decision once.
+    windows_seen: u64,
     /// This device's class for each global class number (dense), once used.
     classes: Vec<Option<ClassId>>,
     ops: u64,
@@ -529,6 +531,7 @@ impl Engine {
             name,
             dispatcher,
             budget_ns,
+            windows_seen: 0,
             classes: Vec::new(),
             ops: 0,
             bytes: 0,
@@ -739,15 +742,39 @@ impl Engine {
     }
 
     /// Emits one event per device whose controller resized its budget since the
-    /// last look (never for `Fixed`, whose budget does not move).
+    /// last look (never for `Fixed`, whose budget does not move), and, at debug
+    /// level, one per decision (a held budget included; when several windows
+    /// ended since the last look, the last one's).
     fn log_budget_changes(&mut self) {
+        let each_decision = tracing::enabled!(target: CONTROLLER_TARGET, tracing::Level::DEBUG);
         for device in &mut self.devices {
             let budget_ns = device.dispatcher.budget().limit_ns();
-            if budget_ns == device.budget_ns {
+            if budget_ns == device.budget_ns && !each_decision {
                 continue;
             }
             let stats = device.dispatcher.stats();
             let controller = stats.controller;
+            let decision = controller.last_decision;
+            if let Some(decision) = decision.filter(|_| controller.windows != device.windows_seen) {
+                device.windows_seen = controller.windows;
+                tracing::debug!(
+                    target: CONTROLLER_TARGET,
+                    device = %device.name,
+                    windows = controller.windows,
+                    situation = decision.situation.name(),
+                    budget_before_ns = decision.budget_before_ns,
+                    budget_after_ns = decision.budget_after_ns,
+                    rate_milli = decision.rate_milli,
+                    delay_ns = decision.delay_ns,
+                    reads = decision.reads,
+                    late_reads = decision.late_reads,
+                    over_target_reads = decision.over_target_reads,
+                    "tailguard: window judged"
+                );
+            }
+            if budget_ns == device.budget_ns {
+                continue;
+            }
             tracing::info!(
                 target: CONTROLLER_TARGET,
                 device = %device.name,
@@ -761,6 +788,10 @@ impl Engine {
                 congested = controller.congested,
                 situation = ?controller.last,
                 rate_milli = controller.rate_milli,
+                delay_ns = decision.map(|d| d.delay_ns),
+                reads = decision.map(|d| d.reads),
+                late_reads = decision.map(|d| d.late_reads),
+                over_target_reads = decision.map(|d| d.over_target_reads),
                 "tailguard: device budget changed"
             );
             device.budget_ns = budget_ns;
