@@ -34,7 +34,8 @@
 //!   to: doubling stops there, and above it each step adds a quarter of it,
 //!   until [`THRESHOLD_PAID_WINDOWS`] paid windows in a row forget it
 //!   ([`AdaptiveBudget::congestion_threshold_ns`]). A growth probe that
-//!   failed (wasted, or congested while it was on) delays the next one by
+//!   the reads paid for (congested while it was on, or more reads over the
+//!   target than before it) delays the next one by
 //!   [`GROW_BACKOFF_NS`], doubling with each failure up to
 //!   [`GROW_BACKOFF_MAX_NS`], until the threshold is forgotten: a probe costs
 //!   the reads a window, and where one more step always congests (a virtio
@@ -81,6 +82,26 @@
 //!   starved read is served at all). The rule is off unless starvation is seen, so devices that serve in
 //!   order or in parallel (and the slowdown scenario) never pay for it; on
 //!   `hdd` it brings read p99 from 1.29 s to the floor (22 ms).
+//! - **stalling devices: two pieces, grown by size**: for
+//!   [`STALL_MEMORY_NS`] after a window in which the device stalled (more than
+//!   [`STALL_FRACTION`] of it between two completions: a USB stick erasing,
+//!   200–600 ms), the budget holds at most [`PIPELINE_PIECES`] pieces of the
+//!   size it splits to (any decision above is cut to that), and a growth step
+//!   the cap would take back goes instead to the smallest budget that splits
+//!   larger pieces. A read behind a stall waits for the stall, then for every
+//!   piece queued behind it; on `usb-flash` the stall alone is about the
+//!   target (read p99 one write at a time: 541.5 ms against 500 ms), so each
+//!   piece beyond double buffering lands whole on the tail, while the stick
+//!   gains nothing from a queue (one command at a time, each one's overhead
+//!   after the previous completion). Only larger pieces can pay there (fewer
+//!   commands), and the knee test judges them as usual: on `usb-flash` 32 KiB
+//!   pieces run 7.9% faster than 16 KiB ones between stalls, 64 KiB ones 4.3%
+//!   faster again, under [`GROWTH_PAYS`] (a single window, ~17 writes, judges
+//!   them ±6%, so now and then they pass). Before, the budget kept three or
+//!   four 64 KiB pieces (~70 ms of writes) ahead of such reads for the first
+//!   minute and read p99 was 561 ms; with the rule 539 ms at 93.2% of the
+//!   rate (sixth pass in `BENCHMARKS.md`). No other simulated device shows a
+//!   stalled window, so the rule changes nothing there.
 //! - **probe backoff and floor**: a shrink probe never takes the budget below
 //!   [`SHRINK_FLOOR_PIECES`] of the pieces it carries (with fewer, a disk loses
 //!   its stream at the first late answer), and after a costly one no shrink
@@ -128,7 +149,7 @@
 //! situation, the budget before and after, the rate and delay measured), which
 //! the dispatcher reports in its stats so an engine can trace each one.
 
-use crate::budget::{split_bytes, Budget, CompletionSample, LatencyController};
+use crate::budget::{split_bytes, Budget, CompletionSample, LatencyController, PIPELINE_PIECES};
 use crate::profile::{CostModel, DeviceProfile};
 use crate::request::{Direction, Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
 
@@ -188,7 +209,8 @@ pub const HOLD_WINDOWS: u32 = 4;
 pub const SHRINK_BACKOFF_NS: Nanos = 2 * NANOS_PER_SECOND;
 /// The longest wait between shrink probes after costly ones.
 pub const SHRINK_BACKOFF_MAX_NS: Nanos = 64 * NANOS_PER_SECOND;
-/// After a growth probe that failed (wasted, or congested while it was on),
+/// After a growth probe the reads paid for (congested while it was on, or
+/// wasted by more reads over the target than before it),
 /// no growth probe starts for this long; each further failure doubles it, up
 /// to [`GROW_BACKOFF_MAX_NS`], until the congestion threshold is forgotten
 /// (growth paid [`THRESHOLD_PAID_WINDOWS`] times in a row). Without it, on a
@@ -247,6 +269,9 @@ pub const OVERDUE_WRITE_FACTOR: f64 = 8.0;
 /// The largest budget, in latency targets: a device far faster than its profile
 /// says shows a rate well above 1, and the budget follows, up to this.
 pub const LIMIT_MAX_TARGETS: u64 = 64;
+/// How long a stalled window ([`STALL_FRACTION`]) marks the device as one that
+/// stalls (renewed by each): 10 s, several of a USB stick's stall intervals.
+pub const STALL_MEMORY_NS: Nanos = 10 * NANOS_PER_SECOND;
 
 /// What the classifier says about the window that just ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -362,6 +387,9 @@ pub struct ControllerStats {
     /// How long growth probes will wait after the next failed one (0 before
     /// the first failure; see [`GROW_BACKOFF_NS`]).
     pub grow_backoff_ns: Nanos,
+    /// Whether the pipeline-pieces rule is on (a stalled window seen within
+    /// [`STALL_MEMORY_NS`]).
+    pub stalls: bool,
 }
 
 /// How an [`AdaptiveBudget`] is bounded.
@@ -503,6 +531,8 @@ pub struct AdaptiveBudget {
     paid_above_threshold: u32,
     /// The last completion's time.
     now_ns: Nanos,
+    /// The device stalls until then (see [`STALL_MEMORY_NS`]).
+    stalls_until_ns: Option<Nanos>,
     /// How the dispatcher prices and splits pieces, when built from a profile
     /// (see [`SHRINK_FLOOR_PIECES`]).
     pieces: Option<(CostModel, u64)>,
@@ -532,6 +562,7 @@ impl AdaptiveBudget {
             threshold_ns: None,
             paid_above_threshold: 0,
             now_ns: 0,
+            stalls_until_ns: None,
             pieces: None,
         }
     }
@@ -718,16 +749,7 @@ impl AdaptiveBudget {
                 baseline_missed,
                 ..
             } => {
-                // More reads missed the target than before the probe: more
-                // than one, and more than 1% of the window's reads.
-                let extra_missed =
-                    window.over_target_reads as f64 - baseline_missed * window.reads as f64;
-                let reads_paid = extra_missed
-                    > f64::max(
-                        1.0,
-                        window.reads as f64 * LATE_READS_PER_HUNDRED as f64 / 100.0,
-                    );
-                return if !window.binding || reads_paid {
+                return if !window.binding || reads_paid(window, baseline_missed) {
                     Situation::GrowthWasted
                 } else if window.rate >= baseline * GROWTH_PAYS {
                     Situation::GrowthPaid
@@ -790,6 +812,56 @@ impl AdaptiveBudget {
         window.reads_recent || (limit_ns as f64 * GROW_STEP) / window.rate <= self.config.goal_ns()
     }
 
+    /// Whether the device showed a stall within [`STALL_MEMORY_NS`]: the
+    /// pipeline-pieces rule is on (see the module docs).
+    pub fn stalls(&self) -> bool {
+        self.stalls_until_ns
+            .is_some_and(|until| self.now_ns < until)
+    }
+
+    /// Turns the pipeline-pieces rule on (or keeps it on) after a stalled window.
+    fn note_stall(&mut self, window: &WindowSummary) {
+        if window.stalled {
+            self.stalls_until_ns = Some(self.now_ns.saturating_add(STALL_MEMORY_NS));
+        }
+        self.stats.stalls = self.stalls();
+    }
+
+    /// While the device stalls, `limit_ns` cut to [`PIPELINE_PIECES`] pieces
+    /// of the size it splits to; otherwise (or without a known profile)
+    /// `limit_ns` unchanged.
+    fn pipeline_cap_ns(&self, limit_ns: f64) -> f64 {
+        if !self.stalls() || self.pieces.is_none() {
+            return limit_ns;
+        }
+        let piece_ns = self.split_piece_cost_ns(limit_ns as Nanos);
+        limit_ns.min((PIPELINE_PIECES * piece_ns) as f64)
+    }
+
+    /// A decision `new` (or holding `limit_ns`) cut to the pipeline cap.
+    fn cap_to_pipeline(&self, new: Option<Nanos>, limit_ns: Nanos) -> Option<Nanos> {
+        let decided_ns = new.unwrap_or(limit_ns);
+        let capped_ns = self.clamp(self.pipeline_cap_ns(decided_ns as f64));
+        (capped_ns < decided_ns).then_some(capped_ns).or(new)
+    }
+
+    /// While the device stalls, a growth step from `limit_ns` that the
+    /// pipeline cap would take back goes instead to the smallest budget that
+    /// splits to larger pieces: more pieces of the same size buy nothing there.
+    fn next_split_ns(&self, limit_ns: Nanos, grown: f64) -> f64 {
+        if !self.stalls() || self.pieces.is_none() || self.pipeline_cap_ns(grown) > limit_ns as f64
+        {
+            return grown;
+        }
+        let piece_ns = self.split_piece_cost_ns(limit_ns);
+        let step_ns = (piece_ns / 8).max(1);
+        let mut next_ns = limit_ns;
+        while self.split_piece_cost_ns(next_ns) <= piece_ns && next_ns < self.config.max_limit_ns {
+            next_ns = next_ns.saturating_add(step_ns);
+        }
+        grown.max(next_ns as f64)
+    }
+
     fn clamp(&self, limit_ns: f64) -> Nanos {
         (limit_ns.round() as Nanos).clamp(self.config.min_limit_ns, self.config.max_limit_ns)
     }
@@ -826,11 +898,12 @@ impl AdaptiveBudget {
         } else {
             GROW_STEP
         };
-        let mut grown = self.bound_by_threshold(limit_ns, limit_ns as f64 * step);
+        let grown = self.bound_by_threshold(limit_ns, limit_ns as f64 * step);
+        let mut grown = self.next_split_ns(limit_ns, grown);
         if !self.has_room(window, limit_ns) {
             grown = grown.min(self.ceiling_ns(window.rate));
         }
-        let grown = self.clamp(grown);
+        let grown = self.clamp(self.pipeline_cap_ns(grown));
         if grown <= limit_ns {
             self.probe = Probe::None;
             self.holds_left = HOLD_WINDOWS;
@@ -891,10 +964,20 @@ impl AdaptiveBudget {
                 self.grow(situation, window, limit_ns)
             }
             Situation::GrowthWasted => {
-                let Probe::Up { from_ns, .. } = self.probe else {
+                let Probe::Up {
+                    from_ns,
+                    baseline_missed,
+                    ..
+                } = self.probe
+                else {
                     unreachable!("classified from a growth probe")
                 };
-                self.back_off_growth();
+                // A probe the reads paid for failed like a congested one; one
+                // that only bought no throughput is how the knee is found
+                // (and on a stick, piece sizes are judged so), not backed off.
+                if reads_paid(window, baseline_missed) {
+                    self.back_off_growth();
+                }
                 self.probe = Probe::None;
                 self.paid_streak = 0;
                 self.probe_down_next = true;
@@ -939,6 +1022,7 @@ impl AdaptiveBudget {
                 Some(from_ns)
             }
         };
+        let new = self.cap_to_pipeline(new, limit_ns);
         let new = new.filter(|&new| new != limit_ns);
         match new {
             Some(new) if new > limit_ns => self.stats.grows += 1,
@@ -1012,6 +1096,18 @@ impl AdaptiveBudget {
     }
 }
 
+/// Whether more reads missed the target in a growth probe's window than
+/// before the probe (`baseline_missed`, a share): more than one, and more than
+/// [`LATE_READS_PER_HUNDRED`] in a hundred of the window's reads.
+fn reads_paid(window: &WindowSummary, baseline_missed: f64) -> bool {
+    let extra_missed = window.over_target_reads as f64 - baseline_missed * window.reads as f64;
+    extra_missed
+        > f64::max(
+            1.0,
+            window.reads as f64 * LATE_READS_PER_HUNDRED as f64 / 100.0,
+        )
+}
+
 impl LatencyController for AdaptiveBudget {
     fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos> {
         if !self.started {
@@ -1044,6 +1140,7 @@ impl LatencyController for AdaptiveBudget {
             return None;
         }
         let summary = self.summarize(sample.now);
+        self.note_stall(&summary);
         let situation = self.classify(&summary, limit_ns);
         let new = self.act(situation, &summary, limit_ns);
         self.record(sample.now, situation, &summary, limit_ns, new);
@@ -1461,19 +1558,28 @@ mod tests {
         // Held: the window after the congestion, and every one within 100 ms of it.
         for at_ms in [20, 30, 60, 100] {
             c.now_ns = at_ms * ms;
-            assert_eq!(judge(&mut c, &reading(limit as f64), limit).0, Situation::Fine);
+            assert_eq!(
+                judge(&mut c, &reading(limit as f64), limit).0,
+                Situation::Fine
+            );
         }
         probe_then_congest(&mut c, 110 * ms, &mut limit);
         // The second failure doubles the wait: 200 ms from the congestion at 120 ms.
         for at_ms in [130, 200, 310] {
             c.now_ns = at_ms * ms;
-            assert_eq!(judge(&mut c, &reading(limit as f64), limit).0, Situation::Fine);
+            assert_eq!(
+                judge(&mut c, &reading(limit as f64), limit).0,
+                Situation::Fine
+            );
         }
         probe_then_congest(&mut c, 320 * ms, &mut limit);
         assert_eq!(c.stats().grow_backoff_ns, 8 * GROW_BACKOFF_NS);
         // A congestion with no probe on (the device slowed) does not add to it.
         c.now_ns = 400 * ms;
-        assert_eq!(judge(&mut c, &congested(limit as f64), limit).0, Situation::Congested);
+        assert_eq!(
+            judge(&mut c, &congested(limit as f64), limit).0,
+            Situation::Congested
+        );
         assert_eq!(c.stats().grow_backoff_ns, 8 * GROW_BACKOFF_NS);
     }
 
@@ -1490,5 +1596,49 @@ mod tests {
         assert_eq!(c.classify(&probe, grown), Situation::GrowthPaid);
         probe.over_target_reads = 2;
         assert_eq!(c.classify(&probe, grown), Situation::GrowthWasted);
+    }
+
+    #[test]
+    fn after_a_stall_the_budget_holds_two_pieces_and_grows_by_their_size() {
+        // A USB stick from the guessed profile (500 ms target), reads on time.
+        let profile = DeviceProfile::uncalibrated(128 * 1024, 500_000);
+        let fresh = || AdaptiveBudget::for_profile(&profile).starting_small(false);
+        let reading = |in_flight_ns: Nanos| {
+            let mut w = window(0.0055, in_flight_ns as f64, true);
+            (w.reads_recent, w.reads) = (true, 10);
+            w
+        };
+        let stalled = WindowSummary {
+            stalled: true,
+            ..reading(1_280_000)
+        };
+        // No stall seen: growth adds a quarter, whatever the pieces.
+        let mut c = fresh();
+        let limit: Nanos = 1_280_000;
+        assert_eq!(
+            judge(&mut c, &reading(limit), limit),
+            (Situation::Underused, 1_600_000)
+        );
+        // After a stall the budget is cut to two pieces of its split size.
+        let mut c = fresh();
+        c.note_stall(&stalled);
+        assert!(c.stalls() && c.stats().stalls);
+        let (situation, capped) = judge(&mut c, &reading(limit), limit);
+        assert_eq!(situation, Situation::Underused);
+        let piece_ns = c.split_piece_cost_ns(capped);
+        assert!(capped < limit && capped == PIPELINE_PIECES * piece_ns);
+        // From two small pieces, growth goes to the next split size, not to a
+        // third piece of the same size.
+        let mut c = fresh();
+        c.note_stall(&stalled);
+        let small = PIPELINE_PIECES * c.split_piece_cost_ns(200_000);
+        let (situation, grown) = judge(&mut c, &reading(small), small);
+        assert_eq!(situation, Situation::Underused);
+        let grown_piece_ns = c.split_piece_cost_ns(grown);
+        assert!(grown_piece_ns > c.split_piece_cost_ns(small));
+        assert_eq!(grown, PIPELINE_PIECES * grown_piece_ns);
+        // The rule ends STALL_MEMORY_NS after the last stalled window.
+        c.now_ns += STALL_MEMORY_NS;
+        assert!(!c.stalls());
     }
 }
