@@ -42,9 +42,14 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+
+// The parker takes its primitives from here (`sync::Mutex`, ...): loom's under
+// `cfg(tailguard_loom)`, so its protocol can be model-checked, `std`'s
+// otherwise. The slots stay on `std`'s.
+use crate::sync;
 
 /// Runs the engine on behalf of a thread that would otherwise block.
 pub(crate) trait Driver: Send + Sync {
@@ -70,6 +75,7 @@ thread_local! {
     /// The driver whose `block_on` runs on this thread (0: none).
     static DRIVING: Cell<usize> = const { Cell::new(0) };
     /// Its address identifies the thread.
+    #[cfg(not(tailguard_loom))]
     static THREAD_TOKEN: u8 = const { 0 };
 }
 
@@ -77,8 +83,23 @@ fn driver_id(driver: &Arc<dyn Driver>) -> usize {
     Arc::as_ptr(driver).cast::<()>() as usize
 }
 
-fn thread_token() -> usize {
+/// Identifies the current thread (a parker's owner).
+#[cfg(not(tailguard_loom))]
+type ThreadToken = usize;
+
+#[cfg(not(tailguard_loom))]
+fn thread_token() -> ThreadToken {
     THREAD_TOKEN.with(|token| std::ptr::from_ref(token) as usize)
+}
+
+/// Loom runs every model thread on one OS thread, so a thread-local's address
+/// would name them all alike: loom's thread id tells them apart.
+#[cfg(tailguard_loom)]
+type ThreadToken = loom::thread::ThreadId;
+
+#[cfg(tailguard_loom)]
+fn thread_token() -> ThreadToken {
+    loom::thread::current().id()
 }
 
 /// Polls `future` to completion on this thread, running the engine of `driver`
@@ -99,14 +120,7 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
             self.driver.kick();
         }
     }
-    let parker = Arc::new(Parker {
-        notified: AtomicBool::new(false),
-        running_engine: AtomicBool::new(false),
-        state: Mutex::new(ParkerState::default()),
-        ready: Condvar::new(),
-        owner: thread_token(),
-        driver: driver.clone(),
-    });
+    let parker = Arc::new(Parker::new(driver.clone()));
     let waker = Waker::from(parker.clone());
     let mut context = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
@@ -128,15 +142,15 @@ pub(crate) struct Parker {
     /// Whether a wake-up came. Set only under `state`'s lock (so `park` cannot
     /// miss it), cleared only by the owner; read without the lock, since the
     /// engine loop asks once or twice a turn (see `is_notified`).
-    notified: AtomicBool,
+    notified: sync::AtomicBool,
     /// The owner runs the engine (and may sleep in the backend): a wake from
     /// another thread must interrupt that sleep. Written by the owner alone.
-    running_engine: AtomicBool,
+    running_engine: sync::AtomicBool,
     /// `blocked` alone, the owner's sleep on `ready`.
-    state: Mutex<ParkerState>,
-    ready: Condvar,
+    state: sync::Mutex<ParkerState>,
+    ready: sync::Condvar,
     /// The thread that waits ([`thread_token`]).
-    owner: usize,
+    owner: ThreadToken,
     driver: Arc<dyn Driver>,
 }
 
@@ -147,6 +161,19 @@ struct ParkerState {
 }
 
 impl Parker {
+    /// A parker owned by the calling thread, whose wakes interrupt `driver`'s
+    /// engine while the owner runs it.
+    fn new(driver: Arc<dyn Driver>) -> Self {
+        Self {
+            notified: sync::AtomicBool::new(false),
+            running_engine: sync::AtomicBool::new(false),
+            state: sync::Mutex::new(ParkerState::default()),
+            ready: sync::Condvar::new(),
+            owner: thread_token(),
+            driver,
+        }
+    }
+
     /// Whether a wake-up came; consumes it.
     pub(crate) fn take_notified(&self) -> bool {
         // Only the owner clears the flag and only wakers set it: a swap that
