@@ -10,7 +10,13 @@
 //! normal build pays nothing for the swap.
 
 #[cfg(tailguard_loom)]
-pub(crate) use loom::sync::{atomic::AtomicBool, Condvar, Mutex};
+pub(crate) use loom::sync::{
+    atomic::{fence, AtomicBool},
+    Condvar, Mutex,
+};
 
 #[cfg(not(tailguard_loom))]
-pub(crate) use std::sync::{atomic::AtomicBool, Condvar, Mutex};
+pub(crate) use std::sync::{
+    atomic::{fence, AtomicBool},
+    Condvar, Mutex,
+};
