@@ -34,6 +34,11 @@
 //! the debt over and settles it on exit. So a thread that submits and then waits
 //! never wakes the engine thread only to do the work itself.
 //!
+//! The parker's lock-free flags follow a Dekker pattern (see
+//! `Parker::is_notified`); loom checks it, with a model of the engine's sleep
+//! in the backend, under every interleaving (`loom_tests` below, run by
+//! `.ci/run`).
+//!
 //! Completing is cheap: the condition variable is signalled only when a thread is
 //! actually blocked in [`IoFuture::wait`] (a flag under the slot's mutex), so an
 //! `.await`ing caller costs the engine no system call. Signalling unconditionally
@@ -42,9 +47,14 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+
+// The parker takes its primitives from here (`sync::Mutex`, ...): loom's under
+// `cfg(tailguard_loom)`, so its protocol is model-checked (see `loom_tests`
+// below), `std`'s otherwise. The slots stay on `std`'s.
+use crate::sync;
 
 /// Runs the engine on behalf of a thread that would otherwise block.
 pub(crate) trait Driver: Send + Sync {
@@ -70,6 +80,7 @@ thread_local! {
     /// The driver whose `block_on` runs on this thread (0: none).
     static DRIVING: Cell<usize> = const { Cell::new(0) };
     /// Its address identifies the thread.
+    #[cfg(not(tailguard_loom))]
     static THREAD_TOKEN: u8 = const { 0 };
 }
 
@@ -77,8 +88,23 @@ fn driver_id(driver: &Arc<dyn Driver>) -> usize {
     Arc::as_ptr(driver).cast::<()>() as usize
 }
 
-fn thread_token() -> usize {
+/// Identifies the current thread (a parker's owner).
+#[cfg(not(tailguard_loom))]
+type ThreadToken = usize;
+
+#[cfg(not(tailguard_loom))]
+fn thread_token() -> ThreadToken {
     THREAD_TOKEN.with(|token| std::ptr::from_ref(token) as usize)
+}
+
+/// Loom runs every model thread on one OS thread, so a thread-local's address
+/// would name them all alike: loom's thread id tells them apart.
+#[cfg(tailguard_loom)]
+type ThreadToken = loom::thread::ThreadId;
+
+#[cfg(tailguard_loom)]
+fn thread_token() -> ThreadToken {
+    loom::thread::current().id()
 }
 
 /// Polls `future` to completion on this thread, running the engine of `driver`
@@ -99,14 +125,7 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
             self.driver.kick();
         }
     }
-    let parker = Arc::new(Parker {
-        notified: AtomicBool::new(false),
-        running_engine: AtomicBool::new(false),
-        state: Mutex::new(ParkerState::default()),
-        ready: Condvar::new(),
-        owner: thread_token(),
-        driver: driver.clone(),
-    });
+    let parker = Arc::new(Parker::new(driver.clone()));
     let waker = Waker::from(parker.clone());
     let mut context = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
@@ -128,15 +147,15 @@ pub(crate) struct Parker {
     /// Whether a wake-up came. Set only under `state`'s lock (so `park` cannot
     /// miss it), cleared only by the owner; read without the lock, since the
     /// engine loop asks once or twice a turn (see `is_notified`).
-    notified: AtomicBool,
+    notified: sync::AtomicBool,
     /// The owner runs the engine (and may sleep in the backend): a wake from
     /// another thread must interrupt that sleep. Written by the owner alone.
-    running_engine: AtomicBool,
+    running_engine: sync::AtomicBool,
     /// `blocked` alone, the owner's sleep on `ready`.
-    state: Mutex<ParkerState>,
-    ready: Condvar,
+    state: sync::Mutex<ParkerState>,
+    ready: sync::Condvar,
     /// The thread that waits ([`thread_token`]).
-    owner: usize,
+    owner: ThreadToken,
     driver: Arc<dyn Driver>,
 }
 
@@ -147,6 +166,19 @@ struct ParkerState {
 }
 
 impl Parker {
+    /// A parker owned by the calling thread, whose wakes interrupt `driver`'s
+    /// engine while the owner runs it.
+    fn new(driver: Arc<dyn Driver>) -> Self {
+        Self {
+            notified: sync::AtomicBool::new(false),
+            running_engine: sync::AtomicBool::new(false),
+            state: sync::Mutex::new(ParkerState::default()),
+            ready: sync::Condvar::new(),
+            owner: thread_token(),
+            driver,
+        }
+    }
+
     /// Whether a wake-up came; consumes it.
     pub(crate) fn take_notified(&self) -> bool {
         // Only the owner clears the flag and only wakers set it: a swap that
@@ -158,13 +190,23 @@ impl Parker {
     /// Whether a wake-up came, without consuming it.
     ///
     /// No lock, yet no wake is missed by a runner about to sleep in the
-    /// backend. The two flags form Dekker's pattern, every access `SeqCst`:
-    /// the owner stores `running_engine` and later loads `notified` (here);
-    /// a waker stores `notified` and then loads `running_engine`. In the
-    /// single total order of `SeqCst` operations one of the two stores comes
-    /// first, so either this load sees the wake, or the waker sees the owner
-    /// running the engine and interrupts its sleep (and `crate::handoff`'s
-    /// `sleeping` flag, set before this look, makes that interrupt land).
+    /// backend. The two flags form Dekker's pattern, each side a store, a
+    /// `SeqCst` fence, then a load of the other side's flag: the owner stores
+    /// `running_engine` ([`Parker::set_running_engine`]) and later loads
+    /// `notified` (here); a waker stores `notified` and then loads
+    /// `running_engine` (`wake_by_ref`). One of the two fences comes first in
+    /// the single total order of `SeqCst` operations, and the load after the
+    /// later fence sees the store before the earlier one. So either this load
+    /// sees the wake, or the waker sees the owner running the engine and
+    /// interrupts its sleep (and `crate::handoff`'s `sleeping` flag, set
+    /// before this look, makes that interrupt land).
+    ///
+    /// The fences carry the argument, not `SeqCst` on the accesses: loom
+    /// treats `SeqCst` accesses as acquire/release and found a lost wake-up
+    /// in a version without the fences, while it models `SeqCst` fences
+    /// exactly (see `loom_tests`). On x86-64 each side pays a plain store and
+    /// the fence's `lock or` to the stack where its `SeqCst` store was an
+    /// `xchg`: one locked instruction either way.
     pub(crate) fn is_notified(&self) -> bool {
         self.notified.load(Ordering::SeqCst)
     }
@@ -172,7 +214,13 @@ impl Parker {
     /// The owner starts or stops running the engine: a wake from another thread
     /// meanwhile must interrupt its sleep in the backend.
     pub(crate) fn set_running_engine(&self, running: bool) {
-        self.running_engine.store(running, Ordering::SeqCst);
+        self.running_engine.store(running, Ordering::Relaxed);
+        if running {
+            // Between this store and the owner's next `is_notified`: Dekker's
+            // pattern (see `is_notified`). Stopping needs no fence: a waker
+            // that still sees `true` only interrupts a sleep that is not there.
+            sync::fence(Ordering::SeqCst);
+        }
     }
 
     /// Blocks until notified; consumes the wake-up.
@@ -195,10 +243,14 @@ impl Wake for Parker {
     fn wake_by_ref(self: &Arc<Self>) {
         let blocked = {
             let state = self.state.lock().expect("parker lock poisoned");
-            self.notified.store(true, Ordering::SeqCst);
+            // Release: what the waker did before waking happens before the
+            // owner's next poll, which acquires this flag.
+            self.notified.store(true, Ordering::Release);
             state.blocked
         };
-        // After the store above: see `is_notified` for why this order matters.
+        // Between the store above and the load below: Dekker's pattern (see
+        // `is_notified`).
+        sync::fence(Ordering::SeqCst);
         let running_engine = self.running_engine.load(Ordering::SeqCst);
         if blocked {
             self.ready.notify_one();
@@ -479,5 +531,221 @@ mod tests {
     #[test]
     fn immediate_futures_are_ready() {
         assert_eq!(IoFuture::ready(3).wait(), 3);
+    }
+}
+
+#[cfg(all(test, tailguard_loom))]
+mod loom_tests {
+    //! Each model has one waker and one wake. With two wakes, loom 0.7.3
+    //! reports a deadlock that the C++/Rust memory model forbids: it lets a
+    //! waker's plain store of `notified` fall between the read and the write
+    //! of the owner's `take_notified` swap, so the owner, woken through the
+    //! backend after that store, still reads its own `false`
+    //! (tokio-rs/loom#254; a fix is proposed in tokio-rs/loom#391).
+
+    use super::*;
+    use crate::handoff::{self, Handoff};
+
+    /// The backend's sleep: level-triggered, as the eventfd that ends
+    /// io_uring's `submit_and_wait` (and the thread pool's condition flag) is,
+    /// so a wake that comes before the sleep is kept.
+    struct Backend {
+        woken: sync::Mutex<bool>,
+        condvar: sync::Condvar,
+    }
+
+    impl handoff::Wake for Backend {
+        fn wake(&self) {
+            *self.woken.lock().unwrap() = true;
+            self.condvar.notify_one();
+        }
+    }
+
+    impl Backend {
+        /// `backend.submit(true)`: sleeps until woken. No I/O ever completes
+        /// in the model, so only a wake ends it.
+        fn sleep(&self) {
+            let mut woken = self.woken.lock().unwrap();
+            while !*woken {
+                woken = self.condvar.wait(woken).unwrap();
+            }
+            *woken = false;
+        }
+    }
+
+    /// The engine behind `engine::Shared`'s [`Driver`], reduced to what the
+    /// parker's protocol touches: the real [`Handoff`] (its `sleeping` flag
+    /// under its lock) and a [`Backend`] with one operation in flight that
+    /// never completes, so a runner that is not notified sleeps in it.
+    struct ModelEngine {
+        handoff: Handoff<()>,
+        backend: Backend,
+    }
+
+    impl ModelEngine {
+        fn new() -> Self {
+            Self {
+                handoff: Handoff::new(),
+                backend: Backend {
+                    woken: sync::Mutex::new(false),
+                    condvar: sync::Condvar::new(),
+                },
+            }
+        }
+
+        /// `Shared::help` when the engine's lock is free: opens the session,
+        /// marks the owner as running the engine, and turns the loop until
+        /// `done` (the operation in flight keeps the engine from draining).
+        fn help(&self, parker: &Parker, session: &mut bool) {
+            if !std::mem::replace(session, true) {
+                self.handoff.begin_helping();
+            }
+            parker.set_running_engine(true);
+            let done = || parker.is_notified();
+            loop {
+                self.turn(&done);
+                if done() {
+                    break;
+                }
+            }
+            parker.set_running_engine(false);
+            self.handoff.leave_engine(true);
+        }
+
+        /// `Engine::turn` with nothing queued and an operation in flight:
+        /// take the (empty) queue, announce the sleep (`prepare_to_sleep` sets
+        /// `sleeping`), take the last look at `done`, sleep in the backend if
+        /// it is still false, and clear `sleeping` (`awake`).
+        fn turn(&self, done: &dyn Fn() -> bool) {
+            let mut inbox = Vec::new();
+            self.handoff.take_all(&mut inbox);
+            assert!(inbox.is_empty(), "nothing is submitted in the model");
+            let announced = self.handoff.prepare_to_sleep();
+            if announced && !done() {
+                self.backend.sleep();
+            }
+            if announced {
+                self.handoff.awake();
+            }
+        }
+    }
+
+    impl Driver for ModelEngine {
+        /// `Shared::drive_until_notified` with helpers allowed.
+        fn drive_until_notified(&self, parker: &Parker, session: &mut bool) {
+            if parker.take_notified() {
+                return;
+            }
+            self.help(parker, session);
+            if parker.take_notified() {
+                return;
+            }
+            if std::mem::take(session) {
+                self.handoff.end_helping();
+            }
+            self.handoff.kick();
+            if !parker.take_notified() {
+                parker.park();
+            }
+        }
+
+        fn end_session(&self) {
+            self.handoff.end_helping();
+        }
+
+        fn kick(&self) {
+            self.handoff.kick();
+        }
+
+        /// `Shared::interrupt`: wakes the backend only if the runner
+        /// announced its sleep.
+        fn interrupt(&self) {
+            self.handoff.interrupt(&self.backend);
+        }
+    }
+
+    /// A parker owned by the calling thread, on a fresh model engine.
+    fn parker() -> (Arc<ModelEngine>, Arc<Parker>) {
+        let engine = Arc::new(ModelEngine::new());
+        let parker = Arc::new(Parker::new(engine.clone()));
+        (engine, parker)
+    }
+
+    fn wake_from_another_thread(parker: &Arc<Parker>) -> loom::thread::JoinHandle<()> {
+        let parker = parker.clone();
+        loom::thread::spawn(move || parker.wake_by_ref())
+    }
+
+    /// (a) The engine is busy (run by another thread), so the owner blocks on
+    /// its parker as the end of `Shared::drive_until_notified` does, while a
+    /// completion on another thread wakes it (`Slot::complete` calling the
+    /// future's waker). The owner must return under every interleaving (a lost
+    /// wake-up leaves it blocked, which loom reports as a deadlock) having
+    /// consumed the wake.
+    #[test]
+    fn loom_a_wake_from_another_thread_ends_park() {
+        loom::model(|| {
+            let (_engine, parker) = parker();
+            let waker = wake_from_another_thread(&parker);
+            if !parker.take_notified() {
+                parker.park();
+            }
+            waker.join().unwrap();
+            assert!(!parker.take_notified(), "park consumed the one wake");
+        });
+    }
+
+    /// (b) The owner runs the engine itself while a completion on another
+    /// thread wakes it. Each step and the real code it stands for:
+    ///
+    /// - owner, `ModelEngine::help`: `Shared::help` with the engine's lock
+    ///   free: `set_running_engine(true)`, then `Engine::turn` until
+    ///   `is_notified`, then `set_running_engine(false)`;
+    /// - owner, `ModelEngine::turn`: `Engine::turn` with an operation in
+    ///   flight: `Handoff::prepare_to_sleep` sets `sleeping`, the last look at
+    ///   `done` is `is_notified`, `backend.submit(true)` is `Backend::sleep`,
+    ///   which only a wake ends (the model's I/O never completes), then
+    ///   `Handoff::awake`;
+    /// - waker: `Slot::complete` calling the future's waker, `wake_by_ref`,
+    ///   whose `Driver::interrupt` is `Shared::interrupt`: `Handoff::interrupt`
+    ///   takes `sleeping` and, if set, wakes the backend (the eventfd write);
+    /// - owner, `take_notified` after `help`: as `Shared::drive_until_notified`
+    ///   does before returning to poll the future.
+    ///
+    /// The owner must never sleep forever (loom reports a deadlock), and the
+    /// wake must be taken exactly once: by that `take_notified`, not again.
+    #[test]
+    fn loom_a_wake_interrupts_the_owner_sleeping_in_the_engine() {
+        loom::model(|| {
+            let (engine, parker) = parker();
+            let waker = wake_from_another_thread(&parker);
+            let mut session = false;
+            engine.help(&parker, &mut session);
+            assert!(parker.take_notified(), "help returned without the wake");
+            waker.join().unwrap();
+            assert!(!parker.take_notified(), "one wake, taken twice");
+            engine.end_session();
+        });
+    }
+
+    /// (c) One turn of `block_on`'s loop: `Shared::drive_until_notified` (as
+    /// the model engine mirrors it) while another thread wakes the parker. The
+    /// wake may come before the first `take_notified` (the engine is not run
+    /// at all) or at any point while the owner runs the engine; either way
+    /// the call returns with the wake taken, and the helping session it
+    /// opened (if any) is ended, as `block_on`'s `Restore` does.
+    #[test]
+    fn loom_drive_until_notified_returns_with_the_wake_taken() {
+        loom::model(|| {
+            let (engine, parker) = parker();
+            let waker = wake_from_another_thread(&parker);
+            let mut session = false;
+            engine.drive_until_notified(&parker, &mut session);
+            waker.join().unwrap();
+            assert!(!parker.take_notified(), "the wake was left behind");
+            if session {
+                engine.end_session();
+            }
+        });
     }
 }
