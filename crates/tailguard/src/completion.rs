@@ -54,6 +54,7 @@ use std::task::{Context, Poll, Wake, Waker};
 // The parker takes its primitives from here (`sync::Mutex`, ...): loom's under
 // `cfg(tailguard_loom)`, so its protocol is model-checked (see `loom_tests`
 // below), `std`'s otherwise. The slots stay on `std`'s.
+use crate::handoff::Handoff;
 use crate::sync;
 
 /// Runs the engine on behalf of a thread that would otherwise block.
@@ -74,6 +75,35 @@ pub(crate) trait Driver: Send + Sync {
 
     /// Wakes whoever runs the engine if it sleeps in the backend.
     fn interrupt(&self);
+}
+
+/// The body of [`Driver::drive_until_notified`] for a driver whose waiters may
+/// run its engine: the real one (`engine::Shared`) and the loom model of it
+/// (`loom_tests`) share it, so the model checks this very loop. `help` runs
+/// the engine on this thread if nobody else does (opening the helping
+/// session), and says whether it did.
+pub(crate) fn drive_until_notified_helping<T>(
+    handoff: &Handoff<T>,
+    parker: &Parker,
+    session: &mut bool,
+    help: impl FnOnce(&Parker, &mut bool) -> bool,
+) {
+    if parker.take_notified() {
+        return;
+    }
+    if help(parker, session) && parker.take_notified() {
+        // Back to poll the future; the session stays open.
+        return;
+    }
+    // About to block: end the session (the engine thread takes over any
+    // work left) and make sure the engine looks at the queue.
+    if std::mem::take(session) {
+        handoff.end_helping();
+    }
+    handoff.kick();
+    if !parker.take_notified() {
+        parker.park();
+    }
 }
 
 thread_local! {
@@ -631,22 +661,13 @@ mod loom_tests {
     }
 
     impl Driver for ModelEngine {
-        /// `Shared::drive_until_notified` with helpers allowed.
+        /// `Shared::drive_until_notified` with helpers allowed: the same
+        /// loop, with the model's `help`.
         fn drive_until_notified(&self, parker: &Parker, session: &mut bool) {
-            if parker.take_notified() {
-                return;
-            }
-            self.help(parker, session);
-            if parker.take_notified() {
-                return;
-            }
-            if std::mem::take(session) {
-                self.handoff.end_helping();
-            }
-            self.handoff.kick();
-            if !parker.take_notified() {
-                parker.park();
-            }
+            drive_until_notified_helping(&self.handoff, parker, session, |parker, session| {
+                self.help(parker, session);
+                true
+            });
         }
 
         fn end_session(&self) {
@@ -728,8 +749,9 @@ mod loom_tests {
         });
     }
 
-    /// (c) One turn of `block_on`'s loop: `Shared::drive_until_notified` (as
-    /// the model engine mirrors it) while another thread wakes the parker. The
+    /// (c) One turn of `block_on`'s loop: [`drive_until_notified_helping`],
+    /// the loop `Shared::drive_until_notified` runs, with the model engine's
+    /// `help`, while another thread wakes the parker. The
     /// wake may come before the first `take_notified` (the engine is not run
     /// at all) or at any point while the owner runs the engine; either way
     /// the call returns with the wake taken, and the helping session it

@@ -87,7 +87,7 @@ use crate::backend::EngineWaker;
 use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult, MAX_REGISTERED_FD};
 use crate::buffer::AlignedBuffer;
 use crate::completion::Responder;
-use crate::completion::{Driver, Parker};
+use crate::completion::{drive_until_notified_helping, Driver, Parker};
 use crate::device::DeviceId;
 use crate::handoff::Handoff;
 use crate::handoff::Wake;
@@ -1142,22 +1142,9 @@ impl Shared {
 
 impl Driver for Shared {
     fn drive_until_notified(&self, parker: &Parker, session: &mut bool) {
-        if parker.take_notified() {
-            return;
-        }
-        if self.helpers_allowed && self.help(parker, session) && parker.take_notified() {
-            // Back to poll the future; the session stays open.
-            return;
-        }
-        // About to block: end the session (the engine thread takes over any
-        // work left) and make sure the engine looks at the queue.
-        if std::mem::take(session) {
-            self.handoff.end_helping();
-        }
-        self.handoff.kick();
-        if !parker.take_notified() {
-            parker.park();
-        }
+        drive_until_notified_helping(&self.handoff, parker, session, |parker, session| {
+            self.helpers_allowed && self.help(parker, session)
+        });
     }
 
     fn end_session(&self) {
