@@ -1,6 +1,7 @@
 //! The budget policy is selectable: `Fixed` never resizes, `Adaptive` runs the
 //! core's latency controller on real completions, and every budget change it makes
-//! is logged at target `tailguard::controller`.
+//! is logged at target `tailguard::controller` (info level), every decision at
+//! debug level.
 //!
 //! A test binary of its own: it installs a process-wide `tracing` subscriber
 //! (the engine thread logs, so a thread-local one would miss its events).
@@ -14,8 +15,12 @@ use tailguard::{AlignedBuffer, OpenOptions, Scheduler};
 const BLOCK: usize = 4096;
 const BLOCKS: u64 = 256;
 
-/// Counts events at the controller's target; ignores everything else.
-struct CountControllerEvents(Arc<AtomicU64>);
+/// Counts events at the controller's target, budget changes (info) and
+/// decisions (debug) apart; ignores everything else.
+struct CountControllerEvents {
+    changes: Arc<AtomicU64>,
+    decisions: Arc<AtomicU64>,
+}
 
 impl tracing::Subscriber for CountControllerEvents {
     fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
@@ -27,9 +32,16 @@ impl tracing::Subscriber for CountControllerEvents {
     fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
     fn event(&self, event: &tracing::Event<'_>) {
-        if event.metadata().target() == CONTROLLER_TARGET {
-            self.0.fetch_add(1, Ordering::SeqCst);
+        let metadata = event.metadata();
+        if metadata.target() != CONTROLLER_TARGET {
+            return;
         }
+        let counter = match *metadata.level() {
+            tracing::Level::INFO => &self.changes,
+            tracing::Level::DEBUG => &self.decisions,
+            level => panic!("controller event at {level}: {event:?}"),
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
@@ -112,8 +124,13 @@ fn run(
 
 #[test]
 fn fixed_never_resizes_and_adaptive_runs_its_controller_and_logs_each_change() {
-    let events = Arc::new(AtomicU64::new(0));
-    tracing::subscriber::set_global_default(CountControllerEvents(events.clone())).unwrap();
+    let changes = Arc::new(AtomicU64::new(0));
+    let decisions = Arc::new(AtomicU64::new(0));
+    tracing::subscriber::set_global_default(CountControllerEvents {
+        changes: changes.clone(),
+        decisions: decisions.clone(),
+    })
+    .unwrap();
 
     let fixed = run(ControllerChoice::Fixed, "fixed", 0).unwrap();
     assert_eq!(fixed.budget_changes, 0);
@@ -122,7 +139,8 @@ fn fixed_never_resizes_and_adaptive_runs_its_controller_and_logs_each_change() {
         Default::default(),
         "Fixed decides nothing"
     );
-    assert_eq!(events.load(Ordering::SeqCst), 0, "no change, no event");
+    assert_eq!(changes.load(Ordering::SeqCst), 0, "no change, no event");
+    assert_eq!(decisions.load(Ordering::SeqCst), 0, "no decision, no event");
 
     let adaptive = run(ControllerChoice::Adaptive, "adaptive", 3).unwrap();
     println!(
@@ -139,8 +157,16 @@ fn fixed_never_resizes_and_adaptive_runs_its_controller_and_logs_each_change() {
         "at most one change per window: {adaptive:?}"
     );
     assert_eq!(
-        events.load(Ordering::SeqCst),
+        changes.load(Ordering::SeqCst),
         adaptive.budget_changes,
         "one event per budget change"
+    );
+    // One per look at the controller that found a new decision: several
+    // windows may end between two looks, so at most one per window.
+    let decisions = decisions.load(Ordering::SeqCst);
+    assert!(
+        (1..=adaptive.controller.windows).contains(&decisions),
+        "{decisions} decision events for {} windows",
+        adaptive.controller.windows
     );
 }
