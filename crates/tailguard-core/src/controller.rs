@@ -9,15 +9,20 @@
 //! how many reads were **late because of the work ahead of them**. One function,
 //! [`AdaptiveBudget::classify`], names the situation; one match acts on it:
 //!
-//! - **congested**: more than 1% of the window's reads took longer than the
-//!   latency target (fair-queue wait plus device time) *and would have been on
-//!   time without the work dispatched ahead of them*; or, when no read completed in the last [`READS_REMEMBERED_NS`], the
+//! - **congested**: more than 1% of the window's reads spent longer than the
+//!   latency target on the device (from dispatch to completion) *and would
+//!   have been on time without the work dispatched ahead of them*; or, when no read completed in the last [`READS_REMEMBERED_NS`], the
 //!   Little's-law delay exceeds the goal (what a read arriving now would wait at
 //!   a first-come-first-served device). The budget shrinks at once to what
 //!   drains within the goal, by at most 4× per window. This holds whether or not
 //!   the budget held work back: a budget far above what the workload keeps in
 //!   flight (a guessed profile that overrates the device) is cut from what was
-//!   in flight, not from itself, or a later burst would fill it.
+//!   in flight, not from itself, or a later burst would fill it. A read's wait
+//!   in the fair queue is left out: it says the budget is full, not that it
+//!   is too large, and counting it made a spiral on XFS over a loop device
+//!   (64 outstanding reads waiting for a budget cut to its minimum, each wait
+//!   a late read, each late read another cut: 740 of 980 windows congested,
+//!   reads and writes both worse than under the fixed budget).
 //! - **slow start**: with a guessed profile ([`DeviceProfile::uncalibrated`]) the
 //!   dispatcher starts from the smallest budget
 //!   ([`LatencyController::start_limit_ns`]) and the budget doubles every window
@@ -33,9 +38,8 @@
 //!   TCP's slow-start threshold, a congested window remembers the budget it cut
 //!   to: doubling stops there, and above it each step adds a quarter of it,
 //!   until [`THRESHOLD_PAID_WINDOWS`] paid windows in a row forget it
-//!   ([`AdaptiveBudget::congestion_threshold_ns`]). A growth probe that
-//!   the reads paid for (congested while it was on, or more reads over the
-//!   target than before it) delays the next one by
+//!   ([`AdaptiveBudget::congestion_threshold_ns`]). A growth probe during
+//!   which the window congested delays the next one by
 //!   [`GROW_BACKOFF_NS`], doubling with each failure up to
 //!   [`GROW_BACKOFF_MAX_NS`], until the threshold is forgotten: a probe costs
 //!   the reads a window, and where one more step always congests (a virtio
@@ -211,9 +215,8 @@ pub const HOLD_WINDOWS: u32 = 4;
 pub const SHRINK_BACKOFF_NS: Nanos = 2 * NANOS_PER_SECOND;
 /// The longest wait between shrink probes after costly ones.
 pub const SHRINK_BACKOFF_MAX_NS: Nanos = 64 * NANOS_PER_SECOND;
-/// After a growth probe the reads paid for (congested while it was on, or
-/// wasted by more reads over the target than before it),
-/// no growth probe starts for this long; each further failure doubles it, up
+/// After a growth probe during which a window congested, no growth probe
+/// starts for this long; each further failure doubles it, up
 /// to [`GROW_BACKOFF_MAX_NS`], until the congestion threshold is forgotten
 /// (growth paid [`THRESHOLD_PAID_WINDOWS`] times in a row). Without it, on a
 /// virtio disk (the demo's 16 readers beside a 1 MiB writer, 1 ms target) a
@@ -490,9 +493,11 @@ struct Window {
     /// The last completion's time, and the longest gap between completions.
     last_completion_ns: Nanos,
     longest_gap_ns: Nanos,
-    /// (device time, work ahead) of reads over the goal; judged at the window's end,
-    /// when the rate is known.
+    /// (device time, work ahead) of reads whose device time alone was over
+    /// the target; judged at the window's end, when the rate is known.
     late_candidates: Vec<(Nanos, Nanos)>,
+    /// Reads over the target, fair-queue wait included.
+    over_target_reads: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -725,7 +730,7 @@ impl AdaptiveBudget {
                 .is_some_and(|at| now.saturating_sub(at) <= READS_REMEMBERED_NS),
             late_reads,
             worst_late_read_ns,
-            over_target_reads: window.late_candidates.len() as u64,
+            over_target_reads: window.over_target_reads,
         }
     }
 
@@ -982,20 +987,11 @@ impl AdaptiveBudget {
                 self.grow(situation, window, limit_ns)
             }
             Situation::GrowthWasted => {
-                let Probe::Up {
-                    from_ns,
-                    baseline_missed,
-                    ..
-                } = self.probe
-                else {
+                // Not backed off: a wasted probe is how the knee is found (and
+                // on a stick, piece sizes are judged so).
+                let Probe::Up { from_ns, .. } = self.probe else {
                     unreachable!("classified from a growth probe")
                 };
-                // A probe the reads paid for failed like a congested one; one
-                // that only bought no throughput is how the knee is found
-                // (and on a stick, piece sizes are judged so), not backed off.
-                if reads_paid(window, baseline_missed) {
-                    self.back_off_growth();
-                }
                 self.probe = Probe::None;
                 self.paid_streak = 0;
                 self.probe_down_next = true;
@@ -1150,7 +1146,15 @@ impl LatencyController for AdaptiveBudget {
             self.last_read_ns = Some(sample.now);
             let latency_ns = sample.queue_wait_ns + sample.device_time_ns;
             if latency_ns > self.config.latency_target_ns {
-                window.late_candidates.push((latency_ns, sample.ahead_ns));
+                window.over_target_reads += 1;
+            }
+            // Only the device's part can say the budget is too large: time
+            // waited in the fair queue says it is full (module docs,
+            // "congested").
+            if sample.device_time_ns > self.config.latency_target_ns {
+                window
+                    .late_candidates
+                    .push((sample.device_time_ns, sample.ahead_ns));
             }
             self.note_starvation(sample, latency_ns, limit_ns);
         }
@@ -1364,6 +1368,34 @@ mod tests {
         // 2 ms late with 19 µs ahead (1.9 ms at the rate): queueing.
         let w = window_with_one_slow_read(2_000_000, 19_000);
         assert_eq!((w.late_reads, w.worst_late_read_ns), (1, 2_000_000));
+    }
+
+    #[test]
+    fn a_read_that_waited_in_the_fair_queue_is_over_the_target_but_not_late() {
+        // Ten of a window's 100 reads take 2 ms, 19 µs ahead of each (1.9 ms
+        // at the window's rate): on the device they are late, congestion.
+        // The same 2 ms spent mostly waiting for the budget (1.8 ms in the
+        // fair queue) says the budget is full, not too large: over the
+        // target, not late. Counting that wait sent a loop device's budget
+        // down to its minimum and kept it there.
+        let window_with = |queue_wait_ns: Nanos| {
+            let mut c = controller();
+            for i in 1..=100 {
+                let mut sample = read(i * 100_000, 100_000, 0);
+                if i % 10 == 0 {
+                    sample = read(i * 100_000, 2_000_000 - queue_wait_ns, 19_000);
+                    sample.queue_wait_ns = queue_wait_ns;
+                }
+                c.on_completion(&sample, 100_000);
+            }
+            (*c.last_window(), c.stats().last)
+        };
+        let (device, situation) = window_with(0);
+        assert_eq!((device.late_reads, device.over_target_reads), (10, 10));
+        assert_eq!(situation, Some(Situation::Congested));
+        let (waited, situation) = window_with(1_800_000);
+        assert_eq!((waited.late_reads, waited.over_target_reads), (0, 10));
+        assert_ne!(situation, Some(Situation::Congested));
     }
 
     #[test]
