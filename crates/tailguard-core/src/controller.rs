@@ -105,8 +105,8 @@
 //!   them ±6%, so now and then they pass). Before, the budget kept three or
 //!   four 64 KiB pieces (~70 ms of writes) ahead of such reads for the first
 //!   minute and read p99 was 561 ms; with the rule 539 ms at 93.2% of the
-//!   rate (sixth pass in `BENCHMARKS.md`; 534.9 ms at 91.8% with the growth
-//!   backoff, seventh). No other simulated device shows a stalled window, so
+//!   rate (sixth pass in `BENCHMARKS.md`; 536.8 ms at 91.1% with the
+//!   changes of the seventh). No other simulated device shows a stalled window, so
 //!   the rule changes nothing there.
 //! - **probe backoff and floor**: a shrink probe never takes the budget below
 //!   [`SHRINK_FLOOR_PIECES`] of the pieces it carries (with fewer, a disk loses

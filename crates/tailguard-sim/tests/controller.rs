@@ -55,11 +55,11 @@
 //!     the stalls.
 //!
 //!   Met since the controller's pipeline-pieces rule for stalling devices
-//!   (sixth pass in `BENCHMARKS.md`) and its growth backoff (seventh): read
-//!   p99 534.9 ms over 5945 reads against the floor of 541.5 ms, writes 91.8%
+//!   (sixth pass in `BENCHMARKS.md`; seventh for what changed since): read
+//!   p99 536.8 ms over 5944 reads against the floor of 541.5 ms, writes 91.1%
 //!   of the maximum, at 90% from 1.0 s on the stall-free stick. The margin is
-//!   thin: on seeds 1-3 (not checked here) p99 is 545.5/535.0/525.4 ms against
-//!   floors of 549.5/526.4/539.4 ms (seed 2 over by 8.6 ms).
+//!   thin: on seeds 1-3 (not checked here) p99 is 546.8/529.8/537.3 ms against
+//!   floors of 549.5/526.4/539.4 ms (seed 2 over by 3.4 ms).
 //! - The redefined checks still fail a scheduler that does not do the job
 //!   (`the_disk_and_stick_checks_fail_without_the_controller`): under a fixed
 //!   budget from the guessed profile reads starve in the disk's queue (p99
