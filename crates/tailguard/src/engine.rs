@@ -738,14 +738,14 @@ impl Engine {
             self.complete_piece(now, completion);
         }
         self.completions = completions;
-        self.log_budget_changes();
+        self.log_controller_decisions();
     }
 
-    /// Emits one event per device whose controller resized its budget since the
+    /// Traces the controllers: one event per device whose budget changed since the
     /// last look (never for `Fixed`, whose budget does not move), and, at debug
     /// level, one per decision (a held budget included; when several windows
     /// ended since the last look, the last one's).
-    fn log_budget_changes(&mut self) {
+    fn log_controller_decisions(&mut self) {
         let each_decision = tracing::enabled!(target: CONTROLLER_TARGET, tracing::Level::DEBUG);
         for device in &mut self.devices {
             let budget_ns = device.dispatcher.budget().limit_ns();
