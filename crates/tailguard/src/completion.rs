@@ -577,31 +577,9 @@ mod loom_tests {
     use crate::handoff::{self, Handoff};
 
     /// The backend's sleep: level-triggered, as the eventfd that ends
-    /// io_uring's `submit_and_wait` (and the thread pool's condition flag) is,
-    /// so a wake that comes before the sleep is kept.
-    struct Backend {
-        woken: sync::Mutex<bool>,
-        condvar: sync::Condvar,
-    }
-
-    impl handoff::Wake for Backend {
-        fn wake(&self) {
-            *self.woken.lock().unwrap() = true;
-            self.condvar.notify_one();
-        }
-    }
-
-    impl Backend {
-        /// `backend.submit(true)`: sleeps until woken. No I/O ever completes
-        /// in the model, so only a wake ends it.
-        fn sleep(&self) {
-            let mut woken = self.woken.lock().unwrap();
-            while !*woken {
-                woken = self.condvar.wait(woken).unwrap();
-            }
-            *woken = false;
-        }
-    }
+    /// io_uring's `submit_and_wait` is, so a wake that comes before the sleep
+    /// is kept. No I/O ever completes in the model, so only a wake ends it.
+    type Backend = handoff::loom_tests::Event;
 
     /// The engine behind `engine::Shared`'s [`Driver`], reduced to what the
     /// parker's protocol touches: the real [`Handoff`] (its `sleeping` flag
@@ -616,10 +594,7 @@ mod loom_tests {
         fn new() -> Self {
             Self {
                 handoff: Handoff::new(),
-                backend: Backend {
-                    woken: sync::Mutex::new(false),
-                    condvar: sync::Condvar::new(),
-                },
+                backend: Backend::new(),
             }
         }
 
@@ -652,7 +627,7 @@ mod loom_tests {
             assert!(inbox.is_empty(), "nothing is submitted in the model");
             let announced = self.handoff.prepare_to_sleep();
             if announced && !done() {
-                self.backend.sleep();
+                self.backend.wait();
             }
             if announced {
                 self.handoff.awake();
@@ -724,7 +699,7 @@ mod loom_tests {
     ///   `is_notified`, then `set_running_engine(false)`;
     /// - owner, `ModelEngine::turn`: `Engine::turn` with an operation in
     ///   flight: `Handoff::prepare_to_sleep` sets `sleeping`, the last look at
-    ///   `done` is `is_notified`, `backend.submit(true)` is `Backend::sleep`,
+    ///   `done` is `is_notified`, `backend.submit(true)` is `Backend::wait`,
     ///   which only a wake ends (the model's I/O never completes), then
     ///   `Handoff::awake`;
     /// - waker: `Slot::complete` calling the future's waker, `wake_by_ref`,

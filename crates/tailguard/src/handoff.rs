@@ -317,12 +317,14 @@ mod tests {
 }
 
 #[cfg(all(test, tailguard_loom))]
-mod loom_tests {
+pub(crate) mod loom_tests {
     use super::*;
     use loom::sync::{Arc, Condvar};
 
-    /// A level-triggered event like an eventfd: a wake before the wait is kept.
-    struct Event {
+    /// A level-triggered event like an eventfd (the one that ends io_uring's
+    /// `submit_and_wait`, or the thread pool's condition flag): a wake before
+    /// the wait is kept. The parker's loom model sleeps in one too.
+    pub(crate) struct Event {
         signalled: Mutex<bool>,
         condvar: Condvar,
     }
@@ -335,7 +337,15 @@ mod loom_tests {
     }
 
     impl Event {
-        fn wait(&self) {
+        pub(crate) fn new() -> Self {
+            Self {
+                signalled: Mutex::new(false),
+                condvar: Condvar::new(),
+            }
+        }
+
+        /// Blocks until woken; consumes the wake.
+        pub(crate) fn wait(&self) {
             let mut signalled = self.signalled.lock().unwrap();
             while !*signalled {
                 signalled = self.condvar.wait(signalled).unwrap();
@@ -352,10 +362,7 @@ mod loom_tests {
     fn no_message_is_lost_and_the_engine_never_sleeps_through_one() {
         loom::model(|| {
             let handoff = Arc::new(Handoff::new());
-            let event = Arc::new(Event {
-                signalled: Mutex::new(false),
-                condvar: Condvar::new(),
-            });
+            let event = Arc::new(Event::new());
             let submitters: Vec<_> = (0..2)
                 .map(|value| {
                     let (handoff, event) = (handoff.clone(), event.clone());
@@ -395,10 +402,7 @@ mod loom_tests {
         loom::model(|| {
             let handoff = Arc::new(Handoff::new());
             let engine = Arc::new(Mutex::new(Vec::new()));
-            let event = Arc::new(Event {
-                signalled: Mutex::new(false),
-                condvar: Condvar::new(),
-            });
+            let event = Arc::new(Event::new());
             let engine_thread = {
                 let (handoff, engine) = (handoff.clone(), engine.clone());
                 loom::thread::spawn(move || loop {
