@@ -25,6 +25,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod demo;
 mod html;
+mod metrics;
 mod progress;
 mod render;
 mod tune;
@@ -96,7 +97,10 @@ fn main() -> ExitCode {
         Command::Demo(arguments) => demo::run(&arguments),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            metrics::linger();
+            ExitCode::SUCCESS
+        }
         Err(error) => {
             eprintln!("error: {}", error.message);
             ExitCode::from(error.status)

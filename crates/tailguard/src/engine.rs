@@ -961,7 +961,7 @@ impl Engine {
                         budget_ns: counters.budget_ns,
                         queued_pieces: counters.queued_pieces,
                         budget_changes: counters.budget_changes,
-                        controller: counters.controller,
+                        controller: counters.controller.into(),
                         profile: device.dispatcher.profile().clone(),
                     }
                 })

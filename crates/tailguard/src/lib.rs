@@ -27,7 +27,8 @@
 //!
 //! Modules: [`scheduler`] (the API), [`engine`] (the loop), [`backend`]
 //! (io_uring and threads), [`handoff`] (the submission queue), [`device`]
-//! (files to devices), [`buffer`] (aligned buffers), [`stats`] (histograms).
+//! (files to devices), [`buffer`] (aligned buffers), [`stats`] (counters and
+//! histograms), [`metrics`] (the OpenMetrics text and its HTTP server).
 
 use std::sync::LazyLock;
 use tailguard_core::DeviceProfile;
@@ -38,6 +39,7 @@ mod completion;
 pub mod device;
 pub mod engine;
 pub mod handoff;
+pub mod metrics;
 pub mod profile_file;
 pub mod scheduler;
 pub mod stats;
@@ -47,9 +49,10 @@ pub use backend::{BackendChoice, BackendKind};
 pub use buffer::AlignedBuffer;
 pub use completion::IoFuture;
 pub use engine::{BufResult, ControllerChoice};
+pub use metrics::{render_openmetrics, MetricsServer};
 pub use profile_file::{ProfileFile, ProfileFileError};
 pub use scheduler::{File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
-pub use stats::StatsSnapshot;
+pub use stats::{ClassStats, DeviceStats, LatencyHistogram, StatsSnapshot};
 pub use tailguard_core::DeviceProfile as Profile;
 
 /// The profile of a non-rotational (or virtual) device before calibration:

@@ -7,28 +7,239 @@
 //! what the application saw). Keeping queue wait and device time apart is what
 //! tells a user whether to blame the scheduler's budget or the device.
 //!
-//! Histograms are `hdrhistogram` with 3 significant digits over 1 ns .. 1 hour.
-//! [`crate::Scheduler::stats`] asks the engine for a [`StatsSnapshot`]; the engine
-//! answers between two loop iterations, so a snapshot is consistent.
+//! Every counter is cumulative from the scheduler's start (operations, bytes,
+//! errors, budget changes, controller decisions, starvation events), and each
+//! [`LatencyHistogram`] keeps the exact sum of what it recorded, so the total
+//! time queued and the total device time are counters too: a monitoring system
+//! takes rates of them ([`crate::metrics`] exports them in the OpenMetrics text
+//! format). Gauges (pieces in flight, the budget now) are the value at the
+//! snapshot.
+//!
+//! A [`LatencyHistogram`] holds two views of the same values: an HDR histogram
+//! with 3 significant digits over 1 ns .. 1 hour, for percentiles, and exact
+//! counts in fixed buckets ([`BUCKET_BOUNDS_NS`]), for exporters whose
+//! histograms need fixed bounds. The HDR type stays private, so the crate can
+//! change it without breaking callers.
+//!
+//! Every type here serialises with serde (a histogram as its count, sum,
+//! percentiles and buckets). The structs are `#[non_exhaustive]`: fields are
+//! added as the engine counts more, and readers are unaffected.
+//!
+//! [`crate::Scheduler::stats`] asks the engine for a [`StatsSnapshot`]; the
+//! engine answers between two loop iterations, so a snapshot is consistent.
 
 use hdrhistogram::Histogram;
+use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 /// Largest value a histogram holds: one hour in nanoseconds.
 const HISTOGRAM_MAX_NS: u64 = 3_600 * 1_000_000_000;
 
-/// A latency histogram in nanoseconds.
-pub type LatencyHistogram = Histogram<u64>;
+/// The upper bounds (inclusive) of the fixed buckets of every
+/// [`LatencyHistogram`], in nanoseconds: 1-2.5-5 steps from 1 µs to 10 s. A
+/// last bucket above them holds everything slower.
+pub const BUCKET_BOUNDS_NS: [u64; 22] = [
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
 
-pub(crate) fn new_histogram() -> LatencyHistogram {
-    Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3).expect("valid histogram bounds")
+/// A histogram of times in nanoseconds: percentiles (3 significant digits),
+/// the exact count and sum, and exact counts in the fixed buckets of
+/// [`BUCKET_BOUNDS_NS`].
+#[derive(Clone, Debug)]
+pub struct LatencyHistogram {
+    histogram: Histogram<u64>,
+    sum_ns: u64,
+    /// Per bucket of [`BUCKET_BOUNDS_NS`], then one for everything above.
+    bucket_counts: [u64; BUCKET_BOUNDS_NS.len() + 1],
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LatencyHistogram {
+    /// An empty histogram.
+    pub fn new() -> Self {
+        Self {
+            histogram: Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
+                .expect("valid histogram bounds"),
+            sum_ns: 0,
+            bucket_counts: [0; BUCKET_BOUNDS_NS.len() + 1],
+        }
+    }
+
+    /// Records one time. Values are clamped to 1 ns .. 1 hour for the
+    /// percentiles; the sum and the buckets take the value as it is.
+    pub fn record(&mut self, nanoseconds: u64) {
+        self.histogram
+            .saturating_record(nanoseconds.clamp(1, HISTOGRAM_MAX_NS));
+        self.sum_ns = self.sum_ns.saturating_add(nanoseconds);
+        let bucket = BUCKET_BOUNDS_NS.partition_point(|&bound| bound < nanoseconds);
+        self.bucket_counts[bucket] += 1;
+    }
+
+    /// How many times were recorded.
+    pub fn len(&self) -> u64 {
+        self.histogram.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.histogram.is_empty()
+    }
+
+    /// The exact sum of every recorded time (saturating at `u64::MAX`).
+    pub fn sum_ns(&self) -> u64 {
+        self.sum_ns
+    }
+
+    /// The time at `quantile` (0.0 ..= 1.0), to 3 significant digits; 0 when
+    /// empty.
+    pub fn value_at_quantile(&self, quantile: f64) -> u64 {
+        self.histogram.value_at_quantile(quantile)
+    }
+
+    /// The smallest recorded time (to 3 significant digits); 0 when empty.
+    pub fn min(&self) -> u64 {
+        self.histogram.min()
+    }
+
+    /// The largest recorded time (to 3 significant digits); 0 when empty.
+    pub fn max(&self) -> u64 {
+        self.histogram.max()
+    }
+
+    /// The exact mean (from the exact sum); 0.0 when empty.
+    pub fn mean(&self) -> f64 {
+        if self.is_empty() {
+            return 0.0;
+        }
+        self.sum_ns as f64 / self.len() as f64
+    }
+
+    /// The fixed buckets: (upper bound in nanoseconds, inclusive, and the
+    /// count of times in the bucket, not cumulative), in increasing order; the
+    /// last bucket's bound is `u64::MAX` (everything above the last of
+    /// [`BUCKET_BOUNDS_NS`]).
+    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        BUCKET_BOUNDS_NS
+            .iter()
+            .copied()
+            .chain(std::iter::once(u64::MAX))
+            .zip(self.bucket_counts.iter().copied())
+    }
+
+    /// Adds every time recorded in `other`.
+    pub fn add(&mut self, other: &LatencyHistogram) {
+        // Both have the same bounds, which `add` accepts.
+        let _ = self.histogram.add(&other.histogram);
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+        for (mine, theirs) in self.bucket_counts.iter_mut().zip(other.bucket_counts) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// One fixed bucket as serialised.
+#[derive(serde::Serialize)]
+struct BucketJson {
+    /// Inclusive upper bound; `null` for the last, unbounded bucket.
+    le_ns: Option<u64>,
+    count: u64,
+}
+
+impl Serialize for LatencyHistogram {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut state = serializer.serialize_struct("LatencyHistogram", 10)?;
+        state.serialize_field("count", &self.len())?;
+        state.serialize_field("sum_ns", &self.sum_ns)?;
+        state.serialize_field("min_ns", &self.min())?;
+        state.serialize_field("mean_ns", &self.mean())?;
+        state.serialize_field("p50_ns", &self.value_at_quantile(0.5))?;
+        state.serialize_field("p90_ns", &self.value_at_quantile(0.9))?;
+        state.serialize_field("p99_ns", &self.value_at_quantile(0.99))?;
+        state.serialize_field("p999_ns", &self.value_at_quantile(0.999))?;
+        state.serialize_field("max_ns", &self.max())?;
+        let buckets: Vec<BucketJson> = self
+            .buckets()
+            .map(|(bound, count)| BucketJson {
+                le_ns: (bound != u64::MAX).then_some(bound),
+                count,
+            })
+            .collect();
+        state.serialize_field("buckets", &buckets)?;
+        state.end()
+    }
 }
 
 pub(crate) fn record(histogram: &mut LatencyHistogram, nanoseconds: u64) {
-    histogram.saturating_record(nanoseconds.clamp(1, HISTOGRAM_MAX_NS));
+    histogram.record(nanoseconds);
+}
+
+/// A latency controller's decision counters on one device (all zero under
+/// [`crate::ControllerChoice::Fixed`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ControllerCounters {
+    /// Windows judged (one decision each).
+    pub windows: u64,
+    /// Decisions that grew the budget.
+    pub grows: u64,
+    /// Decisions that shrank the budget.
+    pub shrinks: u64,
+    /// Decisions that left the budget as it was.
+    pub holds: u64,
+    /// Congested windows (a subset of the shrinks).
+    pub congested: u64,
+    /// Growth steps held to one additive step by the congestion threshold.
+    pub additive_grows: u64,
+    /// Starvation events: reads that were late and overtaken by more than a
+    /// whole budget of newer work.
+    pub starved_reads: u64,
+    /// Whether the starvation rule is on now.
+    pub starving: bool,
+}
+
+impl From<tailguard_core::ControllerStats> for ControllerCounters {
+    fn from(stats: tailguard_core::ControllerStats) -> Self {
+        Self {
+            windows: stats.windows,
+            grows: stats.grows,
+            shrinks: stats.shrinks,
+            holds: stats.holds,
+            congested: stats.congested,
+            additive_grows: stats.additive_grows,
+            starved_reads: stats.starved_reads,
+            starving: stats.starving,
+        }
+    }
 }
 
 /// One device's counters.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
+#[non_exhaustive]
 pub struct DeviceStats {
     /// The device's name (`vda`, `nvme0n1`, `tmpfs:0:27`, `null`).
     pub name: String,
@@ -47,13 +258,14 @@ pub struct DeviceStats {
     /// Times the budget policy resized the budget (0 under `Fixed`).
     pub budget_changes: u64,
     /// The budget policy's decision counters (all zero under `Fixed`).
-    pub controller: tailguard_core::ControllerStats,
+    pub controller: ControllerCounters,
     /// The profile the dispatcher uses.
     pub profile: tailguard_core::DeviceProfile,
 }
 
 /// One class's counters and histograms, over all devices.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
+#[non_exhaustive]
 pub struct ClassStats {
     /// The class's name.
     pub name: String,
@@ -65,33 +277,38 @@ pub struct ClassStats {
     pub bytes: u64,
     /// Requests that completed with an error.
     pub errors: u64,
-    /// Enqueue to dispatch of the last piece.
+    /// Enqueue to dispatch of the last piece; its sum is the total time queued.
     pub queue_wait_ns: LatencyHistogram,
-    /// Dispatch of the last piece to completion.
+    /// Dispatch of the last piece to completion; its sum is the total device
+    /// time.
     pub device_time_ns: LatencyHistogram,
     /// Submission to completion.
     pub latency_ns: LatencyHistogram,
 }
 
 impl ClassStats {
-    pub(crate) fn new(name: String, shares: u32) -> Self {
+    /// A class with nothing counted yet (for tests and reports built by hand;
+    /// the engine makes the real ones).
+    pub fn new(name: String, shares: u32) -> Self {
         Self {
             name,
             shares,
             ops: 0,
             bytes: 0,
             errors: 0,
-            queue_wait_ns: new_histogram(),
-            device_time_ns: new_histogram(),
-            latency_ns: new_histogram(),
+            queue_wait_ns: LatencyHistogram::new(),
+            device_time_ns: LatencyHistogram::new(),
+            latency_ns: LatencyHistogram::new(),
         }
     }
 }
 
 /// Everything the engine counts, at one moment.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
+#[non_exhaustive]
 pub struct StatsSnapshot {
     /// The backend in use.
+    #[serde(serialize_with = "serialize_display")]
     pub backend: crate::backend::BackendKind,
     /// Per device, in the order they were first used.
     pub devices: Vec<DeviceStats>,
@@ -99,7 +316,24 @@ pub struct StatsSnapshot {
     pub classes: Vec<ClassStats>,
 }
 
+fn serialize_display<S: Serializer>(
+    value: &impl std::fmt::Display,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
 impl StatsSnapshot {
+    /// A snapshot with no device and no class (for tests and reports built by
+    /// hand; [`crate::Scheduler::stats`] gives the real ones).
+    pub fn new(backend: crate::backend::BackendKind) -> Self {
+        Self {
+            backend,
+            devices: Vec::new(),
+            classes: Vec::new(),
+        }
+    }
+
     /// The class with this name.
     pub fn class(&self, name: &str) -> Option<&ClassStats> {
         self.classes.iter().find(|class| class.name == name)
@@ -108,5 +342,51 @@ impl StatsSnapshot {
     /// The device with this name.
     pub fn device(&self, name: &str) -> Option<&DeviceStats> {
         self.devices.iter().find(|device| device.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_sum_and_percentiles_agree_with_what_was_recorded() {
+        let mut histogram = LatencyHistogram::new();
+        let values = [0, 1_000, 1_001, 7_000, 20_000_000_000];
+        for value in values {
+            histogram.record(value);
+        }
+        assert_eq!(histogram.len(), 5);
+        assert_eq!(histogram.sum_ns(), values.iter().sum::<u64>());
+        let buckets: Vec<(u64, u64)> = histogram.buckets().collect();
+        assert_eq!(buckets.len(), BUCKET_BOUNDS_NS.len() + 1);
+        assert_eq!(buckets[0], (1_000, 2), "0 and 1000 are at most 1 µs");
+        assert_eq!(buckets[1], (2_500, 1));
+        assert_eq!(buckets[3], (10_000, 1));
+        assert_eq!(*buckets.last().unwrap(), (u64::MAX, 1), "above 10 s");
+        assert_eq!(buckets.iter().map(|(_, count)| count).sum::<u64>(), 5);
+        assert_eq!(histogram.value_at_quantile(0.5), 1_001);
+
+        let mut total = LatencyHistogram::new();
+        total.add(&histogram);
+        total.add(&histogram);
+        assert_eq!(total.len(), 10);
+        assert_eq!(total.sum_ns(), 2 * histogram.sum_ns());
+        assert_eq!(total.buckets().nth(1), Some((2_500, 2)));
+    }
+
+    #[test]
+    fn a_histogram_serialises_as_its_summary_and_buckets() {
+        let mut histogram = LatencyHistogram::new();
+        histogram.record(1_500);
+        histogram.record(2_000);
+        let json = serde_json::to_value(&histogram).unwrap();
+        assert_eq!(json["count"], 2);
+        assert_eq!(json["sum_ns"], 3_500);
+        // Below 2048 ns the percentiles are exact.
+        assert_eq!(json["max_ns"], 2_000);
+        assert_eq!(json["buckets"][1]["le_ns"], 2_500);
+        assert_eq!(json["buckets"][1]["count"], 2);
+        assert!(json["buckets"][BUCKET_BOUNDS_NS.len()]["le_ns"].is_null());
     }
 }

@@ -158,6 +158,20 @@ pub struct SchedulerSettings {
     /// woken for each completion, as a future awaited on another runtime is).
     #[arg(long, value_name = "WHO", default_value = "block-on", value_parser = ["block-on", "engine-thread"])]
     pub driver: String,
+    /// Serve `tailguard` mode's scheduler metrics (OpenMetrics text) over HTTP
+    /// at http://ADDRESS/metrics while the command runs; loopback addresses
+    /// only (127.0.0.1:9464; port 0 picks a free one, printed on stderr).
+    #[arg(long, value_name = "ADDRESS")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// With --metrics-listen: keep serving the last run's final metrics this
+    /// many seconds after the command's output, for a last scrape.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 0,
+        requires = "metrics_listen"
+    )]
+    pub metrics_linger_s: u64,
 }
 
 impl SchedulerSettings {
@@ -568,6 +582,12 @@ impl SchedulerExecutor {
             .threads(threads)
             .build()
             .map_err(failed)?;
+        crate::metrics::publish(
+            settings.metrics_listen,
+            settings.metrics_linger_s,
+            &scheduler,
+        )
+        .map_err(failed)?;
         let classes = scenario
             .classes
             .iter()

@@ -306,29 +306,24 @@ mod tests {
     }
 
     fn histogram(values_ns: &[u64]) -> LatencyHistogram {
-        let mut histogram = LatencyHistogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap();
+        let mut histogram = LatencyHistogram::new();
         for &value in values_ns {
-            histogram.record(value).unwrap();
+            histogram.record(value);
         }
         histogram
     }
 
     fn snapshot() -> StatsSnapshot {
-        StatsSnapshot {
-            backend: tailguard::BackendKind::IoUring,
-            devices: Vec::new(),
-            classes: vec![ClassStats {
-                name: "reads".into(),
-                shares: 100,
-                ops: 2,
-                bytes: 8192,
-                errors: 0,
-                // Below 2048 ns the histograms are exact.
-                queue_wait_ns: histogram(&[1_000, 2_000]),
-                device_time_ns: histogram(&[700, 1_000]),
-                latency_ns: histogram(&[800, 1_200]),
-            }],
-        }
+        let mut class = ClassStats::new("reads".into(), 100);
+        class.ops = 2;
+        class.bytes = 8192;
+        // Below 2048 ns the histograms are exact.
+        class.queue_wait_ns = histogram(&[1_000, 2_000]);
+        class.device_time_ns = histogram(&[700, 1_000]);
+        class.latency_ns = histogram(&[800, 1_200]);
+        let mut snapshot = StatsSnapshot::new(tailguard::BackendKind::IoUring);
+        snapshot.classes.push(class);
+        snapshot
     }
 
     fn run(policy: &str, stats: Option<&StatsSnapshot>) -> BenchRun {

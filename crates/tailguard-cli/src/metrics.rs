@@ -1,0 +1,78 @@
+//! `--metrics-listen ADDRESS`: bench's and demo's scheduler metrics over HTTP.
+//!
+//! The first `tailguard` run of the command starts one
+//! [`tailguard::MetricsServer`] on the address (loopback only) and prints its
+//! URL on standard error; each run publishes its scheduler here, and a scrape
+//! renders that scheduler's statistics at that moment in the OpenMetrics text
+//! format. A published scheduler stays published (and its engine up) until the
+//! next run replaces it, so after a run a scrape shows its final counters,
+//! the ones bench's `--json` prints. With `--metrics-linger-s N` the command
+//! keeps serving them for N seconds after its output, for a last scrape.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tailguard::{MetricsServer, Scheduler};
+
+struct Published {
+    /// Kept to serve until the process ends.
+    _server: MetricsServer,
+    scheduler: Arc<Mutex<Option<Scheduler>>>,
+    url: String,
+    linger: Duration,
+}
+
+static PUBLISHED: Mutex<Option<Published>> = Mutex::new(None);
+
+/// Serves `scheduler`'s metrics on `listen` from now on (nothing when
+/// `listen` is `None`); starts the server on the first call.
+pub fn publish(listen: Option<SocketAddr>, linger_s: u64, scheduler: &Scheduler) -> io::Result<()> {
+    let Some(listen) = listen else {
+        return Ok(());
+    };
+    let mut published = PUBLISHED.lock().expect("lock poisoned");
+    if published.is_none() {
+        let slot: Arc<Mutex<Option<Scheduler>>> = Arc::new(Mutex::new(None));
+        let source = slot.clone();
+        let server = MetricsServer::start(listen, move || {
+            match source.lock().expect("lock poisoned").as_ref() {
+                Some(scheduler) => scheduler
+                    .stats()
+                    .map(|stats| tailguard::render_openmetrics(&stats)),
+                None => Err(io::Error::other("no tailguard run has started yet")),
+            }
+        })?;
+        let url = format!("http://{}/metrics", server.local_address());
+        eprintln!("metrics: serving {url}");
+        *published = Some(Published {
+            _server: server,
+            scheduler: slot,
+            url,
+            linger: Duration::from_secs(linger_s),
+        });
+    }
+    let published = published.as_ref().expect("started above");
+    // The scheduler it replaces shuts down when this drops it.
+    let previous = published
+        .scheduler
+        .lock()
+        .expect("lock poisoned")
+        .replace(scheduler.clone());
+    drop(previous);
+    Ok(())
+}
+
+/// After the command's output: keeps serving the last run's metrics for the
+/// `--metrics-linger-s` it asked for.
+pub fn linger() {
+    let (url, linger) = match PUBLISHED.lock().expect("lock poisoned").as_ref() {
+        Some(published) if !published.linger.is_zero() => (published.url.clone(), published.linger),
+        _ => return,
+    };
+    eprintln!(
+        "metrics: the run is over; serving its final counters at {url} for {} s",
+        linger.as_secs()
+    );
+    std::thread::sleep(linger);
+}
