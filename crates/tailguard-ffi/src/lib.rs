@@ -1,0 +1,1269 @@
+//! # tailguard-ffi: the C ABI of tailguard
+//!
+//! A shared library (`libtailguard_ffi.so`) and a static one
+//! (`libtailguard_ffi.a`) whose functions wrap the Rust API one to one; the
+//! header `include/tailguard.h` is generated from this file by cbindgen and
+//! checked in (a test fails when it is stale, and names the command that
+//! regenerates it). The rules a C caller must follow (who owns which memory,
+//! which handles may be shared between threads) open the header; they are
+//! written once, in `cbindgen.toml`.
+//!
+//! Handles are opaque pointers to Rust objects in a `Box`: `tg_scheduler`
+//! (a [`Scheduler`] and a completion thread), `tg_class` ([`IoClass`]),
+//! `tg_file` ([`File`]), `tg_buffer` ([`AlignedBuffer`]) and `tg_queue` (a
+//! completion queue with an eventfd). Every function that can fail returns 0
+//! or a count on success and a negative errno on failure, and leaves the
+//! error's message for [`tg_last_error`] in a thread-local string. No Rust
+//! panic crosses the boundary: each entry point catches it and reports
+//! `-EIO`.
+//!
+//! Blocking calls wait for their request with [`tailguard::IoFuture::wait`]
+//! on the calling thread. Asynchronous calls hand the request's future to the
+//! scheduler's completion thread, which polls it when the engine wakes it and
+//! then delivers the result: it calls the caller's callback, or appends a
+//! `tg_completion` to a `tg_queue` and adds 1 to the queue's eventfd, which
+//! the caller can watch in its own epoll loop. The buffer of an asynchronous
+//! read or write belongs to the library from the call until its completion is
+//! delivered, the same ownership the Rust API expresses by taking the buffer
+//! by value; the completion hands the same `tg_buffer` pointer back.
+
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tailguard::{
+    AlignedBuffer, BackendChoice, ControllerChoice, File, IoClass, OpenOptions, Scheduler,
+};
+
+/// Backend: io_uring where the kernel allows it, else the thread pool.
+pub const TG_BACKEND_AUTO: u32 = 0;
+/// Backend: io_uring only (creation fails without it).
+pub const TG_BACKEND_IO_URING: u32 = 1;
+/// Backend: the thread pool.
+pub const TG_BACKEND_THREADS: u32 = 2;
+
+/// Controller: the budget the device's profile derives, fixed.
+pub const TG_CONTROLLER_FIXED: u32 = 0;
+/// Controller: the budget resized online from completion times.
+pub const TG_CONTROLLER_ADAPTIVE: u32 = 1;
+
+/// `tg_file_open` flag: open for reading.
+pub const TG_OPEN_READ: u32 = 1;
+/// `tg_file_open` flag: open for writing.
+pub const TG_OPEN_WRITE: u32 = 2;
+/// `tg_file_open` flag: create the file if missing.
+pub const TG_OPEN_CREATE: u32 = 4;
+/// `tg_file_open` flag: truncate the file to zero length.
+pub const TG_OPEN_TRUNCATE: u32 = 8;
+/// `tg_file_open` flag: buffered I/O through the page cache instead of
+/// O_DIRECT (for filesystems that refuse O_DIRECT, such as tmpfs).
+pub const TG_OPEN_BUFFERED: u32 = 16;
+
+/// `tg_scheduler_options.registered_files`: the library's default.
+pub const TG_REGISTERED_FILES_DEFAULT: u32 = u32::MAX;
+
+/// How to build a scheduler. Fill it with `tg_scheduler_options_init` first,
+/// then change the fields you need: fields added in later versions keep
+/// their defaults that way.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct tg_scheduler_options {
+    /// `sizeof(tg_scheduler_options)`, set by `tg_scheduler_options_init`.
+    pub size: usize,
+    /// The latency target of every device, in microseconds; 0 keeps each
+    /// device profile's own.
+    pub latency_target_us: u64,
+    /// Entries of the io_uring ring (requests in flight for the thread
+    /// pool); 0 for the default (256).
+    pub ring_depth: u32,
+    /// Worker threads of the thread-pool backend; 0 for the default (4).
+    pub threads: u32,
+    /// `TG_BACKEND_AUTO` (default), `TG_BACKEND_IO_URING` or
+    /// `TG_BACKEND_THREADS`.
+    pub backend: u32,
+    /// `TG_CONTROLLER_FIXED` (default) or `TG_CONTROLLER_ADAPTIVE`.
+    pub controller: u32,
+    /// Whether a thread blocked on a result runs the engine itself while
+    /// nobody else does (default true: no thread hop per blocking request).
+    pub waiters_run_engine: bool,
+    /// Whether each request goes to the kernel as soon as it is dispatched
+    /// (default true) or once per engine turn (fewer system calls).
+    pub eager_submit: bool,
+    /// Files registered with the io_uring ring; 0 turns registration off,
+    /// `TG_REGISTERED_FILES_DEFAULT` keeps the default.
+    pub registered_files: u32,
+    /// A device profile file (what `tailguard tune` wrote, or Seastar's
+    /// io_properties.yaml), or NULL for the built-in guesses. Read during
+    /// `tg_scheduler_new` only.
+    pub profile_file: *const c_char,
+}
+
+/// A scheduler: an engine thread, and a completion thread for asynchronous
+/// requests. Thread-safe.
+pub struct tg_scheduler {
+    scheduler: Scheduler,
+    completions: Arc<Completions>,
+}
+
+/// An I/O class. Thread-safe.
+pub struct tg_class {
+    class: IoClass,
+}
+
+/// A file opened through a scheduler. Thread-safe.
+pub struct tg_file {
+    file: File,
+    /// The completion thread of the scheduler it was opened through.
+    completions: Arc<Completions>,
+}
+
+/// Memory aligned for O_DIRECT. One thread at a time.
+pub struct tg_buffer {
+    buffer: AlignedBuffer,
+}
+
+/// A completion queue: completions of asynchronous requests that named it,
+/// and an eventfd that counts them. Thread-safe.
+pub struct tg_queue {
+    queue: Arc<Queue>,
+}
+
+/// One delivered completion.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct tg_completion {
+    /// The `user_data` the request was submitted with.
+    pub user_data: *mut c_void,
+    /// Bytes transferred (reads and writes), 0 (syncs), or a negative errno.
+    pub result: i64,
+    /// The request's buffer, back in the caller's hands; NULL for syncs.
+    pub buffer: *mut tg_buffer,
+}
+
+/// Called once per asynchronous request, on the scheduler's completion
+/// thread: `result` as in `tg_completion`, and the request's buffer (NULL
+/// for syncs), back in the caller's hands.
+pub type tg_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, result: i64, buffer: *mut tg_buffer)>;
+
+/// Where an asynchronous request's completion goes: set exactly one of
+/// `callback` and `queue`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct tg_notify {
+    /// Called with the result (on the scheduler's completion thread).
+    pub callback: tg_callback,
+    /// Or: the queue the completion is appended to.
+    pub queue: *mut tg_queue,
+    /// Handed back with the completion.
+    pub user_data: *mut c_void,
+}
+
+/// One class's counters, from `tg_class_stats`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct tg_class_counters {
+    /// Requests completed.
+    pub ops: u64,
+    /// Bytes transferred.
+    pub bytes: u64,
+    /// Requests that completed with an error.
+    pub errors: u64,
+    /// Total time queued in the scheduler, nanoseconds.
+    pub queue_wait_ns_total: u64,
+    /// Total device time, nanoseconds.
+    pub device_time_ns_total: u64,
+    /// Median latency (submission to completion), nanoseconds.
+    pub latency_ns_p50: u64,
+    /// 99th percentile latency, nanoseconds.
+    pub latency_ns_p99: u64,
+    /// Largest latency, nanoseconds.
+    pub latency_ns_max: u64,
+}
+
+// ---------------------------------------------------------------- errors
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|last| *last.borrow_mut() = text);
+}
+
+/// The errno that stands for `error`.
+fn errno_of(error: &io::Error) -> c_int {
+    if let Some(errno) = error.raw_os_error() {
+        return errno;
+    }
+    match error.kind() {
+        io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => libc::EINVAL,
+        io::ErrorKind::NotFound => libc::ENOENT,
+        io::ErrorKind::PermissionDenied => libc::EACCES,
+        io::ErrorKind::AlreadyExists => libc::EEXIST,
+        io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+        io::ErrorKind::OutOfMemory => libc::ENOMEM,
+        io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+        io::ErrorKind::TimedOut => libc::ETIMEDOUT,
+        _ if error.to_string().contains("shut down") => libc::ESHUTDOWN,
+        _ => libc::EIO,
+    }
+}
+
+fn fail(error: &io::Error) -> i64 {
+    set_last_error(&error.to_string());
+    -i64::from(errno_of(error))
+}
+
+/// Runs an entry point's body: its value, or a negative errno with the
+/// message left for `tg_last_error`; a panic becomes `-EIO`.
+fn guard(body: impl FnOnce() -> io::Result<i64>) -> i64 {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(value)) => value,
+        Ok(Err(error)) => fail(&error),
+        Err(panic) => {
+            let text = panic
+                .downcast_ref::<&str>()
+                .map(|text| text.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            set_last_error(&format!("tailguard: internal error (a bug): {text}"));
+            -i64::from(libc::EIO)
+        }
+    }
+}
+
+fn guard_int(body: impl FnOnce() -> io::Result<i64>) -> c_int {
+    guard(body) as c_int
+}
+
+fn null_argument(name: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("tailguard: `{name}` is NULL; pass a valid pointer"),
+    )
+}
+
+/// `pointer` as a reference, or an error naming the argument.
+///
+/// # Safety
+/// `pointer` is NULL or points to a live `T` that nothing mutates meanwhile.
+unsafe fn reference<'a, T>(pointer: *const T, name: &str) -> io::Result<&'a T> {
+    // SAFETY: the caller's contract: NULL or a live, unaliased-for-writes T.
+    unsafe { pointer.as_ref() }.ok_or_else(|| null_argument(name))
+}
+
+/// `pointer` as a mutable reference, or an error naming the argument.
+///
+/// # Safety
+/// `pointer` is NULL or points to a live `T` that nobody else uses meanwhile.
+unsafe fn mutable<'a, T>(pointer: *mut T, name: &str) -> io::Result<&'a mut T> {
+    // SAFETY: the caller's contract: NULL or a live T used by us alone.
+    unsafe { pointer.as_mut() }.ok_or_else(|| null_argument(name))
+}
+
+/// A C string argument as UTF-8.
+///
+/// # Safety
+/// `text` is NULL or a NUL-terminated string.
+unsafe fn string<'a>(text: *const c_char, name: &str) -> io::Result<&'a str> {
+    if text.is_null() {
+        return Err(null_argument(name));
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    unsafe { CStr::from_ptr(text) }.to_str().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("tailguard: `{name}` is not UTF-8"),
+        )
+    })
+}
+
+/// Stores `value` in `*out` as a fresh heap handle.
+///
+/// # Safety
+/// `out` is NULL or valid for a pointer-sized write.
+unsafe fn hand_out<T>(out: *mut *mut T, value: T) -> io::Result<i64> {
+    if out.is_null() {
+        return Err(null_argument("out"));
+    }
+    // SAFETY: checked non-NULL; valid for writes by the caller's contract.
+    unsafe { out.write(Box::into_raw(Box::new(value))) };
+    Ok(0)
+}
+
+/// The message of the last failed call on this thread ("" if none). The
+/// pointer stays valid until the next failing call on the same thread.
+#[no_mangle]
+pub extern "C" fn tg_last_error() -> *const c_char {
+    LAST_ERROR.with(|last| last.borrow().as_ptr())
+}
+
+// ------------------------------------------------------------- scheduler
+
+/// Fills `options` with the defaults. Returns 0, or -EINVAL for NULL.
+///
+/// # Safety
+/// `options` is NULL or points to a writable `tg_scheduler_options`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_scheduler_options_init(options: *mut tg_scheduler_options) -> c_int {
+    guard_int(|| {
+        if options.is_null() {
+            return Err(null_argument("options"));
+        }
+        let defaults = tg_scheduler_options {
+            size: std::mem::size_of::<tg_scheduler_options>(),
+            latency_target_us: 0,
+            ring_depth: 0,
+            threads: 0,
+            backend: TG_BACKEND_AUTO,
+            controller: TG_CONTROLLER_FIXED,
+            waiters_run_engine: true,
+            eager_submit: true,
+            registered_files: TG_REGISTERED_FILES_DEFAULT,
+            profile_file: std::ptr::null(),
+        };
+        // SAFETY: checked non-NULL; writable by the caller's contract.
+        unsafe { options.write(defaults) };
+        Ok(0)
+    })
+}
+
+fn builder_from(options: &tg_scheduler_options) -> io::Result<tailguard::SchedulerBuilder> {
+    if options.size != std::mem::size_of::<tg_scheduler_options>() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "tailguard: tg_scheduler_options.size is wrong; fill the options with \
+             tg_scheduler_options_init first",
+        ));
+    }
+    let invalid = |what: &str, value: u32| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("tailguard: unknown {what} {value}; use one of the TG_{what}_* constants"),
+        )
+    };
+    let mut builder = Scheduler::builder()
+        .backend(match options.backend {
+            TG_BACKEND_AUTO => BackendChoice::Auto,
+            TG_BACKEND_IO_URING => BackendChoice::IoUring,
+            TG_BACKEND_THREADS => BackendChoice::Threads,
+            other => return Err(invalid("BACKEND", other)),
+        })
+        .controller(match options.controller {
+            TG_CONTROLLER_FIXED => ControllerChoice::Fixed,
+            TG_CONTROLLER_ADAPTIVE => ControllerChoice::Adaptive,
+            other => return Err(invalid("CONTROLLER", other)),
+        })
+        .waiters_run_engine(options.waiters_run_engine)
+        .eager_submit(options.eager_submit);
+    if options.latency_target_us > 0 {
+        builder = builder.latency_target(Duration::from_micros(options.latency_target_us));
+    }
+    if options.ring_depth > 0 {
+        builder = builder.ring_depth(options.ring_depth);
+    }
+    if options.threads > 0 {
+        builder = builder.threads(options.threads as usize);
+    }
+    if options.registered_files != TG_REGISTERED_FILES_DEFAULT {
+        builder = builder.registered_files(options.registered_files);
+    }
+    if !options.profile_file.is_null() {
+        // SAFETY: non-NULL; a NUL-terminated string by the header's contract.
+        let path = unsafe { string(options.profile_file, "profile_file") }?;
+        builder = builder.profile_file(path)?;
+    }
+    Ok(builder)
+}
+
+/// Builds a scheduler and stores it in `*out`. `options` may be NULL for
+/// the defaults. Returns 0 or a negative errno.
+///
+/// # Safety
+/// `options` is NULL or points to options filled by
+/// `tg_scheduler_options_init`; `out` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn tg_scheduler_new(
+    options: *const tg_scheduler_options,
+    out: *mut *mut tg_scheduler,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: NULL or valid options, by the caller's contract.
+        let builder = match unsafe { options.as_ref() } {
+            Some(options) => builder_from(options)?,
+            None => Scheduler::builder(),
+        };
+        let scheduler = builder.build()?;
+        let completions = Arc::new(Completions::start()?);
+        // SAFETY: `out` valid for a write by the caller's contract.
+        unsafe {
+            hand_out(
+                out,
+                tg_scheduler {
+                    scheduler,
+                    completions,
+                },
+            )
+        }
+    })
+}
+
+/// Shuts the scheduler down and frees it: requests already accepted
+/// complete, and every asynchronous completion is delivered before it
+/// returns. Classes and files of this scheduler must still be freed; their
+/// requests fail with -ESHUTDOWN from now on. NULL is ignored. Never call it
+/// from a completion callback.
+///
+/// # Safety
+/// `scheduler` is NULL or a handle from `tg_scheduler_new` not yet freed,
+/// which no other thread uses any more.
+#[no_mangle]
+pub unsafe extern "C" fn tg_scheduler_free(scheduler: *mut tg_scheduler) {
+    if scheduler.is_null() {
+        return;
+    }
+    guard(|| {
+        // SAFETY: a live handle from `tg_scheduler_new`, given up by the caller.
+        let handle = unsafe { Box::from_raw(scheduler) };
+        handle.scheduler.shutdown();
+        handle.completions.stop();
+        drop(handle);
+        Ok(0)
+    });
+}
+
+// --------------------------------------------------------------- classes
+
+/// Adds a class named `name` with `shares` (1..=10000) and stores its
+/// handle in `*out`. Returns 0 or a negative errno.
+///
+/// # Safety
+/// `scheduler` is a live handle; `name` a NUL-terminated string; `out`
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn tg_class_new(
+    scheduler: *const tg_scheduler,
+    name: *const c_char,
+    shares: u32,
+    out: *mut *mut tg_class,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: the caller's contract (live handle, C string).
+        let (scheduler, name) =
+            unsafe { (reference(scheduler, "scheduler")?, string(name, "name")?) };
+        let class = scheduler.scheduler.add_class(name, shares)?;
+        // SAFETY: `out` valid for a write by the caller's contract.
+        unsafe { hand_out(out, tg_class { class }) }
+    })
+}
+
+/// Changes a class's shares (1..=10000). Returns 0 or a negative errno.
+///
+/// # Safety
+/// `class` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tg_class_set_shares(class: *const tg_class, shares: u32) -> c_int {
+    guard_int(|| {
+        // SAFETY: a live handle by the caller's contract.
+        unsafe { reference(class, "class") }?
+            .class
+            .set_shares(shares)?;
+        Ok(0)
+    })
+}
+
+/// Removes the class from the scheduler and frees the handle. Requests
+/// already submitted complete. Returns 0 or a negative errno (the handle is
+/// freed either way).
+///
+/// # Safety
+/// `class` is a live handle, not used by any thread afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn tg_class_remove(class: *mut tg_class) -> c_int {
+    guard_int(|| {
+        if class.is_null() {
+            return Err(null_argument("class"));
+        }
+        // SAFETY: a live handle, given up by the caller.
+        let handle = unsafe { Box::from_raw(class) };
+        handle.class.remove()?;
+        Ok(0)
+    })
+}
+
+/// Frees the handle; the class stays in the scheduler. NULL is ignored.
+///
+/// # Safety
+/// `class` is NULL or a live handle, not used by any thread afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn tg_class_free(class: *mut tg_class) {
+    if !class.is_null() {
+        guard(|| {
+            // SAFETY: a live handle, given up by the caller.
+            drop(unsafe { Box::from_raw(class) });
+            Ok(0)
+        });
+    }
+}
+
+/// The counters of the class named `name` into `*out`. Returns 0, -ENOENT
+/// if no class has that name, or another negative errno.
+///
+/// # Safety
+/// `scheduler` is a live handle; `name` a NUL-terminated string; `out`
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn tg_class_stats(
+    scheduler: *const tg_scheduler,
+    name: *const c_char,
+    out: *mut tg_class_counters,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: the caller's contract (live handle, C string, writable out).
+        let (scheduler, name, out) = unsafe {
+            (
+                reference(scheduler, "scheduler")?,
+                string(name, "name")?,
+                mutable(out, "out")?,
+            )
+        };
+        let stats = scheduler.scheduler.stats()?;
+        let class = stats.class(name).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("tailguard: no class named `{name}`"),
+            )
+        })?;
+        *out = tg_class_counters {
+            ops: class.ops,
+            bytes: class.bytes,
+            errors: class.errors,
+            queue_wait_ns_total: class.queue_wait_ns.sum_ns(),
+            device_time_ns_total: class.device_time_ns.sum_ns(),
+            latency_ns_p50: class.latency_ns.value_at_quantile(0.5),
+            latency_ns_p99: class.latency_ns.value_at_quantile(0.99),
+            latency_ns_max: class.latency_ns.max(),
+        };
+        Ok(0)
+    })
+}
+
+// ----------------------------------------------------------------- files
+
+/// Opens `path` through the scheduler with `flags` (`TG_OPEN_*`, or'ed;
+/// O_DIRECT unless `TG_OPEN_BUFFERED`) and stores the handle in `*out`.
+/// Returns 0 or a negative errno (-EINVAL with a message naming the fix
+/// where the filesystem refuses O_DIRECT).
+///
+/// # Safety
+/// `scheduler` is a live handle; `path` a NUL-terminated string; `out`
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn tg_file_open(
+    scheduler: *const tg_scheduler,
+    path: *const c_char,
+    flags: u32,
+    out: *mut *mut tg_file,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: the caller's contract (live handle, C string).
+        let (scheduler, path) =
+            unsafe { (reference(scheduler, "scheduler")?, string(path, "path")?) };
+        let file = OpenOptions::new()
+            .read(flags & TG_OPEN_READ != 0)
+            .write(flags & TG_OPEN_WRITE != 0)
+            .create(flags & TG_OPEN_CREATE != 0)
+            .truncate(flags & TG_OPEN_TRUNCATE != 0)
+            .direct(flags & TG_OPEN_BUFFERED == 0)
+            .open(&scheduler.scheduler, path)?;
+        let completions = scheduler.completions.clone();
+        // SAFETY: `out` valid for a write by the caller's contract.
+        unsafe { hand_out(out, tg_file { file, completions }) }
+    })
+}
+
+/// The alignment O_DIRECT needs: of buffer addresses (`*memory_bytes`) and
+/// of offsets and lengths (`*offset_bytes`). Returns 0 or a negative errno.
+///
+/// # Safety
+/// `file` is a live handle; the outputs are valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn tg_file_alignment(
+    file: *const tg_file,
+    memory_bytes: *mut u32,
+    offset_bytes: *mut u32,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: the caller's contract (live handle, writable outputs).
+        let (file, memory, offset) = unsafe {
+            (
+                reference(file, "file")?,
+                mutable(memory_bytes, "memory_bytes")?,
+                mutable(offset_bytes, "offset_bytes")?,
+            )
+        };
+        let alignment = file.file.alignment();
+        *memory = alignment.memory_bytes;
+        *offset = alignment.offset_bytes;
+        Ok(0)
+    })
+}
+
+/// Closes the file once no request on it is left, and frees the handle.
+/// NULL is ignored.
+///
+/// # Safety
+/// `file` is NULL or a live handle, not used by any thread afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn tg_file_close(file: *mut tg_file) {
+    if !file.is_null() {
+        guard(|| {
+            // SAFETY: a live handle, given up by the caller.
+            drop(unsafe { Box::from_raw(file) });
+            Ok(0)
+        });
+    }
+}
+
+// --------------------------------------------------------------- buffers
+
+/// A zeroed buffer of `length` bytes whose address is a multiple of
+/// `alignment` (a power of two; 4096 suits every device), or NULL with the
+/// message in `tg_last_error`.
+#[no_mangle]
+pub extern "C" fn tg_buffer_new(length: usize, alignment: usize) -> *mut tg_buffer {
+    let mut handle = std::ptr::null_mut();
+    guard(|| {
+        let buffer = AlignedBuffer::new(length, alignment)
+            .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error.to_string()))?;
+        handle = Box::into_raw(Box::new(tg_buffer { buffer }));
+        Ok(0)
+    });
+    handle
+}
+
+/// The buffer's memory (`tg_buffer_length` bytes), or NULL for NULL.
+///
+/// # Safety
+/// `buffer` is NULL or a live handle held by the caller (not in flight).
+#[no_mangle]
+pub unsafe extern "C" fn tg_buffer_data(buffer: *mut tg_buffer) -> *mut u8 {
+    // SAFETY: NULL or a live handle the caller holds.
+    match unsafe { buffer.as_mut() } {
+        Some(handle) => handle.buffer.as_mut_ptr(),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// The buffer's length in bytes (0 for NULL).
+///
+/// # Safety
+/// `buffer` is NULL or a live handle held by the caller (not in flight).
+#[no_mangle]
+pub unsafe extern "C" fn tg_buffer_length(buffer: *const tg_buffer) -> usize {
+    // SAFETY: NULL or a live handle the caller holds.
+    unsafe { buffer.as_ref() }.map_or(0, |handle| handle.buffer.len())
+}
+
+/// Frees the buffer. NULL is ignored.
+///
+/// # Safety
+/// `buffer` is NULL or a live handle held by the caller (not in flight),
+/// not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn tg_buffer_free(buffer: *mut tg_buffer) {
+    if !buffer.is_null() {
+        guard(|| {
+            // SAFETY: a live handle, given up by the caller.
+            drop(unsafe { Box::from_raw(buffer) });
+            Ok(0)
+        });
+    }
+}
+
+// ------------------------------------------------------ blocking requests
+
+#[derive(Clone, Copy)]
+enum DataKind {
+    Read,
+    Write,
+}
+
+/// # Safety
+/// The pointers are live handles; `buffer` is held by the caller.
+unsafe fn blocking_data(
+    kind: DataKind,
+    file: *const tg_file,
+    class: *const tg_class,
+    buffer: *mut tg_buffer,
+    offset: u64,
+) -> i64 {
+    guard(|| {
+        // SAFETY: the caller's contract (live handles, buffer held by it).
+        let (file, class, handle) = unsafe {
+            (
+                reference(file, "file")?,
+                reference(class, "class")?,
+                mutable(buffer, "buffer")?,
+            )
+        };
+        let buffer =
+            std::mem::replace(&mut handle.buffer, AlignedBuffer::new(0, 1).expect("empty"));
+        let future = match kind {
+            DataKind::Read => file.file.read_at(&class.class, buffer, offset),
+            DataKind::Write => file.file.write_at(&class.class, buffer, offset),
+        };
+        let (result, buffer) = future.wait();
+        handle.buffer = buffer;
+        Ok(result? as i64)
+    })
+}
+
+/// Reads `tg_buffer_length(buffer)` bytes at `offset` into the buffer and
+/// waits. Returns the bytes read (fewer at the end of the file) or a
+/// negative errno. The buffer's address, its length and `offset` must be
+/// aligned as `tg_file_alignment` says (unless opened `TG_OPEN_BUFFERED`).
+///
+/// # Safety
+/// `file` and `class` are live handles; `buffer` a live handle the caller
+/// holds, used by no other thread during the call.
+#[no_mangle]
+pub unsafe extern "C" fn tg_read(
+    file: *const tg_file,
+    class: *const tg_class,
+    buffer: *mut tg_buffer,
+    offset: u64,
+) -> i64 {
+    // SAFETY: forwarded caller's contract.
+    unsafe { blocking_data(DataKind::Read, file, class, buffer, offset) }
+}
+
+/// Writes the buffer at `offset` and waits. Returns the bytes written or a
+/// negative errno. Alignment as for `tg_read`.
+///
+/// # Safety
+/// As for `tg_read`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_write(
+    file: *const tg_file,
+    class: *const tg_class,
+    buffer: *mut tg_buffer,
+    offset: u64,
+) -> i64 {
+    // SAFETY: forwarded caller's contract.
+    unsafe { blocking_data(DataKind::Write, file, class, buffer, offset) }
+}
+
+/// `fdatasync` through the scheduler, waiting. Returns 0 or a negative
+/// errno.
+///
+/// # Safety
+/// `file` and `class` are live handles.
+#[no_mangle]
+pub unsafe extern "C" fn tg_fdatasync(file: *const tg_file, class: *const tg_class) -> c_int {
+    guard_int(|| {
+        // SAFETY: live handles by the caller's contract.
+        let (file, class) = unsafe { (reference(file, "file")?, reference(class, "class")?) };
+        file.file.fdatasync(&class.class).wait()?;
+        Ok(0)
+    })
+}
+
+// ---------------------------------------------------------- async requests
+
+/// A raw pointer that crosses to the completion thread; the C caller's
+/// contract (handed back untouched) makes that sound.
+#[derive(Clone, Copy)]
+struct SendPointer(*mut c_void);
+
+// SAFETY: the pointer is only carried and handed back to C, never
+// dereferenced by Rust.
+unsafe impl Send for SendPointer {}
+
+enum Notify {
+    Callback(
+        unsafe extern "C" fn(*mut c_void, i64, *mut tg_buffer),
+        SendPointer,
+    ),
+    Queue(Arc<Queue>, SendPointer),
+}
+
+/// What an asynchronous request ends with.
+struct Outcome {
+    result: i64,
+    buffer: Option<Box<tg_buffer>>,
+}
+
+type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// One asynchronous request, polled by the completion thread.
+struct Task {
+    future: Mutex<Option<OutcomeFuture>>,
+    notify: Mutex<Option<Notify>>,
+    wakeups: mpsc::Sender<Wakeup>,
+}
+
+impl Wake for Task {
+    fn wake(self: Arc<Self>) {
+        let _ = self.wakeups.clone().send(Wakeup::Poll(self));
+    }
+}
+
+enum Wakeup {
+    Poll(Arc<Task>),
+    Stop,
+}
+
+/// The completion thread of a scheduler; see the module docs.
+struct Completions {
+    wakeups: mpsc::Sender<Wakeup>,
+    outstanding: Arc<AtomicUsize>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    stopped: AtomicBool,
+}
+
+impl Completions {
+    fn start() -> io::Result<Self> {
+        let (wakeups, received) = mpsc::channel();
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        let counted = outstanding.clone();
+        let thread = std::thread::Builder::new()
+            .name("tailguard-ffi-completions".into())
+            .spawn(move || run_completions(&received, &counted))?;
+        Ok(Self {
+            wakeups,
+            outstanding,
+            thread: Mutex::new(Some(thread)),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    /// Refuses new requests once the scheduler is freed.
+    fn check_running(&self) -> io::Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(io::Error::from_raw_os_error(libc::ESHUTDOWN));
+        }
+        Ok(())
+    }
+
+    fn submit(&self, future: OutcomeFuture, notify: Notify) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        let task = Arc::new(Task {
+            future: Mutex::new(Some(future)),
+            notify: Mutex::new(Some(notify)),
+            wakeups: self.wakeups.clone(),
+        });
+        // The first poll registers the waker.
+        let _ = self.wakeups.send(Wakeup::Poll(task));
+    }
+}
+
+impl Completions {
+    /// Delivers every outstanding completion, then ends the thread.
+    fn stop(&self) {
+        if self.stopped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.wakeups.send(Wakeup::Stop);
+        if let Some(thread) = self.thread.lock().expect("lock poisoned").take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Completions {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run_completions(wakeups: &mpsc::Receiver<Wakeup>, outstanding: &AtomicUsize) {
+    let mut stopping = false;
+    while !(stopping && outstanding.load(Ordering::Acquire) == 0) {
+        match wakeups.recv() {
+            Ok(Wakeup::Poll(task)) => {
+                if poll_task(&task) {
+                    outstanding.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            Ok(Wakeup::Stop) => stopping = true,
+            Err(_) => break,
+        }
+    }
+}
+
+/// Polls `task` once; delivers and returns true when it is done.
+fn poll_task(task: &Arc<Task>) -> bool {
+    let mut slot = task.future.lock().expect("lock poisoned");
+    let Some(future) = slot.as_mut() else {
+        return false; // a late wake-up of a delivered task
+    };
+    let waker = Waker::from(task.clone());
+    let Poll::Ready(outcome) = future.as_mut().poll(&mut Context::from_waker(&waker)) else {
+        return false;
+    };
+    *slot = None;
+    drop(slot);
+    let notify = task.notify.lock().expect("lock poisoned").take();
+    if let Some(notify) = notify {
+        deliver(notify, outcome);
+    }
+    true
+}
+
+fn deliver(notify: Notify, outcome: Outcome) {
+    let buffer = outcome.buffer.map_or(std::ptr::null_mut(), Box::into_raw);
+    match notify {
+        Notify::Callback(callback, user_data) => {
+            // SAFETY: the caller's function, called as the header documents,
+            // with the pointer it gave and the buffer it now owns again.
+            unsafe { callback(user_data.0, outcome.result, buffer) };
+        }
+        Notify::Queue(queue, user_data) => queue.push(tg_completion {
+            user_data: user_data.0,
+            result: outcome.result,
+            buffer,
+        }),
+    }
+}
+
+/// The queue behind a `tg_queue` handle.
+struct Queue {
+    completions: Mutex<VecDeque<SendCompletion>>,
+    eventfd: OwnedFd,
+    /// The handle was freed: nobody will poll; buffers are freed instead.
+    closed: AtomicBool,
+}
+
+struct SendCompletion(tg_completion);
+
+// SAFETY: the pointers inside are handed back to C untouched, except the
+// buffer of a closed queue, which Rust owns again and frees.
+unsafe impl Send for SendCompletion {}
+
+impl Queue {
+    fn push(&self, completion: tg_completion) {
+        if self.closed.load(Ordering::Acquire) {
+            if !completion.buffer.is_null() {
+                // SAFETY: the buffer came back from the engine and nobody
+                // else can receive it any more.
+                drop(unsafe { Box::from_raw(completion.buffer) });
+            }
+            return;
+        }
+        self.completions
+            .lock()
+            .expect("lock poisoned")
+            .push_back(SendCompletion(completion));
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
+        let _ = unsafe {
+            libc::write(
+                self.eventfd.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+}
+
+/// A completion queue, or NULL with the message in `tg_last_error`.
+#[no_mangle]
+pub extern "C" fn tg_queue_new() -> *mut tg_queue {
+    let mut handle = std::ptr::null_mut();
+    guard(|| {
+        // SAFETY: eventfd has no memory arguments.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let queue = Arc::new(Queue {
+            completions: Mutex::new(VecDeque::new()),
+            eventfd,
+            closed: AtomicBool::new(false),
+        });
+        handle = Box::into_raw(Box::new(tg_queue { queue }));
+        Ok(0)
+    });
+    handle
+}
+
+/// The queue's eventfd (non-blocking): readable while completions may be
+/// waiting. Read it (8 bytes) to reset it, then call `tg_queue_poll` until
+/// it returns 0. The queue owns the descriptor; don't close it. Returns -1
+/// for NULL.
+///
+/// # Safety
+/// `queue` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tg_queue_fd(queue: *const tg_queue) -> c_int {
+    // SAFETY: NULL or a live handle.
+    unsafe { queue.as_ref() }.map_or(-1, |handle| handle.queue.eventfd.as_raw_fd())
+}
+
+/// Moves up to `capacity` completions into `out` without blocking; returns
+/// how many (0 when none waits) or a negative errno.
+///
+/// # Safety
+/// `queue` is a live handle; `out` is valid for `capacity` writes.
+#[no_mangle]
+pub unsafe extern "C" fn tg_queue_poll(
+    queue: *const tg_queue,
+    out: *mut tg_completion,
+    capacity: usize,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: a live handle by the caller's contract.
+        let queue = unsafe { reference(queue, "queue") }?;
+        if out.is_null() && capacity > 0 {
+            return Err(null_argument("out"));
+        }
+        let mut completions = queue.queue.completions.lock().expect("lock poisoned");
+        let count = capacity.min(completions.len()).min(c_int::MAX as usize);
+        for index in 0..count {
+            let SendCompletion(completion) = completions.pop_front().expect("counted");
+            // SAFETY: index < capacity, and `out` is valid for that many.
+            unsafe { out.add(index).write(completion) };
+        }
+        Ok(count as i64)
+    })
+}
+
+/// Frees the queue. Completions still waiting in it, and those of requests
+/// that complete later, are dropped and their buffers freed. NULL is
+/// ignored.
+///
+/// # Safety
+/// `queue` is NULL or a live handle, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn tg_queue_free(queue: *mut tg_queue) {
+    if queue.is_null() {
+        return;
+    }
+    guard(|| {
+        // SAFETY: a live handle, given up by the caller.
+        let handle = unsafe { Box::from_raw(queue) };
+        handle.queue.closed.store(true, Ordering::Release);
+        let left: Vec<SendCompletion> = handle
+            .queue
+            .completions
+            .lock()
+            .expect("lock poisoned")
+            .drain(..)
+            .collect();
+        for SendCompletion(completion) in left {
+            if !completion.buffer.is_null() {
+                // SAFETY: delivered to the queue, never handed to C.
+                drop(unsafe { Box::from_raw(completion.buffer) });
+            }
+        }
+        Ok(0)
+    });
+}
+
+/// # Safety
+/// `notify` is NULL or points to a `tg_notify` whose queue is live.
+unsafe fn notify_from(notify: *const tg_notify) -> io::Result<Notify> {
+    // SAFETY: the caller's contract.
+    let notify = unsafe { reference(notify, "notify") }?;
+    let user_data = SendPointer(notify.user_data);
+    // SAFETY: NULL or a live queue by the caller's contract.
+    match (notify.callback, unsafe { notify.queue.as_ref() }) {
+        (Some(callback), None) => Ok(Notify::Callback(callback, user_data)),
+        (None, Some(queue)) => Ok(Notify::Queue(queue.queue.clone(), user_data)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "tailguard: set exactly one of tg_notify.callback and tg_notify.queue",
+        )),
+    }
+}
+
+/// # Safety
+/// As for `tg_read_async`.
+unsafe fn async_data(
+    kind: DataKind,
+    file: *const tg_file,
+    class: *const tg_class,
+    buffer: *mut tg_buffer,
+    offset: u64,
+    notify: *const tg_notify,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: the caller's contract (live handles, valid notify).
+        let (file, class, notify) = unsafe {
+            (
+                reference(file, "file")?,
+                reference(class, "class")?,
+                notify_from(notify)?,
+            )
+        };
+        if buffer.is_null() {
+            return Err(null_argument("buffer"));
+        }
+        file.completions.check_running()?;
+        // SAFETY: a live handle the caller gives to the library until the
+        // completion hands it back.
+        let mut handle = unsafe { Box::from_raw(buffer) };
+        let data = std::mem::replace(&mut handle.buffer, AlignedBuffer::new(0, 1).expect("empty"));
+        let request = match kind {
+            DataKind::Read => file.file.read_at(&class.class, data, offset),
+            DataKind::Write => file.file.write_at(&class.class, data, offset),
+        };
+        file.completions.submit(
+            Box::pin(async move {
+                let (result, data) = request.await;
+                handle.buffer = data;
+                Outcome {
+                    result: result.map_or_else(|error| -i64::from(errno_of(&error)), |n| n as i64),
+                    buffer: Some(handle),
+                }
+            }),
+            notify,
+        );
+        Ok(0)
+    })
+}
+
+/// Starts a read of `tg_buffer_length(buffer)` bytes at `offset` and returns
+/// at once: 0, or a negative errno when nothing was started (the buffer
+/// then stays the caller's). The result and the buffer arrive through
+/// `notify`; until then the buffer is the library's (don't touch or free
+/// it). Alignment as for `tg_read`.
+///
+/// # Safety
+/// `file` and `class` are live handles; `buffer` a live handle the caller
+/// holds; `notify` points to a valid `tg_notify` (read during the call).
+#[no_mangle]
+pub unsafe extern "C" fn tg_read_async(
+    file: *const tg_file,
+    class: *const tg_class,
+    buffer: *mut tg_buffer,
+    offset: u64,
+    notify: *const tg_notify,
+) -> c_int {
+    // SAFETY: forwarded caller's contract.
+    unsafe { async_data(DataKind::Read, file, class, buffer, offset, notify) }
+}
+
+/// Starts a write of the buffer at `offset`; otherwise as `tg_read_async`.
+///
+/// # Safety
+/// As for `tg_read_async`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_write_async(
+    file: *const tg_file,
+    class: *const tg_class,
+    buffer: *mut tg_buffer,
+    offset: u64,
+    notify: *const tg_notify,
+) -> c_int {
+    // SAFETY: forwarded caller's contract.
+    unsafe { async_data(DataKind::Write, file, class, buffer, offset, notify) }
+}
+
+/// Starts an `fdatasync`; its completion (result 0 or a negative errno,
+/// buffer NULL) arrives through `notify`. Returns 0 or a negative errno.
+///
+/// # Safety
+/// `file` and `class` are live handles; `notify` points to a valid
+/// `tg_notify`.
+#[no_mangle]
+pub unsafe extern "C" fn tg_fdatasync_async(
+    file: *const tg_file,
+    class: *const tg_class,
+    notify: *const tg_notify,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: the caller's contract (live handles, valid notify).
+        let (file, class, notify) = unsafe {
+            (
+                reference(file, "file")?,
+                reference(class, "class")?,
+                notify_from(notify)?,
+            )
+        };
+        file.completions.check_running()?;
+        let request = file.file.fdatasync(&class.class);
+        file.completions.submit(
+            Box::pin(async move {
+                Outcome {
+                    result: request
+                        .await
+                        .map_or_else(|error| -i64::from(errno_of(&error)), |()| 0),
+                    buffer: None,
+                }
+            }),
+            notify,
+        );
+        Ok(0)
+    })
+}
+
+// ----------------------------------------------------------------- stats
+
+fn hand_out_string(text: io::Result<String>) -> *mut c_char {
+    let mut pointer = std::ptr::null_mut();
+    guard(|| {
+        let text = CString::new(text?).map_err(|_| io::Error::other("NUL in statistics"))?;
+        pointer = text.into_raw();
+        Ok(0)
+    });
+    pointer
+}
+
+/// Every counter and histogram as JSON (the Rust `StatsSnapshot`), or NULL
+/// with the message in `tg_last_error`. Free it with `tg_string_free`.
+///
+/// # Safety
+/// `scheduler` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tg_stats_json(scheduler: *const tg_scheduler) -> *mut c_char {
+    // SAFETY: a live handle by the caller's contract.
+    let text = unsafe { reference(scheduler, "scheduler") }.and_then(|scheduler| {
+        let stats = scheduler.scheduler.stats()?;
+        serde_json::to_string(&stats).map_err(io::Error::other)
+    });
+    hand_out_string(text)
+}
+
+/// The metrics in the OpenMetrics text format (what a Prometheus scrape
+/// reads), or NULL with the message in `tg_last_error`. Free it with
+/// `tg_string_free`.
+///
+/// # Safety
+/// `scheduler` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tg_metrics_text(scheduler: *const tg_scheduler) -> *mut c_char {
+    // SAFETY: a live handle by the caller's contract.
+    let text = unsafe { reference(scheduler, "scheduler") }
+        .and_then(|scheduler| Ok(tailguard::render_openmetrics(&scheduler.scheduler.stats()?)));
+    hand_out_string(text)
+}
+
+/// Frees a string from `tg_stats_json` or `tg_metrics_text`. NULL is
+/// ignored.
+///
+/// # Safety
+/// `text` is NULL or a string from those functions, not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn tg_string_free(text: *mut c_char) {
+    if !text.is_null() {
+        // SAFETY: made by `CString::into_raw` above, given back once.
+        drop(unsafe { CString::from_raw(text) });
+    }
+}
