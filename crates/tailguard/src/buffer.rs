@@ -45,6 +45,7 @@ pub struct AlignedBuffer {
 
 /// Why an [`AlignedBuffer`] could not be created.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BufferError {
     /// The requested alignment is not a power of two (0 included).
     AlignmentNotPowerOfTwo {
@@ -251,6 +252,7 @@ unsafe impl Sync for AlignedBuffer {}
 /// Which part of a direct-I/O request is misaligned, and what the device
 /// requires.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AlignmentError {
     /// The buffer's address is not a multiple of the memory alignment.
     Pointer {
@@ -300,6 +302,56 @@ impl fmt::Display for AlignmentError {
 }
 
 impl std::error::Error for AlignmentError {}
+
+/// A request on a file that its device's direct-I/O alignment refuses: the
+/// error inside the `io::Error` (kind `InvalidInput`) that
+/// [`crate::File::read_at`] and [`crate::File::write_at`] return, so a
+/// caller can inspect which part is misaligned instead of parsing text:
+///
+/// ```
+/// # fn inspect(error: &std::io::Error) {
+/// use tailguard::{AlignmentError, MisalignedRequest};
+/// let misaligned = error
+///     .get_ref()
+///     .and_then(|inner| inner.downcast_ref::<MisalignedRequest>());
+/// if let Some(AlignmentError::Offset { required, .. }) = misaligned.map(|m| m.error()) {
+///     println!("offsets must be multiples of {required}");
+/// }
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MisalignedRequest {
+    path: std::path::PathBuf,
+    error: AlignmentError,
+}
+
+impl MisalignedRequest {
+    pub(crate) fn new(path: std::path::PathBuf, error: AlignmentError) -> Self {
+        Self { path, error }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// What is misaligned, and the alignment the device needs.
+    pub fn error(&self) -> &AlignmentError {
+        &self.error
+    }
+}
+
+impl fmt::Display for MisalignedRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.error)
+    }
+}
+
+impl std::error::Error for MisalignedRequest {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
 
 /// Checks a direct-I/O request against a device's alignment: `pointer` must
 /// be a multiple of `memory_bytes`, and `offset` and `length` multiples of

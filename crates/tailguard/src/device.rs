@@ -87,6 +87,7 @@ const SYSFS_ROOT: &str = "/sys";
 
 /// What the engine knows about the device behind a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// The whole disk's `dev_t` for block devices; a tagged pseudo id for
     /// filesystems without one.
@@ -133,6 +134,7 @@ const BACKING_DEPTH_MAX: u32 = 4;
 
 /// Alignment that `O_DIRECT` requires of a file's I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DirectIoAlignment {
     /// Required alignment of the memory buffer's address, in bytes.
     pub memory_bytes: u32,

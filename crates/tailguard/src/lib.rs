@@ -25,19 +25,33 @@
 //! # }
 //! ```
 //!
-//! Modules: [`scheduler`] (the API), [`engine`] (the loop), [`backend`]
-//! (io_uring and threads), [`handoff`] (the submission queue), [`device`]
-//! (files to devices), [`buffer`] (aligned buffers), [`stats`] (counters and
-//! histograms), [`metrics`] (the OpenMetrics text and its HTTP server).
+//! Modules: [`scheduler`] (the API), [`device`] (files to devices),
+//! [`buffer`] (aligned buffers), [`stats`] (counters and histograms),
+//! [`metrics`] (the OpenMetrics text and its HTTP server), [`profile_file`]
+//! (device profiles on disk).
+//!
+//! # Stability
+//!
+//! The public API is what this page lists: the re-exports below and the
+//! documented modules. Structs and enums that will grow are
+//! `#[non_exhaustive]` or keep their fields private behind methods, and
+//! `tests/public_api.rs` names every item and signature of it, so that an
+//! accidental break fails a test. The engine's own modules (`engine`, the
+//! loop; `backend`, io_uring and the thread pool; `handoff`, the submission
+//! queue) are public only for this workspace's CLI, tests and benchmarks:
+//! they are hidden from the documentation and may change in any release.
 
 use std::sync::LazyLock;
 use tailguard_core::DeviceProfile;
 
+#[doc(hidden)]
 pub mod backend;
 pub mod buffer;
 mod completion;
 pub mod device;
+#[doc(hidden)]
 pub mod engine;
+#[doc(hidden)]
 pub mod handoff;
 pub mod metrics;
 pub mod profile_file;
@@ -45,14 +59,15 @@ pub mod scheduler;
 pub mod stats;
 mod sync;
 
-pub use backend::{BackendChoice, BackendKind};
-pub use buffer::AlignedBuffer;
+pub use backend::{BackendChoice, BackendKind, DEFAULT_FILE_SLOTS as DEFAULT_REGISTERED_FILES};
+pub use buffer::{AlignedBuffer, AlignmentError, BufferError, MisalignedRequest};
 pub use completion::IoFuture;
-pub use engine::{BufResult, ControllerChoice};
+pub use device::{DeviceInfo, DirectIoAlignment};
+pub use engine::{BufResult, ControllerChoice, CONTROLLER_TARGET};
 pub use metrics::{render_openmetrics, MetricsServer};
 pub use profile_file::{ProfileFile, ProfileFileError};
 pub use scheduler::{File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
-pub use stats::{ClassStats, DeviceStats, LatencyHistogram, StatsSnapshot};
+pub use stats::{ClassStats, ControllerCounters, DeviceStats, LatencyHistogram, StatsSnapshot};
 pub use tailguard_core::DeviceProfile as Profile;
 
 /// The profile of a non-rotational (or virtual) device before calibration:

@@ -97,6 +97,7 @@ pub const DEFAULT_LATENCY_TARGET_US: u64 = 1_000;
 /// A whole profile file; see the module docs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ProfileFile {
     /// The format version, [`PROFILE_FILE_VERSION`].
     pub version: u32,
@@ -114,6 +115,7 @@ pub struct ProfileFile {
 /// Informational: how the numbers were obtained.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Metadata {
     /// The program that wrote the file (`tailguard tune`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -152,6 +154,7 @@ pub struct Rates {
 /// One device's section.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct DeviceEntry {
     /// Match the device holding this path when the file is loaded, instead of
     /// the section's name (device names change across boots; paths do not).
@@ -182,6 +185,7 @@ pub struct DeviceEntry {
 /// The knee of each measured curve.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Knees {
     /// 4 KiB random reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -209,8 +213,9 @@ impl Knees {
 
 /// The point of a latency-versus-throughput curve past which more concurrency
 /// buys less than 5% more throughput while latency keeps rising.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Knee {
     /// Size of each request on this curve.
     pub request_bytes: u64,
@@ -308,13 +313,14 @@ impl std::error::Error for ProfileFileError {}
 
 impl From<ProfileFileError> for io::Error {
     fn from(error: ProfileFileError) -> Self {
-        io::Error::new(io::ErrorKind::InvalidData, error.to_string())
+        io::Error::new(io::ErrorKind::InvalidData, error)
     }
 }
 
 /// Profiles ready for [`SchedulerBuilder::profile`] and
 /// [`SchedulerBuilder::default_profile`]: device names resolved, values checked.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct ResolvedProfiles {
     /// Per device kernel name.
     pub devices: BTreeMap<String, DeviceProfile>,
@@ -324,6 +330,7 @@ pub struct ResolvedProfiles {
 
 /// Which format a file is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProfileFormat {
     /// tailguard's TOML.
     Toml,

@@ -18,7 +18,7 @@
 //! refuses O_DIRECT says so and how to open the file instead.
 
 use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, BackendOptions};
-use crate::buffer::{check_alignment, AlignedBuffer};
+use crate::buffer::{check_alignment, AlignedBuffer, MisalignedRequest};
 use crate::completion::{Driver, IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
 use crate::engine::{
@@ -116,7 +116,7 @@ impl SchedulerBuilder {
     /// How each device's in-flight budget is sized: `Fixed` (default) keeps the
     /// budget the profile derives; `Adaptive` lets the core's latency controller
     /// resize it online, logging every change at target
-    /// [`engine::CONTROLLER_TARGET`].
+    /// [`crate::CONTROLLER_TARGET`].
     pub fn controller(mut self, choice: ControllerChoice) -> Self {
         self.controller = choice;
         self
@@ -150,7 +150,7 @@ impl SchedulerBuilder {
     }
 
     /// How many files the engine registers with the io_uring ring (default
-    /// [`backend::DEFAULT_FILE_SLOTS`]; 0 turns registered files off, as does
+    /// [`crate::DEFAULT_REGISTERED_FILES`]; 0 turns registered files off, as does
     /// `TAILGUARD_REGISTERED_FILES=off`). Ops on a registered file skip the
     /// kernel's descriptor lookup; files beyond the table, and every file where
     /// the kernel refuses the table (older than 5.19), use plain descriptors.
@@ -769,7 +769,7 @@ impl File {
         ) {
             let error = io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{}: {error}", self.path.display()),
+                MisalignedRequest::new(self.path.clone(), error),
             );
             return IoFuture::ready((Err(error), buffer));
         }

@@ -45,6 +45,7 @@ fn open(kind: BackendKind, depth: u32) -> Option<Box<dyn Backend>> {
             }
             Err(error) => panic!("io_uring setup failed: {error}"),
         },
+        other => panic!("no test backend for {other:?}"),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use tailguard::profile_file::{
-    DeviceEntry, Knee, Knees, Metadata, ProfileFile, ProfileFormat, Rates, PROFILE_FILE_VERSION,
+    DeviceEntry, Knee, Metadata, ProfileFile, ProfileFormat, Rates, PROFILE_FILE_VERSION,
 };
 use tailguard::Scheduler;
 
@@ -22,36 +22,33 @@ fn sample() -> ProfileFile {
         read_bandwidth: 530e6,
         write_bandwidth: 500e6,
     });
-    entry.knee = Knees {
-        random_read: Some(Knee {
-            request_bytes: 4096,
-            queue_depth: 16,
-            in_flight_bytes: 65536,
-            iops: 80_000.0,
-            bandwidth: 80_000.0 * 4096.0,
-            latency_us_p50: 190.0,
-            latency_us_p99: 420.5,
-        }),
-        sequential_write: Some(Knee {
-            request_bytes: 1 << 20,
-            queue_depth: 4,
-            in_flight_bytes: 4 << 20,
-            iops: 430.0,
-            bandwidth: 450e6,
-            latency_us_p50: 9000.0,
-            latency_us_p99: 12000.0,
-        }),
-        ..Knees::default()
-    };
+    let mut random_read = Knee::default();
+    random_read.request_bytes = 4096;
+    random_read.queue_depth = 16;
+    random_read.in_flight_bytes = 65536;
+    random_read.iops = 80_000.0;
+    random_read.bandwidth = 80_000.0 * 4096.0;
+    random_read.latency_us_p50 = 190.0;
+    random_read.latency_us_p99 = 420.5;
+    let mut sequential_write = Knee::default();
+    sequential_write.request_bytes = 1 << 20;
+    sequential_write.queue_depth = 4;
+    sequential_write.in_flight_bytes = 4 << 20;
+    sequential_write.iops = 430.0;
+    sequential_write.bandwidth = 450e6;
+    sequential_write.latency_us_p50 = 9000.0;
+    sequential_write.latency_us_p99 = 12000.0;
+    entry.knee.random_read = Some(random_read);
+    entry.knee.sequential_write = Some(sequential_write);
     let mut file = ProfileFile::new();
-    file.metadata = Some(Metadata {
-        tool: "tailguard tune".into(),
-        tool_version: "0.1.0".into(),
-        date: "2025-01-31T12:00:00Z".into(),
-        target: "/var/lib/app".into(),
-        duration_s: Some(60.0),
-        notes: vec!["a note".into()],
-    });
+    let mut metadata = Metadata::default();
+    metadata.tool = "tailguard tune".into();
+    metadata.tool_version = "0.1.0".into();
+    metadata.date = "2025-01-31T12:00:00Z".into();
+    metadata.target = "/var/lib/app".into();
+    metadata.duration_s = Some(60.0);
+    metadata.notes = vec!["a note".into()];
+    file.metadata = Some(metadata);
     file.devices.insert("sda".into(), entry);
     let mut other = DeviceEntry::from_rates(Rates {
         read_iops: 200.0,

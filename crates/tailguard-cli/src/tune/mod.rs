@@ -41,9 +41,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
-use tailguard::profile_file::{
-    DeviceEntry, Knee, Knees, Metadata, ProfileFile, ProfileFormat, Rates,
-};
+use tailguard::profile_file::{DeviceEntry, Knee, Metadata, ProfileFile, ProfileFormat, Rates};
 
 pub mod knee;
 pub mod measure;
@@ -303,15 +301,15 @@ impl Curve {
     fn knee_record(&self) -> Option<Knee> {
         let point = self.knee_point()?;
         let tenths = |value: f64| (value * 10.0).round() / 10.0;
-        Some(Knee {
-            request_bytes: point.request_bytes,
-            queue_depth: point.queue_depth,
-            in_flight_bytes: point.in_flight_bytes(),
-            iops: point.iops.round(),
-            bandwidth: point.bandwidth().round(),
-            latency_us_p50: tenths(point.latency_us_p50),
-            latency_us_p99: tenths(point.latency_us_p99),
-        })
+        let mut knee = Knee::default();
+        knee.request_bytes = point.request_bytes;
+        knee.queue_depth = point.queue_depth;
+        knee.in_flight_bytes = point.in_flight_bytes();
+        knee.iops = point.iops.round();
+        knee.bandwidth = point.bandwidth().round();
+        knee.latency_us_p50 = tenths(point.latency_us_p50);
+        knee.latency_us_p99 = tenths(point.latency_us_p99);
+        Some(knee)
     }
 }
 
@@ -325,8 +323,8 @@ pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
     };
     let output = arguments.output.clone().unwrap_or_else(|| {
         PathBuf::from(match format {
-            ProfileFormat::Toml => "tailguard-profile.toml",
             ProfileFormat::SeastarYaml => "io_properties.yaml",
+            _ => "tailguard-profile.toml",
         })
     });
     for path in std::iter::once(&output).chain(arguments.report.as_ref()) {
@@ -548,21 +546,20 @@ fn build_profile(
     }));
     entry.max_request_bytes = Some(uncalibrated.max_request_bytes);
     entry.latency_target_us = find(curves, "random_read").and_then(latency_target_us);
-    entry.knee = Knees {
-        random_read: find(curves, "random_read").and_then(Curve::knee_record),
-        random_write: find(curves, "random_write").and_then(Curve::knee_record),
-        sequential_read: find(curves, "sequential_read").and_then(Curve::knee_record),
-        sequential_write: find(curves, "sequential_write").and_then(Curve::knee_record),
-    };
+    let knee = |name: &str| find(curves, name).and_then(Curve::knee_record);
+    entry.knee.random_read = knee("random_read");
+    entry.knee.random_write = knee("random_write");
+    entry.knee.sequential_read = knee("sequential_read");
+    entry.knee.sequential_write = knee("sequential_write");
     let mut profile = ProfileFile::new();
-    profile.metadata = Some(Metadata {
-        tool: "tailguard tune".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        date: rfc3339_utc(SystemTime::now()),
-        target: target_description(&arguments.path),
-        duration_s: Some((elapsed_s * 10.0).round() / 10.0),
-        notes,
-    });
+    let mut metadata = Metadata::default();
+    metadata.tool = "tailguard tune".into();
+    metadata.tool_version = env!("CARGO_PKG_VERSION").into();
+    metadata.date = rfc3339_utc(SystemTime::now());
+    metadata.target = target_description(&arguments.path);
+    metadata.duration_s = Some((elapsed_s * 10.0).round() / 10.0);
+    metadata.notes = notes;
+    profile.metadata = Some(metadata);
     profile.devices.insert(test.device.name.clone(), entry);
     profile.resolve().map_err(|error| {
         BenchError::usage(format!(

@@ -88,6 +88,7 @@ pub trait EngineWaker: Send + Sync {
 
 /// Which backend to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BackendChoice {
     /// io_uring if it works here, else threads (logged once, with the reason).
     Auto,
@@ -99,6 +100,7 @@ pub enum BackendChoice {
 
 /// The backend in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BackendKind {
     /// io_uring.
     IoUring,
