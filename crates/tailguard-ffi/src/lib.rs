@@ -956,18 +956,16 @@ unsafe impl Send for SendCompletion {}
 
 impl Queue {
     fn push(&self, completion: tg_completion) {
+        // `closed` is read and set under the lock, so a completion is either
+        // in the queue before `tg_queue_free` drains it, or freed here.
+        let mut completions = self.completions.lock().expect("lock poisoned");
         if self.closed.load(Ordering::Acquire) {
-            if !completion.buffer.is_null() {
-                // SAFETY: the buffer came back from the engine and nobody
-                // else can receive it any more.
-                drop(unsafe { Box::from_raw(completion.buffer) });
-            }
+            drop(completions);
+            free_buffer(completion);
             return;
         }
-        self.completions
-            .lock()
-            .expect("lock poisoned")
-            .push_back(SendCompletion(completion));
+        completions.push_back(SendCompletion(completion));
+        drop(completions);
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd.
         let _ = unsafe {
@@ -977,6 +975,27 @@ impl Queue {
                 std::mem::size_of::<u64>(),
             )
         };
+    }
+
+    /// Marks the queue closed and frees what waits in it.
+    fn close(&self) {
+        let left: Vec<SendCompletion> = {
+            let mut completions = self.completions.lock().expect("lock poisoned");
+            self.closed.store(true, Ordering::Release);
+            completions.drain(..).collect()
+        };
+        for SendCompletion(completion) in left {
+            free_buffer(completion);
+        }
+    }
+}
+
+/// Frees the buffer of a completion that no caller will receive.
+fn free_buffer(completion: tg_completion) {
+    if !completion.buffer.is_null() {
+        // SAFETY: the buffer came back from the engine and was never handed
+        // to the caller, who cannot receive it any more.
+        drop(unsafe { Box::from_raw(completion.buffer) });
     }
 }
 
@@ -1058,20 +1077,7 @@ pub unsafe extern "C" fn tg_queue_free(queue: *mut tg_queue) {
     guard(|| {
         // SAFETY: a live handle, given up by the caller.
         let handle = unsafe { Box::from_raw(queue) };
-        handle.queue.closed.store(true, Ordering::Release);
-        let left: Vec<SendCompletion> = handle
-            .queue
-            .completions
-            .lock()
-            .expect("lock poisoned")
-            .drain(..)
-            .collect();
-        for SendCompletion(completion) in left {
-            if !completion.buffer.is_null() {
-                // SAFETY: delivered to the queue, never handed to C.
-                drop(unsafe { Box::from_raw(completion.buffer) });
-            }
-        }
+        handle.queue.close();
         Ok(0)
     });
 }
