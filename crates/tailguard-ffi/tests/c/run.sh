@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 target="${CARGO_TARGET_DIR:-target}"
-cargo build --locked -p tailguard-ffi
+# The test profile: its artifacts are the ones `cargo test --workspace`
+# builds anyway (both land in target/debug).
+cargo build --locked -p tailguard-ffi --profile test
 out="$target/c"
 scratch="$out/scratch"
 mkdir -p "$out" "$scratch"
