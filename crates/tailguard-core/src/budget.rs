@@ -157,6 +157,15 @@ pub struct CompletionSample {
     /// Cost that was in flight when this piece was dispatched: the work queued
     /// at the device ahead of it.
     pub ahead_ns: Nanos,
+    /// The part of `ahead_ns` that other classes had in flight: the work ahead
+    /// of it that the budget could have kept back for it. The rest was its own
+    /// class's, which no budget can take away without taking it from the class.
+    pub ahead_other_ns: Nanos,
+    /// Whether its class still had pieces waiting in the fair queue when it was
+    /// dispatched: the class asks for more than it gets, so its latency is its
+    /// own queue's, and the latency target is not its promise (see
+    /// [`crate::controller`], "whom the target protects").
+    pub class_backlogged: bool,
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
     pub queued_pieces: usize,

@@ -114,6 +114,24 @@
 //!   probe is tried for [`SHRINK_BACKOFF_NS`], doubling with each costly one:
 //!   on a disk the damage of a costly probe outlives its window.
 //!
+//! ## Whom the target protects
+//!
+//! The latency target is a promise to classes that ask for less than they
+//! get. A read counts as one of the window's reads (for the late and
+//! over-target tests above) only if, when it was dispatched, its own class had
+//! less than one budget of work still queued behind it
+//! ([`CompletionSample::class_backlogged`]): a class with a deeper queue of
+//! its own waits for itself more than for anyone else, and a smaller budget
+//! would only slow it down. And a read is late *because of the work ahead*
+//! only if it would have been on time without the other classes' part of that
+//! work ([`CompletionSample::ahead_other_ns`]): a class's own queue at the
+//! device is its own concurrency, which no budget can take away without taking
+//! it from the class. So one saturating class alone, or several saturating
+//! classes together, are judged by throughput (the knee test) and not held at
+//! a latency no one asked for, while a light latency class beside a bulk one
+//! is protected as before. Reads of every class still count as recent reads,
+//! so Little's law judges the budget only when no read happens at all.
+//!
 //! ## What inspired it, and how it differs
 //!
 //! blk-wbt (CoDel-like) watches the *minimum* read latency in ~100 ms windows
@@ -1142,19 +1160,25 @@ impl LatencyController for AdaptiveBudget {
         }
         self.now_ns = sample.now;
         if sample.direction == Direction::Read {
-            window.reads += 1;
             self.last_read_ns = Some(sample.now);
+        }
+        // Only reads of classes that ask for less than they get are promised
+        // the target (module docs, "whom the target protects").
+        if sample.direction == Direction::Read && !sample.class_backlogged {
+            let window = &mut self.window;
+            window.reads += 1;
             let latency_ns = sample.queue_wait_ns + sample.device_time_ns;
             if latency_ns > self.config.latency_target_ns {
                 window.over_target_reads += 1;
             }
             // Only the device's part can say the budget is too large: time
             // waited in the fair queue says it is full (module docs,
-            // "congested").
+            // "congested"); and only other classes' work ahead could have
+            // been kept back for it.
             if sample.device_time_ns > self.config.latency_target_ns {
                 window
                     .late_candidates
-                    .push((sample.device_time_ns, sample.ahead_ns));
+                    .push((sample.device_time_ns, sample.ahead_other_ns));
             }
             self.note_starvation(sample, latency_ns, limit_ns);
         }
@@ -1341,6 +1365,8 @@ mod tests {
             queue_wait_ns: 0,
             in_flight_ns: 100_000,
             ahead_ns,
+            ahead_other_ns: ahead_ns,
+            class_backlogged: false,
             queued_pieces: 1,
             overtaken_ns: 0,
         }
@@ -1445,6 +1471,8 @@ mod tests {
                 queue_wait_ns: 0,
                 in_flight_ns: limit,
                 ahead_ns: limit,
+                ahead_other_ns: limit,
+                class_backlogged: false,
                 queued_pieces: 5,
                 overtaken_ns: 0,
             };
@@ -1491,6 +1519,8 @@ mod tests {
                 queue_wait_ns: 0,
                 in_flight_ns: 6_000_000,
                 ahead_ns: if write { 6_000_000 } else { 3_200_000 },
+                ahead_other_ns: if write { 6_000_000 } else { 3_200_000 },
+                class_backlogged: false,
                 queued_pieces: 8,
                 overtaken_ns: 0,
             };
