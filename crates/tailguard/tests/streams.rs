@@ -90,9 +90,17 @@ fn appends_of_any_length_read_back_exactly_with_flushes_between() {
             expected.extend_from_slice(&chunk);
             if round % 7 == 3 {
                 // A flush in the middle writes the padded tail, which the
-                // next appends rewrite: the file must hold exactly the data.
+                // next appends rewrite: the file holds the data, then zeros
+                // to the end of the block.
                 writer.flush().unwrap();
-                assert_eq!(std::fs::read(&path).unwrap(), expected, "{choice:?}");
+                let contents = std::fs::read(&path).unwrap();
+                assert_eq!(contents[..expected.len()], expected, "{choice:?}");
+                assert!(contents.len() < expected.len() + 4096);
+                assert!(contents[expected.len()..].iter().all(|byte| *byte == 0));
+                if round % 2 == 1 {
+                    writer.sync().unwrap();
+                    assert_eq!(std::fs::read(&path).unwrap(), expected, "sync truncates");
+                }
             }
         }
         assert_eq!(writer.logical_len(), expected.len() as u64);

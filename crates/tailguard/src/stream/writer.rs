@@ -8,13 +8,17 @@
 //! `flush` writes the partial tail too: the current buffer, its length
 //! rounded up to the device's block with zeros after the data, lent to one
 //! request and taken back when it completes, so the next appends continue
-//! in it and rewrite that block later. It then waits for every request and,
-//! where the tail was padded, truncates the file to its logical length (a
-//! metadata call made directly, not through the scheduler). So after `flush`
-//! the file holds exactly the bytes appended; after `sync` (flush, then
-//! `fdatasync` through the scheduler) they are durable, length included.
-//! `close` is a flush that also truncates whatever lay past the logical end
-//! of a file that was longer, and refuses later writes. Dropping a writer
+//! in it and rewrite that block later. It then waits for every request: the
+//! bytes are in the file, followed by the zeros of the padded block. `sync`
+//! flushes, truncates the file to its logical length where the tail was
+//! padded (a metadata call made directly, not through the scheduler), then
+//! runs `fdatasync` through the scheduler: the bytes are durable and the file
+//! is exactly as long as what was appended. `flush` leaves the truncation to
+//! `sync` and `close`, because a truncation waits for the file's direct I/O
+//! and commits a metadata change, a cost that an engine flushing to make
+//! recent appends readable pays for nothing. `close` flushes, truncates
+//! (also whatever lay past the logical end of a file that was longer) and
+//! refuses later writes. Dropping a writer
 //! that was not closed closes it (blocking) and logs an error it could not
 //! report.
 
@@ -155,7 +159,9 @@ impl StreamWriter {
     }
 
     /// The file written to (shared: read it with `read_at` meanwhile; bytes
-    /// are there once a `flush` that followed them has returned).
+    /// are there once a `flush` that followed them has returned; past
+    /// [`StreamWriter::logical_len`] it may hold zeros until `sync` or
+    /// `close`).
     pub fn file(&self) -> &Arc<File> {
         &self.file
     }
@@ -171,8 +177,9 @@ impl StreamWriter {
         self.buffers_made
     }
 
-    /// `flush`, then `fdatasync` through the scheduler: every byte appended
-    /// so far, and the file's length, are durable when it returns.
+    /// `flush`, truncation to the logical length, then `fdatasync` through
+    /// the scheduler: every byte appended so far, and the file's length, are
+    /// durable when it returns.
     pub fn sync(&mut self) -> io::Result<()> {
         block(self, Self::scheduler, Self::poll_sync)
     }
@@ -210,7 +217,12 @@ impl StreamWriter {
 
     /// `flush`, then `fdatasync`, as a poll function.
     pub fn poll_sync(&mut self, context: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.poll_flush_inner(context))?;
+        if self.sync.is_none() {
+            ready!(self.poll_flush_inner(context))?;
+            if self.padded_on_disk {
+                self.truncate_to_logical_len()?;
+            }
+        }
         let sync = self
             .sync
             .get_or_insert_with(|| Flight::start(self.file.fdatasync(&self.class)));
@@ -377,11 +389,7 @@ impl StreamWriter {
         while let Some(write) = self.writes.pop_front() {
             self.complete(write);
         }
-        self.error.check()?;
-        if self.padded_on_disk {
-            self.truncate_to_logical_len()?;
-        }
-        Poll::Ready(Ok(()))
+        Poll::Ready(self.error.check())
     }
 
     fn truncate_to_logical_len(&mut self) -> io::Result<()> {
