@@ -6,7 +6,8 @@
 //! 64 idle) when the range fits one, allocated otherwise.
 //!
 //! - [`File::read_at_unaligned`] reads the covering blocks in one request and
-//!   copies the asked-for bytes out.
+//!   copies the asked-for bytes out; [`File::read_exact_at_unaligned`] also
+//!   fails a read that the end of the file cuts short.
 //! - [`File::write_at_unaligned`] is a **read-modify-write**: it reads the
 //!   partly covered first and last blocks (where they hold file data), patches
 //!   the new bytes in, and writes every covering block in one request; a write
@@ -88,6 +89,29 @@ impl File {
         });
         BOUNCE_BUFFERS.give(buffer);
         outcome
+    }
+
+    /// Reads exactly `out.len()` bytes at `offset` (any offset and length), or
+    /// fails with [`io::ErrorKind::UnexpectedEof`] naming the file and
+    /// offset: the form a point lookup of a known record wants.
+    pub async fn read_exact_at_unaligned(
+        &self,
+        class: &IoClass,
+        out: &mut [u8],
+        offset: u64,
+    ) -> io::Result<()> {
+        let read = self.read_at_unaligned(class, out, offset).await?;
+        if read < out.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: {} bytes asked for at offset {offset}, the file ends after {read}",
+                    self.path().display(),
+                    out.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Writes all of `data` at `offset` (any offset and length) by

@@ -88,6 +88,11 @@ fn appends_of_any_length_read_back_exactly_with_flushes_between() {
             let chunk = bytes(*length, round as u64);
             writer.write_all(&chunk).unwrap();
             expected.extend_from_slice(&chunk);
+            // What the writer says is written is in the file already.
+            let written = writer.written_len() as usize;
+            assert!(written <= expected.len());
+            let contents = std::fs::read(&path).unwrap();
+            assert_eq!(contents[..written], expected[..written], "{choice:?}");
             if round % 7 == 3 {
                 // A flush in the middle writes the padded tail, which the
                 // next appends rewrite: the file holds the data, then zeros
@@ -104,6 +109,8 @@ fn appends_of_any_length_read_back_exactly_with_flushes_between() {
             }
         }
         assert_eq!(writer.logical_len(), expected.len() as u64);
+        writer.flush().unwrap();
+        assert_eq!(writer.written_len(), expected.len() as u64, "all written");
         assert!(
             writer.buffers_allocated() <= SMALL.buffers_in_flight + 1,
             "memory is bounded: {} buffers",
@@ -261,6 +268,14 @@ fn unaligned_positional_writes_and_reads_match_a_model() {
             let end = (offset as usize + length).min(model.len());
             assert_eq!(read, end - offset as usize, "short only at the end");
             assert_eq!(out[..read], model[offset as usize..end]);
+            let exact = scheduler.block_on(file.read_exact_at_unaligned(&class, &mut out, offset));
+            match exact {
+                Ok(()) => assert_eq!(read, length),
+                Err(error) => {
+                    assert!(read < length, "{error}");
+                    assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+                }
+            }
         }
         std::fs::remove_file(&path).unwrap();
     }
@@ -310,6 +325,7 @@ fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks() {
             .unwrap();
         let mut writer = StreamWriter::new(file, &class, SMALL);
         let error = write_until_error(&mut writer, 100_000);
+        assert_eq!(writer.written_len(), 0, "nothing was written");
         assert!(
             error
                 .to_string()

@@ -2,10 +2,12 @@
 //! from key to the value's place in a segment, point reads, and compaction.
 //!
 //! A record is the key (8 bytes, little-endian), the value's length (4 bytes)
-//! and the value. One [`LogWriter`] appends records to the active segment;
-//! every `flush_bytes` it flushes (the records are then in the file) and only
-//! then publishes their places in the index, so a reader never looks for
-//! bytes that are not there yet; every `sync_bytes` it makes them durable. A
+//! and the value. One [`LogWriter`] appends records to the active segment
+//! and publishes their places in the index only once they are in the file,
+//! so a reader never looks for bytes that are not there yet: on tailguard as
+//! the stream's writes complete ([`StreamWriter::written_len`]), without
+//! waiting; on `std::fs` after a flush every `flush_bytes`. Every
+//! `sync_bytes` it makes the records durable (and publishes them all). A
 //! segment past `segment_bytes` is closed, *sealed*, and a new one started.
 //!
 //! [`Store::compact`] rewrites the sealed segments: it scans each one, copies
@@ -70,8 +72,8 @@ pub struct StoreConfig {
     /// A segment is sealed past this size: larger segments mean fewer files
     /// but longer compactions.
     pub segment_bytes: u64,
-    /// Records are published (readable) after this many bytes: more means
-    /// fewer flushes but staler reads.
+    /// On `std::fs`, records are flushed and published (readable) after this
+    /// many bytes: more means fewer flushes but staler reads.
     pub flush_bytes: u64,
     /// Records are made durable after this many bytes: more means fewer
     /// `fdatasync`s but more to lose in a crash.
@@ -119,6 +121,16 @@ impl Appender {
         match self {
             Appender::Tailguard(writer) => writer.flush(),
             Appender::Std(writer) => writer.flush(),
+        }
+    }
+
+    /// How far the file is written without waiting, where the appender
+    /// knows (tailguard's [`StreamWriter::written_len`]); `None` for a
+    /// `BufWriter`, which says nothing of what reached the file.
+    fn written_len(&mut self) -> Option<u64> {
+        match self {
+            Appender::Tailguard(writer) => Some(writer.written_len()),
+            Appender::Std(_) => None,
         }
     }
 
@@ -207,12 +219,10 @@ impl Store {
 
     fn read_exact_at(&self, segment: &Segment, out: &mut [u8], offset: u64) -> io::Result<()> {
         let read = match (&self.io, &segment.file) {
-            (
-                Io::Tailguard {
-                    scheduler, reads, ..
-                },
-                SegmentFile::Tailguard(file),
-            ) => scheduler.block_on(file.read_at_unaligned(reads, out, offset))?,
+            (Io::Tailguard { reads, .. }, SegmentFile::Tailguard(file)) => {
+                let scheduler = file.scheduler();
+                return scheduler.block_on(file.read_exact_at_unaligned(reads, out, offset));
+            }
             (Io::Std, SegmentFile::Std(file, None)) => {
                 file.read_exact_at(out, offset)?;
                 out.len()
@@ -469,11 +479,39 @@ impl<'store> LogWriter<'store> {
             self.appender.as_mut().expect("open").sync()?;
             self.unsynced_bytes = 0;
             self.publish();
-        } else if self.unpublished_bytes >= config.flush_bytes {
-            self.appender.as_mut().expect("open").flush()?;
-            self.publish();
+        } else {
+            let appender = self.appender.as_mut().expect("open");
+            match appender.written_len() {
+                // Publish what is written as the writes complete: appends
+                // never wait for a flush.
+                Some(written) => self.publish_through(written),
+                None if self.unpublished_bytes >= config.flush_bytes => {
+                    appender.flush()?;
+                    self.publish();
+                }
+                None => {}
+            }
         }
         Ok(())
+    }
+
+    /// Makes visible the records that end before `written`.
+    fn publish_through(&mut self, written: u64) {
+        let ready = self
+            .unpublished
+            .iter()
+            .take_while(|(_, location)| location.offset + u64::from(location.len) <= written)
+            .count();
+        if ready == 0 {
+            return;
+        }
+        let mut index = self.store.index.write().unwrap();
+        for (key, location) in self.unpublished.drain(..ready) {
+            index.insert(key, location);
+            let bytes = HEADER_BYTES as u64 + u64::from(location.len);
+            self.unpublished_bytes -= bytes;
+            self.published_bytes += bytes;
+        }
     }
 
     /// Makes the flushed records visible.

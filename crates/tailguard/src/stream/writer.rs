@@ -114,6 +114,8 @@ pub struct StreamWriter {
     buffers_made: usize,
     /// The file extends past the logical end (a padded tail).
     padded_on_disk: bool,
+    /// Every byte before this offset was written by a completed request.
+    written_through: u64,
     sync: Option<Flight<io::Result<()>>>,
     error: StickyError,
     closed: bool,
@@ -152,6 +154,7 @@ impl StreamWriter {
             idle: Vec::new(),
             buffers_made: 0,
             padded_on_disk: false,
+            written_through: 0,
             sync: None,
             error: StickyError::default(),
             closed: false,
@@ -169,6 +172,17 @@ impl StreamWriter {
     /// Bytes appended so far: the file's length after the next `flush`.
     pub fn logical_len(&self) -> u64 {
         self.buffer_offset + self.filled as u64
+    }
+
+    /// How far the file is written: every byte before this offset has been
+    /// written by a completed request (it is readable with `read_at` now),
+    /// without waiting for anything. It advances as writes complete, in
+    /// file order, so an engine can publish records up to it as it appends
+    /// instead of stalling its appends on a `flush`; the partial tail
+    /// counts once a `flush` has written it.
+    pub fn written_len(&mut self) -> u64 {
+        self.reap_finished();
+        self.written_through
     }
 
     /// Buffers this writer has allocated: at most `buffers_in_flight + 1`,
@@ -337,6 +351,12 @@ impl StreamWriter {
             Ok(written) if written == requested => {
                 if write.tail {
                     self.tail_written = write.data_bytes;
+                }
+                // Writes complete here in file order (the queue's, and the
+                // tail is always last); after a failure nothing advances.
+                if !self.error.is_set() {
+                    let end = write.offset + write.data_bytes as u64;
+                    self.written_through = self.written_through.max(end);
                 }
             }
             Ok(written) => self.error.set(io::Error::new(
