@@ -96,6 +96,12 @@ struct Arguments {
     /// tailguard's latency target in microseconds (default: the profile's).
     #[arg(long)]
     latency_target_us: Option<u64>,
+    /// Register files with the io_uring ring. Off by default: a log store
+    /// closes and deletes segment files all the time, and closing a
+    /// registered file that was deleted stalled every request of the
+    /// scheduler for 100-300 ms on this machine's ext4 (see BENCHMARKS.md).
+    #[arg(long)]
+    registered_files: bool,
     /// A device profile from `tailguard tune` (default: the built-in guess).
     #[arg(long)]
     profile: Option<PathBuf>,
@@ -170,13 +176,18 @@ fn io_for(arguments: &Arguments, mode: Mode) -> io::Result<Io> {
         Backend::IoUring => BackendChoice::IoUring,
         Backend::Threads => BackendChoice::Threads,
     };
-    let mut builder =
-        Scheduler::builder()
-            .backend(backend)
-            .controller(match arguments.controller {
-                Controller::Fixed => ControllerChoice::Fixed,
-                Controller::Adaptive => ControllerChoice::Adaptive,
-            });
+    let registered_files = if arguments.registered_files {
+        tailguard::backend::DEFAULT_FILE_SLOTS
+    } else {
+        0
+    };
+    let mut builder = Scheduler::builder()
+        .backend(backend)
+        .registered_files(registered_files)
+        .controller(match arguments.controller {
+            Controller::Fixed => ControllerChoice::Fixed,
+            Controller::Adaptive => ControllerChoice::Adaptive,
+        });
     if let Some(path) = &arguments.profile {
         builder = builder.profile_file(path)?;
     }

@@ -375,10 +375,11 @@ impl Store {
         for segment in &removed {
             fs::remove_file(&segment.path)?;
         }
+        let removed_count = removed.len() as u64;
         let mut totals = self.compaction.lock().unwrap();
         totals.runs += 1;
         totals.copied_bytes += written;
-        totals.segments_removed += removed.len() as u64;
+        totals.segments_removed += removed_count;
         Ok(())
     }
 
