@@ -61,7 +61,7 @@ struct Arguments {
     #[arg(long, value_enum, default_value = "compare")]
     mode: Mode,
     /// Seconds each run measures (after its preload).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 5)]
     seconds: u64,
     /// Runs of each mode in `compare`.
     #[arg(long, default_value_t = 3)]
