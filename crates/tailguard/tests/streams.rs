@@ -3,7 +3,9 @@
 //! flushes in the middle, the async traits, bounded memory, durability
 //! through a fresh handle after `sync`, unaligned read-modify-write against a
 //! model, and errors in the middle of a stream (a file that refuses writes
-//! everywhere; a full tmpfs where the test runs as root).
+//! everywhere; a full tmpfs where the test runs as root), and the async
+//! traits on tokio, where only completions wake the task. Every test runs on
+//! its own thread under a watchdog, so a lost wake-up fails instead of hanging.
 //!
 //! Files live in cargo's per-test temporary directory, on a filesystem that
 //! supports O_DIRECT. io_uring runs skip with a printed reason where the
@@ -13,9 +15,33 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
 use tailguard::{
     BackendChoice, OpenOptions, ReaderOptions, Scheduler, StreamReader, StreamWriter, WriterOptions,
 };
+
+/// How long any one test may take before it counts as hung.
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// Runs `test` on its own thread and fails if it takes longer than
+/// [`WATCHDOG`], so that a lost wake-up fails the run instead of hanging it.
+fn watchdog(test: fn()) {
+    let (done, finished) = mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(WATCHDOG) {
+        Ok(()) => runner.join().expect("the test thread finished"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = runner.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung for {WATCHDOG:?}"),
+    }
+}
 
 fn scratch(name: &str) -> PathBuf {
     let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stream-tests");
@@ -79,6 +105,10 @@ const SMALL: WriterOptions = WriterOptions {
 
 #[test]
 fn appends_of_any_length_read_back_exactly_with_flushes_between() {
+    watchdog(appends_of_any_length_read_back_exactly_with_flushes_between_body);
+}
+
+fn appends_of_any_length_read_back_exactly_with_flushes_between_body() {
     for (choice, scheduler) in schedulers() {
         let class = scheduler.add_class("log", 100).unwrap();
         let path = scratch(&format!("roundtrip-{choice:?}"));
@@ -163,6 +193,10 @@ async fn write_through_trait(writer: &mut StreamWriter, mut data: &[u8]) -> io::
 
 #[test]
 fn the_async_traits_stream_the_same_bytes() {
+    watchdog(the_async_traits_stream_the_same_bytes_body);
+}
+
+fn the_async_traits_stream_the_same_bytes_body() {
     for (choice, scheduler) in schedulers() {
         let class = scheduler.add_class("async", 100).unwrap();
         let path = scratch(&format!("async-{choice:?}"));
@@ -196,7 +230,58 @@ fn the_async_traits_stream_the_same_bytes() {
 }
 
 #[test]
+fn the_async_traits_work_on_a_foreign_runtime() {
+    watchdog(the_async_traits_work_on_a_foreign_runtime_body);
+}
+
+fn the_async_traits_work_on_a_foreign_runtime_body() {
+    // On tokio nobody runs the engine but its own thread: every pending
+    // write, sync and read must be woken by a completion, or this hangs.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("tokio", 100).unwrap();
+        let path = scratch(&format!("tokio-{choice:?}"));
+        let data = bytes(100_003, 11);
+        let file = create(&scheduler, &path);
+        let (expected, class_for_task) = (data.clone(), class.clone());
+        let read_back = runtime.block_on(async move {
+            let mut writer = StreamWriter::new(file, &class_for_task, SMALL);
+            write_through_trait(&mut writer, &expected).await?;
+            writer.sync_async().await?;
+            writer.close_async().await?;
+            let mut reader = StreamReader::new(
+                writer.file().clone(),
+                &class_for_task,
+                ReaderOptions {
+                    buffer_bytes: 4096,
+                    read_ahead_buffers: 2,
+                },
+            );
+            let mut read_back = Vec::new();
+            let mut piece = vec![0u8; 5_000];
+            loop {
+                let read = reader.read_async(&mut piece).await?;
+                if read == 0 {
+                    break;
+                }
+                read_back.extend_from_slice(&piece[..read]);
+            }
+            io::Result::Ok(read_back)
+        });
+        assert_eq!(read_back.unwrap(), data, "{choice:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
 fn after_sync_the_data_reads_back_through_a_fresh_handle() {
+    watchdog(after_sync_the_data_reads_back_through_a_fresh_handle_body);
+}
+
+fn after_sync_the_data_reads_back_through_a_fresh_handle_body() {
     for (choice, scheduler) in schedulers() {
         let class = scheduler.add_class("durable", 100).unwrap();
         let path = scratch(&format!("sync-{choice:?}"));
@@ -229,6 +314,10 @@ fn after_sync_the_data_reads_back_through_a_fresh_handle() {
 
 #[test]
 fn unaligned_positional_writes_and_reads_match_a_model() {
+    watchdog(unaligned_positional_writes_and_reads_match_a_model_body);
+}
+
+fn unaligned_positional_writes_and_reads_match_a_model_body() {
     for (choice, scheduler) in schedulers() {
         let class = scheduler.add_class("patch", 100).unwrap();
         let path = scratch(&format!("unaligned-{choice:?}"));
@@ -313,6 +402,10 @@ fn write_until_error(writer: &mut StreamWriter, total_bytes: usize) -> io::Error
 
 #[test]
 fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks() {
+    watchdog(a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks_body);
+}
+
+fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks_body() {
     for (choice, scheduler) in schedulers() {
         let class = scheduler.add_class("refused", 100).unwrap();
         let path = scratch(&format!("refused-{choice:?}"));
@@ -349,6 +442,10 @@ impl Drop for Tmpfs {
 
 #[test]
 fn a_full_device_in_the_middle_of_a_stream_is_reported() {
+    watchdog(a_full_device_in_the_middle_of_a_stream_is_reported_body);
+}
+
+fn a_full_device_in_the_middle_of_a_stream_is_reported_body() {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         println!("skipping: mounting a small tmpfs needs root");
@@ -387,6 +484,10 @@ fn a_full_device_in_the_middle_of_a_stream_is_reported() {
 
 #[test]
 fn a_read_error_in_a_stream_is_reported_and_sticks() {
+    watchdog(a_read_error_in_a_stream_is_reported_and_sticks_body);
+}
+
+fn a_read_error_in_a_stream_is_reported_and_sticks_body() {
     for (choice, scheduler) in schedulers() {
         let class = scheduler.add_class("unreadable", 100).unwrap();
         let path = scratch(&format!("unreadable-{choice:?}"));
