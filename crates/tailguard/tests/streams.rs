@@ -313,6 +313,39 @@ fn after_sync_the_data_reads_back_through_a_fresh_handle_body() {
 }
 
 #[test]
+fn a_writer_appends_to_an_existing_file_at_any_offset() {
+    watchdog(a_writer_appends_to_an_existing_file_at_any_offset_body);
+}
+
+fn a_writer_appends_to_an_existing_file_at_any_offset_body() {
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("append", 100).unwrap();
+        let path = scratch(&format!("append-{choice:?}"));
+        let initial = bytes(20_000, 21);
+        for offset in [10_001u64, 8192, 20_000, 0] {
+            std::fs::write(&path, &initial).unwrap();
+            let file = scheduler.open(&path).unwrap();
+            let mut writer = StreamWriter::appending(file, &class, SMALL, offset).unwrap();
+            assert_eq!(writer.logical_len(), offset);
+            let more = bytes(9_000, offset);
+            writer.write_all(&more).unwrap();
+            writer.close().unwrap();
+            let mut expected = initial[..offset as usize].to_vec();
+            expected.extend_from_slice(&more);
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                expected,
+                "{choice:?} at {offset}"
+            );
+        }
+        let file = scheduler.open(&path).unwrap();
+        let error = StreamWriter::appending(file, &class, SMALL, 1 << 20).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
 fn unaligned_positional_writes_and_reads_match_a_model() {
     watchdog(unaligned_positional_writes_and_reads_match_a_model_body);
 }

@@ -161,6 +161,61 @@ impl StreamWriter {
         }
     }
 
+    /// A writer that goes on appending to `file` at byte `offset` (any
+    /// offset, such as the logical end a recovery found), in `class`; blocks
+    /// on one read when `offset` is not on a block boundary (see
+    /// [`StreamWriter::appending_async`]).
+    pub fn appending(
+        file: impl Into<Arc<File>>,
+        class: &IoClass,
+        options: WriterOptions,
+        offset: u64,
+    ) -> io::Result<Self> {
+        let file = file.into();
+        let scheduler = file.scheduler().clone();
+        scheduler.block_on(Self::appending_async(file, class, options, offset))
+    }
+
+    /// Async form of [`StreamWriter::appending`]: where `offset` falls inside
+    /// a block, reads that block's bytes before `offset` into the first
+    /// buffer, so that the first write of the block keeps them. The file's
+    /// bytes from `offset` on are replaced by what is appended (and cut off
+    /// by `sync` or `close`); an `offset` past the end of the file fails.
+    pub async fn appending_async(
+        file: impl Into<Arc<File>>,
+        class: &IoClass,
+        options: WriterOptions,
+        offset: u64,
+    ) -> io::Result<Self> {
+        let mut writer = Self::new(file, class, options);
+        let file_len = writer.file.std_file().metadata()?.len();
+        if offset > file_len {
+            return Err(past_the_end(&writer.file, offset, file_len));
+        }
+        let aligned = offset - offset % writer.block_bytes as u64;
+        let partial = (offset - aligned) as usize;
+        writer.buffer_offset = aligned;
+        writer.written_through = offset;
+        if partial == 0 {
+            return Ok(writer);
+        }
+        let head = AlignedBuffer::new(writer.block_bytes, writer.memory_alignment)
+            .map_err(io::Error::other)?;
+        let (result, head) = writer.file.read_at(&writer.class, head, aligned).await;
+        let read = result?;
+        if read < partial {
+            return Err(past_the_end(&writer.file, offset, aligned + read as u64));
+        }
+        let mut buffer = AlignedBuffer::new(writer.buffer_bytes, writer.memory_alignment)
+            .map_err(io::Error::other)?;
+        buffer[..partial].copy_from_slice(&head[..partial]);
+        writer.buffers_made += 1;
+        writer.current = Some(buffer);
+        writer.filled = partial;
+        writer.tail_written = partial;
+        Ok(writer)
+    }
+
     /// The file written to (shared: read it with `read_at` meanwhile; bytes
     /// are there once a `flush` that followed them has returned; past
     /// [`StreamWriter::logical_len`] it may hold zeros until `sync` or
@@ -440,6 +495,17 @@ impl StreamWriter {
         self.current = None;
         Poll::Ready(Ok(()))
     }
+}
+
+fn past_the_end(file: &File, offset: u64, file_len: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!(
+            "{}: cannot append at offset {offset}, the file ends at {file_len}; append at \
+             {file_len} or less",
+            file.path().display()
+        ),
+    )
 }
 
 impl io::Write for StreamWriter {
