@@ -723,6 +723,23 @@ impl File {
         self.alignment
     }
 
+    /// The path the file was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The scheduler the file was opened through (for
+    /// [`Scheduler::block_on`] of this file's requests).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// The open file itself, for metadata calls that do not go through the
+    /// scheduler (`metadata`, `set_len`).
+    pub fn std_file(&self) -> &std::fs::File {
+        self.handle()
+    }
+
     /// Reads `buffer.len()` bytes at `offset` into `buffer`. The result is the
     /// byte count (short at the end of the file) or the error, with the buffer.
     pub fn read_at(
