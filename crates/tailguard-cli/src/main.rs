@@ -16,7 +16,8 @@
 //!   traces the read/write trade-off of static O_DIRECT settings and of
 //!   tailguard on one disk.
 //! - `tailguard demo [DIR] [--quick]` runs the embedded main job (readers alone,
-//!   beside kernel writeback, beside writes through tailguard) and writes
+//!   beside kernel writeback, beside writes through tailguard), a small
+//!   frontier against static O_DIRECT settings, and writes
 //!   `tailguard-demo.html`.
 //!
 //! The library's `tracing` events go to standard error: warnings by default
@@ -60,7 +61,8 @@ enum Command {
     /// tailguard on a disk (readers beside a sequential writer).
     Frontier(frontier::FrontierArguments),
     /// Show on this machine's disk what kernel writeback does to readers, and
-    /// what tailguard does instead (about 2 minutes; --quick about 30 s).
+    /// what tailguard does instead, and how it compares with static O_DIRECT
+    /// settings (about 3 minutes; --quick about 1).
     Demo(demo::DemoArguments),
 }
 

@@ -9,7 +9,9 @@
 //! point that keeps the readers highest among those writing within
 //! [`MATCH_TOLERANCE`] of its rate; with none in that window, a static point
 //! that writes at least as fast and reads at least as well still beats it
-//! (it dominates), and otherwise the point is unmatched. Differences within
+//! (it dominates), and otherwise the point is unmatched; [`frontier_at`] then
+//! still places it against the line joining the frontier's points (a rate no
+//! single static setting gives, so a guide, not a verdict). Differences within
 //! [`TIE_TOLERANCE`] of the solo rate count as a tie: the rounds of one run
 //! scatter by about that much on a busy disk.
 
@@ -97,6 +99,31 @@ pub fn best_match(write_mb_per_s: f64, positions: &[Position]) -> Option<usize> 
             })
         })
         .map(|(index, _)| index)
+}
+
+/// The readers' worst-rate ratio of the static frontier's line at
+/// `write_mb_per_s`: linear between the two frontier points around it; `None`
+/// outside the frontier's range of write rates.
+pub fn frontier_at(write_mb_per_s: f64, positions: &[Position]) -> Option<f64> {
+    let mut frontier: Vec<Position> = positions
+        .iter()
+        .zip(pareto(positions))
+        .filter(|(_, on)| *on)
+        .map(|(position, _)| *position)
+        .collect();
+    frontier.sort_by(|a, b| a.write_mb_per_s.total_cmp(&b.write_mb_per_s));
+    frontier.windows(2).find_map(|pair| {
+        let (low, high) = (pair[0], pair[1]);
+        if !(low.write_mb_per_s..=high.write_mb_per_s).contains(&write_mb_per_s) {
+            return None;
+        }
+        let span = high.write_mb_per_s - low.write_mb_per_s;
+        if span <= 0.0 {
+            return Some(low.worst_ratio.max(high.worst_ratio));
+        }
+        let fraction = (write_mb_per_s - low.write_mb_per_s) / span;
+        Some(low.worst_ratio + fraction * (high.worst_ratio - low.worst_ratio))
+    })
 }
 
 /// How a tailguard point stands against the static settings.
@@ -225,6 +252,23 @@ mod tests {
         // Equal reads: the closer write rate wins.
         let equal = [at(95.0, 0.5), at(101.0, 0.5)];
         assert_eq!(best_match(100.0, &equal), Some(1));
+    }
+
+    #[test]
+    fn the_frontier_line_is_interpolated_between_its_points() {
+        let statics = [
+            at(400.0, 0.9),
+            at(800.0, 0.5),
+            at(600.0, 0.4),
+            at(1200.0, 0.3),
+        ];
+        // 600/0.4 is dominated by 800/0.5: the line runs 400 -> 800 -> 1200.
+        assert!((frontier_at(600.0, &statics).unwrap() - 0.7).abs() < 1e-9);
+        assert!((frontier_at(1000.0, &statics).unwrap() - 0.4).abs() < 1e-9);
+        assert_eq!(frontier_at(400.0, &statics), Some(0.9));
+        assert_eq!(frontier_at(399.0, &statics), None);
+        assert_eq!(frontier_at(1201.0, &statics), None);
+        assert_eq!(frontier_at(500.0, &[at(400.0, 0.9)]), None);
     }
 
     #[test]

@@ -92,6 +92,9 @@ pub struct VersusStatic {
     /// Whether the static point writes within the tolerance (else it
     /// dominates from a higher write rate).
     pub same_rate: bool,
+    /// The static frontier's line at tailguard's write rate (interpolated
+    /// between its points; `None` outside their range).
+    pub frontier_worst_500ms_at_rate: Option<f64>,
 }
 
 impl FrontierResult {
@@ -224,7 +227,8 @@ fn mark_frontier_and_compare(points: &mut [PointResult]) {
         if points[index].kind != "tailguard" {
             continue;
         }
-        let comparison: Comparison = analysis::compare(points[index].position(), &positions);
+        let position = points[index].position();
+        let comparison: Comparison = analysis::compare(position, &positions);
         let against = comparison.against.map(|at| &points[static_indices[at]]);
         points[index].versus_static = Some(VersusStatic {
             standing: comparison.standing,
@@ -233,6 +237,10 @@ fn mark_frontier_and_compare(points: &mut [PointResult]) {
             static_worst_500ms_over_solo: against.map(|point| point.worst_500ms_over_solo.median),
             worst_500ms_difference: comparison.worst_ratio_difference,
             same_rate: comparison.same_rate,
+            frontier_worst_500ms_at_rate: analysis::frontier_at(
+                position.write_mb_per_s,
+                &positions,
+            ),
         });
     }
 }
@@ -259,7 +267,14 @@ pub fn describe_versus(versus: &VersusStatic) -> String {
         Standing::Ties => "ties",
         Standing::Loses => "loses to",
         Standing::Unmatched => {
-            return "no static setting writes within ±10% (and none does better on both)".into()
+            return match versus.frontier_worst_500ms_at_rate {
+                Some(line) => format!(
+                    "no static setting within ±10%; the static frontier's line there: {line:.2}"
+                ),
+                None => "no static setting within ±10%, and none both faster and better for \
+                         the readers"
+                    .into(),
+            }
         }
     };
     format!(
@@ -349,7 +364,7 @@ pub fn render_table(result: &FrontierResult) -> String {
         if rounds > 1 {
             format!("medians [min-max] of {rounds} interleaved rounds")
         } else {
-            "one round (--rounds 3 gives medians with min-max)".into()
+            "one round, so no spread is shown".into()
         }
     );
     out.push('\n');
