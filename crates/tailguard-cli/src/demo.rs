@@ -211,32 +211,91 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
     disk_writes.swap(1, 2);
     drop(layout);
     drop(directory);
-    let frontier = frontier.expect("measured before the writeback run");
+    let measured = Measured {
+        reports,
+        disk_writes,
+        frontier: frontier.expect("measured before the writeback run"),
+    };
+    present(arguments, &base, &sizing, &read_plan.device_name, &measured)
+}
 
-    let table = render_comparison(&reports, &disk_writes);
-    let verdict = verdict(&reports, &disk_writes);
-    let static_verdict = static_verdict(&frontier);
+/// What the demo measured: the three runs (alone, kernel writeback,
+/// tailguard), the disk's write rate in each, and the small frontier.
+struct Measured {
+    reports: Vec<RunReport>,
+    disk_writes: Vec<Option<f64>>,
+    frontier: FrontierResult,
+}
+
+/// Prints the tables and verdicts and writes the HTML report.
+fn present(
+    arguments: &DemoArguments,
+    base: &Path,
+    sizing: &Sizing,
+    device: &str,
+    measured: &Measured,
+) -> Result<(), BenchError> {
+    let Measured {
+        reports,
+        disk_writes,
+        frontier,
+    } = measured;
+    let duration_s = sizing.duration_s;
+    let table = render_comparison(reports, disk_writes);
+    let verdict = verdict(reports, disk_writes);
+    let static_verdict = static_verdict(frontier);
     println!(
         "tailguard demo on {} (device {}): 16 readers of 4 KiB at queue depth 1 on a {:.0} MiB \
          file; a 1 MiB sequential writer at queue depth {WRITE_QUEUE_DEPTH} on a {:.1} GiB file from \
          {:.1} s",
         base.display(),
-        read_plan.device_name,
+        device,
         sizing.read_bytes as f64 / MIB as f64,
         sizing.write_bytes as f64 / GIB,
         writes_start_s(duration_s)
     );
     println!("{table}");
-    println!("{}", crate::render::render_timeline(&reports));
+    println!("{}", crate::render::render_timeline(reports));
     println!(
         "against static settings (kernel O_DIRECT, the writer at a fixed queue depth and request \
          size; readers and writer from the start, {} s per point, one round):",
         frontier.workload.duration_s
     );
-    println!("{}", crate::frontier::result::render_table(&frontier));
+    println!("{}", crate::frontier::result::render_table(frontier));
     println!("verdict: {verdict}");
     println!("verdict against static settings: {static_verdict}");
-    let notes = [
+    let notes = report_notes(
+        arguments,
+        base,
+        sizing,
+        device,
+        measured,
+        [&verdict, &static_verdict],
+    );
+    let page = crate::html::render_with_sections(
+        "tailguard demo",
+        &notes,
+        &[crate::html::frontier::section(frontier)],
+        reports,
+    );
+    crate::html::write_text(&arguments.report, &page).map_err(BenchError::usage)?;
+    println!("report: {}", arguments.report.display());
+    Ok(())
+}
+
+/// The HTML report's notes: the command, the setup, the disk's write rates
+/// and both verdicts.
+fn report_notes(
+    arguments: &DemoArguments,
+    base: &Path,
+    sizing: &Sizing,
+    device: &str,
+    measured: &Measured,
+    [verdict, static_verdict]: [&str; 2],
+) -> [String; 5] {
+    let duration_s = sizing.duration_s;
+    let (reports, disk_writes) = (&measured.reports, &measured.disk_writes);
+    [
         format!("Command: {}", command_line(arguments)),
         format!(
             "Target {} (device {}). Readers: 16 closed-loop 4 KiB random readers, queue depth 1, \
@@ -244,7 +303,7 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
              {:.1} GiB file, from {:.1} s; through the page cache (kernel writeback) or through \
              tailguard in a background class (shares: reads {READ_SHARES}, writes {WRITE_SHARES}).",
             base.display(),
-            read_plan.device_name,
+            device,
             sizing.read_bytes as f64 / MIB as f64,
             sizing.write_bytes as f64 / GIB,
             writes_start_s(duration_s)
@@ -252,10 +311,10 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         format!(
             "Bytes written to the disk per second during each run (/sys/block/{}/stat; buffered \
              writes count once the kernel's writeback sends them): {}.",
-            read_plan.device_name,
+            device,
             reports
                 .iter()
-                .zip(&disk_writes)
+                .zip(disk_writes)
                 .map(|(report, rate)| match rate {
                     Some(rate) => format!("{} {rate:.0} MB/s", report.policy),
                     None => format!("{} unknown", report.policy),
@@ -265,16 +324,7 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         ),
         format!("Verdict: {verdict}"),
         format!("Verdict against static settings: {static_verdict}"),
-    ];
-    let page = crate::html::render_with_sections(
-        "tailguard demo",
-        &notes,
-        &[crate::html::frontier::section(&frontier)],
-        &reports,
-    );
-    crate::html::write_text(&arguments.report, &page).map_err(BenchError::usage)?;
-    println!("report: {}", arguments.report.display());
-    Ok(())
+    ]
 }
 
 /// The static queue depths of the demo's frontier.

@@ -1,12 +1,15 @@
 //! `tailguard frontier` end to end on a scratch directory: a tiny grid of
 //! one-second points over two rounds, checked for the JSON's structure and
 //! for numbers that agree with each other (not for their values, which are the
-//! disk's), the table, the HTML page, cleanup, and refused arguments.
+//! disk's), the table, the HTML page, cleanup after a run and after Ctrl-C,
+//! and refused arguments.
 
 use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 mod common;
-use common::{assert_empty, tailguard, tailguard_ok};
+use common::{assert_empty, entries, interrupt_and_wait, tailguard, tailguard_ok};
 
 const ROUNDS: usize = 2;
 
@@ -234,5 +237,47 @@ fn bad_arguments_fail_clearly_and_leave_nothing() {
         assert!(error.contains(says), "{flag} {value}: {error}");
         assert_empty(&directory);
     }
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[test]
+fn ctrl_c_mid_frontier_removes_its_files_and_writes_nothing() {
+    let directory = common::scratch_dir("frontier", "interrupt");
+    let json = directory.with_extension("json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+        .args([
+            "frontier",
+            directory.to_str().unwrap(),
+            "--depths",
+            "1",
+            "--sizes",
+            "1m",
+            "--latency-targets",
+            "none",
+            "--duration",
+            "60s",
+            "--size-mib",
+            "8",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the read file and the write file.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while entries(&directory).len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        entries(&directory).len() >= 2,
+        "the frontier laid out its files"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let status = interrupt_and_wait(&mut child, Duration::from_secs(20), "frontier");
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert_empty(&directory);
+    assert!(!json.exists(), "no JSON for an interrupted frontier");
     let _ = std::fs::remove_dir_all(&directory);
 }

@@ -32,8 +32,8 @@ pub struct FrontierResult {
     pub readers: u32,
     /// The readers' request size.
     pub read_bytes_per_request: u64,
-    /// `disk` (the device's counters) or `writer` (the writer's own rate).
-    pub write_rate_source: &'static str,
+    /// Where the write rates come from.
+    pub write_rate_source: WriteRateSource,
     /// The same-rate window, a fraction of the tailguard point's write rate.
     pub match_tolerance: f64,
     /// Worst-rate differences (over solo) below this are ties.
@@ -42,9 +42,22 @@ pub struct FrontierResult {
     pub points: Vec<PointResult>,
 }
 
+/// Where a frontier's write rates come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteRateSource {
+    /// The device's own counters (`/sys/block/DEVICE/stat`).
+    Disk,
+    /// The writer's completed bytes (the target has no device counters).
+    Writer,
+}
+
 /// One point's summary.
 #[derive(Clone, Debug, Serialize)]
 pub struct PointResult {
+    /// What the point runs.
+    #[serde(skip)]
+    pub setting: Setting,
     /// Its name (`direct QD1 128k`, `tailguard 500us`).
     pub name: String,
     /// `solo`, `static` or `tailguard`.
@@ -128,7 +141,11 @@ impl FrontierResult {
             workload,
             readers: measure::READERS,
             read_bytes_per_request: measure::READ_BYTES,
-            write_rate_source: if from_disk { "disk" } else { "writer" },
+            write_rate_source: if from_disk {
+                WriteRateSource::Disk
+            } else {
+                WriteRateSource::Writer
+            },
             match_tolerance: analysis::MATCH_TOLERANCE,
             tie_tolerance: analysis::TIE_TOLERANCE,
             points,
@@ -137,12 +154,14 @@ impl FrontierResult {
 
     /// The static points.
     pub fn statics(&self) -> impl Iterator<Item = &PointResult> {
-        self.points.iter().filter(|point| point.kind == "static")
+        self.points.iter().filter(|point| point.setting.is_static())
     }
 
     /// The tailguard points.
     pub fn tailguards(&self) -> impl Iterator<Item = &PointResult> {
-        self.points.iter().filter(|point| point.kind == "tailguard")
+        self.points
+            .iter()
+            .filter(|point| point.setting.is_tailguard())
     }
 }
 
@@ -181,6 +200,7 @@ fn summarise(
         _ => (None, None),
     };
     Ok(PointResult {
+        setting: *setting,
         kind: setting.kind(),
         queue_depth,
         request_bytes,
@@ -214,7 +234,7 @@ fn summarise(
 
 fn mark_frontier_and_compare(points: &mut [PointResult]) {
     let static_indices: Vec<usize> = (0..points.len())
-        .filter(|&index| points[index].kind == "static")
+        .filter(|&index| points[index].setting.is_static())
         .collect();
     let positions: Vec<Position> = static_indices
         .iter()
@@ -224,7 +244,7 @@ fn mark_frontier_and_compare(points: &mut [PointResult]) {
         points[index].on_static_frontier = on;
     }
     for index in 0..points.len() {
-        if points[index].kind != "tailguard" {
+        if !points[index].setting.is_tailguard() {
             continue;
         }
         let position = points[index].position();
@@ -352,23 +372,26 @@ pub fn render_table(result: &FrontierResult) -> String {
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
         line(&mut out, &cells);
     }
-    let _ = write!(
-        out,
+    out.push_str(&footnote(result));
+    out
+}
+
+/// What the table's columns and marks mean.
+fn footnote(result: &FrontierResult) -> String {
+    format!(
         "write MB/s: {}; worst 0.5 s and mean read rates over the same round's solo run; \
-         * = on the static Pareto frontier; {}",
-        if result.write_rate_source == "disk" {
+         * = on the static Pareto frontier; {}\n",
+        if result.write_rate_source == WriteRateSource::Disk {
             format!("what device {} wrote (its own counters)", result.device)
         } else {
             "the writer's own rate (the target has no device counters)".into()
         },
-        if rounds > 1 {
-            format!("medians [min-max] of {rounds} interleaved rounds")
+        if result.rounds > 1 {
+            format!("medians [min-max] of {} interleaved rounds", result.rounds)
         } else {
             "one round, so no spread is shown".into()
         }
-    );
-    out.push('\n');
-    out
+    )
 }
 
 #[cfg(test)]
@@ -433,7 +456,7 @@ mod tests {
     fn ratios_are_per_round_against_that_rounds_solo() {
         let result = built();
         assert_eq!(result.rounds, 2);
-        assert_eq!(result.write_rate_source, "disk");
+        assert_eq!(result.write_rate_source, WriteRateSource::Disk);
         let static_slow = &result.points[1];
         // 900/1000 and 720/800: both 0.9.
         assert!((static_slow.worst_500ms_over_solo.median - 0.9).abs() < 1e-9);
@@ -526,7 +549,7 @@ mod tests {
             &samples,
         )
         .unwrap();
-        assert_eq!(result.write_rate_source, "writer");
+        assert_eq!(result.write_rate_source, WriteRateSource::Writer);
         assert_eq!(result.points[1].write_mb_per_s.median, 300.0);
         assert_eq!(
             result.points[1].versus_static.as_ref().unwrap().standing,

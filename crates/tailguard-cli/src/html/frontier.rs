@@ -12,6 +12,7 @@
 //! and labels drawn as its overlay.
 
 use super::svg::{self, escape, Axis, Chart, Plot, Series, PALETTE};
+use crate::frontier::grid::Setting;
 use crate::frontier::result::{describe_versus, FrontierResult, PointResult};
 use std::fmt::Write as _;
 use tailguard_sim::report::human_duration;
@@ -56,7 +57,7 @@ pub fn chart(result: &FrontierResult) -> String {
     let shown: Vec<&PointResult> = result
         .points
         .iter()
-        .filter(|point| point.kind != "solo")
+        .filter(|point| point.setting != Setting::Solo)
         .collect();
     let write_max = shown
         .iter()
@@ -87,10 +88,12 @@ pub fn chart(result: &FrontierResult) -> String {
     };
     chart.to_svg_with(|plot, out| {
         for point in &shown {
-            let colour = match (point.kind, point.on_static_frontier) {
-                ("tailguard", _) => TAILGUARD_COLOUR,
-                (_, true) => STATIC_COLOUR,
-                _ => STATIC_OFF_FRONTIER_COLOUR,
+            let colour = if point.setting.is_tailguard() {
+                TAILGUARD_COLOUR
+            } else if point.on_static_frontier {
+                STATIC_COLOUR
+            } else {
+                STATIC_OFF_FRONTIER_COLOUR
             };
             mark(plot, out, point, colour, result.rounds > 1);
         }
@@ -190,7 +193,7 @@ pub fn page(title: &str, notes: &[String], result: &FrontierResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontier::grid::{Setting, Variant};
+    use crate::frontier::grid::Variant;
     use crate::frontier::measure::{Sample, Workload};
 
     fn sample(round: u32, write: f64, iops: f64, worst: f64) -> Sample {
