@@ -379,11 +379,11 @@ fn static_frontier(
     layout: &mut target::Layout,
     progress: &Progress,
 ) -> Result<FrontierResult, BenchError> {
-    let workload = Workload {
-        read_bytes: sizing.read_bytes,
-        write_bytes: sizing.read_bytes,
-        duration_s: frontier_point_s(sizing.duration_s),
-    };
+    let workload = Workload::with_demo_readers(
+        sizing.read_bytes,
+        sizing.read_bytes,
+        frontier_point_s(sizing.duration_s),
+    );
     let writer_directory = directory.join("frontier");
     std::fs::create_dir(&writer_directory).map_err(|error| {
         BenchError::usage(format!(
@@ -1012,11 +1012,7 @@ mod tests {
                 Setting::Tailguard(_) => vec![sample(tailguard_write, tailguard_worst)],
             })
             .collect();
-        let workload = Workload {
-            read_bytes: MIB,
-            write_bytes: MIB,
-            duration_s: 3.0,
-        };
+        let workload = Workload::with_demo_readers(MIB, MIB, 3.0);
         FrontierResult::build("demo".into(), "vda".into(), workload, &points, &samples).unwrap()
     }
 

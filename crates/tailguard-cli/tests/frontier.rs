@@ -168,7 +168,8 @@ fn a_tiny_frontier_reports_consistent_json_a_table_and_a_chart() {
     let _ = std::fs::remove_dir_all(&directory);
 
     assert_eq!(value["rounds"], ROUNDS as u64);
-    assert_eq!(value["readers"], 16);
+    assert_eq!(value["workload"]["readers"], 16);
+    assert_eq!(value["workload"]["read_request_bytes"], 4096);
     let write_source = value["write_rate_source"].as_str().unwrap();
     assert!(["disk", "writer"].contains(&write_source), "{value}");
     let points = value["points"].as_array().unwrap();

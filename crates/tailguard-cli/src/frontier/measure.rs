@@ -1,7 +1,8 @@
 //! Measuring the points: one bench run per point per round, interleaved.
 //!
-//! The workload is the demo's: [`READERS`] closed-loop 4 KiB random readers at
-//! queue depth 1 on the read file, in a latency class, and (except in the solo
+//! The workload is by default the demo's: [`READERS`] closed-loop 4 KiB random
+//! readers at queue depth 1 on the read file, in a latency class (their count,
+//! request size and depth are [`Workload`] fields), and (except in the solo
 //! point) one sequential writer on the write file, in a background class, both
 //! from the start of the run. A static point runs everything kernel O_DIRECT
 //! (bench's `kernel-direct` mode) with the writer at the point's depth and
@@ -31,10 +32,12 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use tailguard_sim::report::{ClassReport, RunReport};
 
-/// The readers: closed-loop instances at queue depth 1.
+/// The demo's readers: closed-loop instances.
 pub const READERS: u32 = 16;
-/// The readers' request size.
-pub const READ_BYTES: u64 = 4096;
+/// The demo's readers' request size.
+pub const READ_REQUEST_BYTES: u64 = 4096;
+/// The demo's readers' queue depth, each.
+pub const READ_QUEUE_DEPTH: u32 = 1;
 /// The read class's name.
 pub const READ_CLASS: &str = "reads";
 /// The write class's name.
@@ -51,9 +54,15 @@ pub const TAILGUARD_WRITE_QUEUE_DEPTH: u32 = 16;
 /// pieces as its budget says).
 pub const TAILGUARD_WRITE_BYTES: u64 = 1 << 20;
 
-/// What every point runs: file sizes and the length of a run.
+/// What every point runs: the readers, file sizes and the length of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Workload {
+    /// Closed-loop random readers (each a job instance).
+    pub readers: u32,
+    /// Each read's size, in bytes.
+    pub read_request_bytes: u64,
+    /// Reads each reader keeps in flight.
+    pub read_queue_depth: u32,
     /// The readers' file, in bytes.
     pub read_bytes: u64,
     /// The writer's file, in bytes (it wraps around at the end).
@@ -63,14 +72,44 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// The demo's readers on files of these sizes, runs of `duration_s`.
+    pub fn with_demo_readers(read_bytes: u64, write_bytes: u64, duration_s: f64) -> Self {
+        Self {
+            readers: READERS,
+            read_request_bytes: READ_REQUEST_BYTES,
+            read_queue_depth: READ_QUEUE_DEPTH,
+            read_bytes,
+            write_bytes,
+            duration_s,
+        }
+    }
+
+    /// The workload in words: `16 closed-loop random readers of 4k at queue
+    /// depth 1 on a 512 MiB file beside a sequential writer on a 512 MiB file`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} closed-loop random readers of {} at queue depth {} on a {} MiB file beside a \
+             sequential writer on a {} MiB file",
+            self.readers,
+            crate::frontier::grid::size_label(self.read_request_bytes),
+            self.read_queue_depth,
+            self.read_bytes >> 20,
+            self.write_bytes >> 20
+        )
+    }
+
     /// The bench job of `setting`: the readers, and the writer unless solo.
     pub fn job(&self, setting: &Setting) -> Result<BenchJob, BenchError> {
         let mut text = format!(
             "duration_s = {}\nseed = 1\n\
              [[class]]\nname = \"{READ_CLASS}\"\nshares = {READ_SHARES}\n\
              [[job]]\nname = \"readers\"\nclass = \"{READ_CLASS}\"\npattern = \"randread\"\n\
-             block_size = {READ_BYTES}\nqueue_depth = 1\nnumjobs = {READERS}\nsize = {}\n",
-            self.duration_s, self.read_bytes
+             block_size = {}\nqueue_depth = {}\nnumjobs = {}\nsize = {}\n",
+            self.duration_s,
+            self.read_request_bytes,
+            self.read_queue_depth,
+            self.readers,
+            self.read_bytes
         );
         let writer = match *setting {
             Setting::Solo => None,
@@ -269,11 +308,7 @@ mod tests {
 
     #[test]
     fn each_setting_gets_its_writer_and_mode() {
-        let workload = Workload {
-            read_bytes: 8 << 20,
-            write_bytes: 16 << 20,
-            duration_s: 2.0,
-        };
+        let workload = Workload::with_demo_readers(8 << 20, 16 << 20, 2.0);
         let solo = workload.job(&Setting::Solo).unwrap().scenario;
         assert_eq!(solo.jobs.len(), 1);
         assert_eq!(solo.jobs[0].numjobs, READERS);

@@ -1,7 +1,8 @@
 //! `tailguard frontier [DIR]`: the read/write trade-off curve of static
 //! settings and of tailguard, measured side by side on one disk.
 //!
-//! A latency class (the demo's 16 readers of 4 KiB at queue depth 1) runs
+//! A latency class (by default the demo's 16 readers of 4 KiB at queue depth
+//! 1; `--readers`, `--read-size`, `--read-depth` change it) runs
 //! beside a bulk class (one sequential writer) in many ways: every static
 //! setting of a grid (kernel O_DIRECT, no scheduler, the writer at a fixed
 //! queue depth and request size), tailguard with the command line's scheduler
@@ -82,6 +83,16 @@ pub struct FrontierArguments {
     /// default 5 s, --quick 3 s).
     #[arg(long, value_parser = parse_duration_s, value_name = "DURATION")]
     pub duration: Option<f64>,
+    /// Closed-loop random readers of the latency class (default 16, the
+    /// demo's).
+    #[arg(long, default_value_t = measure::READERS, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub readers: u32,
+    /// Each read's size (default 4k).
+    #[arg(long, value_parser = grid::parse_size, value_name = "SIZE", default_value = "4k")]
+    pub read_size: u64,
+    /// Reads each reader keeps in flight (default 1).
+    #[arg(long, default_value_t = measure::READ_QUEUE_DEPTH, value_parser = grid::parse_depth)]
+    pub read_depth: u32,
     /// Size of the read file and of the write file, MiB (default 1024,
     /// --quick 512).
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
@@ -161,6 +172,9 @@ impl FrontierArguments {
             FILE_MIB_DEFAULT
         });
         Workload {
+            readers: self.readers,
+            read_request_bytes: self.read_size,
+            read_queue_depth: self.read_depth,
             read_bytes: mib * MIB,
             write_bytes: mib * MIB,
             duration_s: self.duration.unwrap_or(if self.quick {
@@ -206,6 +220,21 @@ impl FrontierArguments {
             workload.duration_s,
             workload.read_bytes / MIB
         );
+        if (self.readers, self.read_size, self.read_depth)
+            != (
+                measure::READERS,
+                measure::READ_REQUEST_BYTES,
+                measure::READ_QUEUE_DEPTH,
+            )
+        {
+            let _ = write!(
+                command,
+                " --readers {} --read-size {} --read-depth {}",
+                self.readers,
+                grid::size_label(self.read_size),
+                self.read_depth
+            );
+        }
         let settings = &self.scheduler;
         if let Some(profile) = &settings.profile {
             let _ = write!(command, " --profile {}", profile.display());
@@ -302,13 +331,10 @@ fn write_outputs(
     let json_to_stdout = arguments.json.as_deref() == Some(Path::new("-"));
     if !json_to_stdout {
         println!(
-            "tailguard frontier on {} (device {}): {} readers of 4 KiB at queue depth 1 on a {} \
-             MiB file beside a sequential writer on a {} MiB file, {} s per point (reproduce: {})",
+            "tailguard frontier on {} (device {}): {}, {} s per point (reproduce: {})",
             base.display(),
             result.device,
-            result.readers,
-            result.workload.read_bytes / MIB,
-            result.workload.write_bytes / MIB,
+            result.workload.describe(),
             result.workload.duration_s,
             result.command
         );
@@ -333,15 +359,12 @@ fn write_outputs(
         let notes = [
             format!("Command: {}", result.command),
             format!(
-                "Device {}: {} closed-loop 4 KiB random readers at queue depth 1 on a {} MiB file \
-                 beside one sequential writer on a {} MiB file; {} s per point, {} round(s), \
+                "Device {}: {}; {} s per point, {} round(s), \
                  points interleaved. Static points: readers and writer kernel O_DIRECT, the writer \
                  at the point's queue depth and request size. Tailguard points: both through the \
                  scheduler, the writer keeping {} requests of 1 MiB queued.",
                 result.device,
-                result.readers,
-                result.workload.read_bytes / MIB,
-                result.workload.write_bytes / MIB,
+                result.workload.describe(),
                 result.workload.duration_s,
                 result.rounds,
                 measure::TAILGUARD_WRITE_QUEUE_DEPTH
@@ -395,6 +418,24 @@ mod tests {
         assert_eq!(arguments.rounds, 3);
         // 1 solo + 4 static + default + adaptive + 2 targets.
         assert_eq!(grid.points().len(), 9);
+        assert_eq!(arguments.workload().readers, measure::READERS);
+        assert_eq!(arguments.workload().read_request_bytes, 4096);
+        let other = parse(&["--readers", "4", "--read-size", "16k", "--read-depth", "8"]).unwrap();
+        let workload = other.workload();
+        assert_eq!(
+            (
+                workload.readers,
+                workload.read_request_bytes,
+                workload.read_queue_depth
+            ),
+            (4, 16 << 10, 8)
+        );
+        let job = workload.job(&Setting::Solo).unwrap().scenario;
+        assert_eq!(job.jobs[0].numjobs, 4);
+        assert_eq!(job.jobs[0].block_size_bytes, 16 << 10);
+        assert!(other
+            .command_line(&other.grid(), &workload)
+            .contains("--readers 4 --read-size 16k --read-depth 8"));
         let command = arguments.command_line(&grid, &arguments.workload());
         assert!(
             command.contains("--depths 1,2 --sizes 128k,1m --latency-targets 250us,2ms"),

@@ -12,7 +12,7 @@
 
 use crate::frontier::analysis::{self, Comparison, Position, Standing, Summary};
 use crate::frontier::grid::{Setting, Variant};
-use crate::frontier::measure::{self, Sample, Workload};
+use crate::frontier::measure::{Sample, Workload};
 use serde::Serialize;
 use std::fmt::Write as _;
 use tailguard_sim::report::human_duration;
@@ -26,12 +26,8 @@ pub struct FrontierResult {
     pub device: String,
     /// Rounds run (every point once per round).
     pub rounds: u32,
-    /// File sizes and run length.
+    /// The readers, file sizes and run length.
     pub workload: Workload,
-    /// Readers (closed loop, queue depth 1 each).
-    pub readers: u32,
-    /// The readers' request size.
-    pub read_bytes_per_request: u64,
     /// Where the write rates come from.
     pub write_rate_source: WriteRateSource,
     /// The same-rate window, a fraction of the tailguard point's write rate.
@@ -139,8 +135,6 @@ impl FrontierResult {
             device,
             rounds: solo.len() as u32,
             workload,
-            readers: measure::READERS,
-            read_bytes_per_request: measure::READ_BYTES,
             write_rate_source: if from_disk {
                 WriteRateSource::Disk
             } else {
@@ -445,11 +439,7 @@ mod tests {
     }
 
     fn workload() -> Workload {
-        Workload {
-            read_bytes: 1 << 20,
-            write_bytes: 1 << 20,
-            duration_s: 1.0,
-        }
+        Workload::with_demo_readers(1 << 20, 1 << 20, 1.0)
     }
 
     #[test]

@@ -236,11 +236,7 @@ mod tests {
             vec![sample(0, 460.0, 800.0, 600.0)],
             vec![sample(0, 300.0, 900.0, 800.0)],
         ];
-        let workload = Workload {
-            read_bytes: 1 << 20,
-            write_bytes: 1 << 20,
-            duration_s: 1.0,
-        };
+        let workload = Workload::with_demo_readers(1 << 20, 1 << 20, 1.0);
         let result = FrontierResult::build(
             "tailguard frontier <dir>".into(),
             "vda".into(),
