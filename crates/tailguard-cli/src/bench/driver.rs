@@ -42,6 +42,7 @@
 //! `last_completion_s`). Ctrl-C ends it early: in-flight requests are waited
 //! for (their buffers belong to the kernel until then), queued ones dropped.
 
+use crate::bench::job::JobOptions;
 use crate::bench::report::BenchRun;
 use crate::bench::target::{interrupted, Plan};
 use crate::bench::{BenchError, Mode};
@@ -63,7 +64,7 @@ use tailguard::{
     SchedulerBuilder, StatsSnapshot,
 };
 use tailguard_core::Nanos;
-use tailguard_sim::report::{ClassAccumulator, RunReport};
+use tailguard_sim::report::{ClassAccumulator, ClassReport, RunReport};
 use tailguard_sim::scenario::{Arrival, Scenario};
 use tailguard_sim::workload::{RequestTemplate, Workload};
 
@@ -190,13 +191,30 @@ pub fn run(
     seed: u64,
     progress: &mut dyn FnMut(Nanos),
 ) -> Result<BenchRun, BenchError> {
+    run_with_options(scenario, plan, mode, settings, seed, progress, &[])
+}
+
+/// [`run`], with bench's per-job options (aligned with `scenario.jobs`; a
+/// shorter slice leaves the rest at their defaults): a job with
+/// `io_bytes_per_instance` stops each instance once it has submitted that
+/// many bytes, and its class's rates count over the time it actually ran.
+pub fn run_with_options(
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+    settings: &SchedulerSettings,
+    seed: u64,
+    progress: &mut dyn FnMut(Nanos),
+    job_options: &[JobOptions],
+) -> Result<BenchRun, BenchError> {
     let threads = concurrency(scenario);
     let mut executor: Box<dyn Executor> = match mode {
         Mode::Tailguard => Box::new(SchedulerExecutor::new(scenario, plan, settings, threads)?),
         Mode::KernelDirect => Box::new(BackendExecutor::new(plan, true, threads)?),
         Mode::KernelBuffered => Box::new(BackendExecutor::new(plan, false, threads)?),
     };
-    let result = drive(scenario, plan, mode, seed, executor.as_mut(), progress);
+    let result = Driver::new(scenario, plan, mode, seed, job_options)
+        .and_then(|driver| driver.drive(executor.as_mut(), progress));
     if result.is_err() {
         executor.abandon_queued();
     }
@@ -225,54 +243,295 @@ struct Pending {
     submitted_ns: Nanos,
 }
 
-fn drive(
-    scenario: &Scenario,
-    plan: &Plan,
+/// A timer: (when, instance, whether it is the instance's start).
+type Timer = Reverse<(Nanos, usize, bool)>;
+
+/// One run's state: the workload, its timers, the requests in flight, and
+/// what the classes measured.
+struct Driver<'a> {
+    scenario: &'a Scenario,
+    plan: &'a Plan,
     mode: Mode,
     seed: u64,
-    executor: &mut dyn Executor,
-    progress: &mut dyn FnMut(Nanos),
-) -> Result<RunReport, BenchError> {
-    let mut workload = Workload::new(scenario, seed);
-    let duration_ns = scenario.duration_ns;
-    let mut accumulators: Vec<ClassAccumulator> = scenario
-        .classes
-        .iter()
-        .enumerate()
-        .filter_map(|(class, spec)| {
-            let jobs = scenario.jobs.iter().filter(|job| job.class == class);
-            let start = jobs.clone().map(|job| job.start_ns).min()?;
-            let stop = jobs.map(|job| job.stop_ns).max()?;
-            Some((spec, start, stop))
+    workload: Workload,
+    accumulators: Vec<ClassAccumulator>,
+    /// Class index -> accumulator index (classes without jobs have none).
+    row_of: Vec<usize>,
+    timers: BinaryHeap<Timer>,
+    /// Free buffers by length.
+    buffers: HashMap<usize, Vec<AlignedBuffer>>,
+    pending: HashMap<u64, Pending>,
+    next_token: u64,
+    generated: Vec<RequestTemplate>,
+    /// Per instance: bytes submitted so far.
+    instance_bytes: Vec<u64>,
+    /// Per job: the bytes each instance may submit (`None`: no bound).
+    job_limit_bytes: Vec<Option<u64>>,
+    /// Per instance: its job (instances are numbered job by job).
+    instance_job: Vec<usize>,
+    start: Instant,
+}
+
+impl<'a> Driver<'a> {
+    fn new(
+        scenario: &'a Scenario,
+        plan: &'a Plan,
+        mode: Mode,
+        seed: u64,
+        job_options: &[JobOptions],
+    ) -> Result<Self, BenchError> {
+        let workload = Workload::new(scenario, seed);
+        let duration_ns = scenario.duration_ns;
+        let timers = workload
+            .start_times()
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, start)| start < duration_ns)
+            .map(|(instance, start)| Reverse((start, instance, true)))
+            .collect();
+        let (accumulators, row_of) = accumulators(scenario, &plan.device_name);
+        let job_limit_bytes = (0..scenario.jobs.len())
+            .map(|job| job_options.get(job).and_then(|o| o.io_bytes_per_instance))
+            .collect();
+        let instance_job = scenario
+            .jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(index, job)| std::iter::repeat_n(index, job.numjobs as usize))
+            .collect();
+        Ok(Self {
+            instance_job,
+            instance_bytes: vec![0; workload.instance_count()],
+            buffers: buffers(scenario)?,
+            scenario,
+            plan,
+            mode,
+            seed,
+            workload,
+            accumulators,
+            row_of,
+            timers,
+            pending: HashMap::new(),
+            next_token: 0,
+            generated: Vec::new(),
+            job_limit_bytes,
+            start: Instant::now(),
         })
-        .map(|(spec, start, stop)| {
-            ClassAccumulator::new(spec.name.clone(), plan.device_name.clone(), stop - start)
-                .starting_at(start)
-        })
-        .collect();
-    // Class index -> accumulator index (classes without jobs have none).
-    let mut row_of = vec![usize::MAX; scenario.classes.len()];
-    for (row, accumulator_class) in scenario
-        .classes
-        .iter()
-        .enumerate()
-        .filter(|(class, _)| scenario.jobs.iter().any(|job| job.class == *class))
-        .map(|(class, _)| class)
-        .enumerate()
-    {
-        row_of[accumulator_class] = row;
     }
-    // (when, instance, is_start)
-    let mut timers: BinaryHeap<Reverse<(Nanos, usize, bool)>> = workload
-        .start_times()
-        .into_iter()
-        .enumerate()
-        .filter(|&(_, start)| start < duration_ns)
-        .map(|(instance, start)| Reverse((start, instance, true)))
-        .collect();
-    // Buffers for what the jobs put in flight at once, allocated and touched
-    // before the clock starts: faulting in a burst's memory mid-run would make the
-    // driver late for every other job.
+
+    fn ns_at(&self, instant: Instant) -> Nanos {
+        instant.saturating_duration_since(self.start).as_nanos() as Nanos
+    }
+
+    /// Whether the instance has submitted all the bytes its job may.
+    fn exhausted(&self, instance: usize) -> bool {
+        self.job_limit_bytes[self.instance_job[instance]].is_some_and(|limit| self.instance_bytes[instance] >= limit)
+    }
+
+    fn drive(
+        mut self,
+        executor: &mut dyn Executor,
+        progress: &mut dyn FnMut(Nanos),
+    ) -> Result<RunReport, BenchError> {
+        let mut done = Vec::new();
+        self.start = Instant::now();
+        let mut next_progress = self.start;
+        loop {
+            if interrupted() {
+                return Err(BenchError::interrupted());
+            }
+            let instant = Instant::now();
+            if instant >= next_progress {
+                progress(self.ns_at(instant));
+                next_progress = instant + PROGRESS_INTERVAL;
+            }
+            self.fire_timers(self.ns_at(instant));
+            self.submit_generated(executor)?;
+            if self.timers.is_empty() && self.pending.is_empty() {
+                break;
+            }
+            let mut deadline = Instant::now() + POLL_INTERVAL;
+            if let Some(&Reverse((when, _, _))) = self.timers.peek() {
+                deadline = deadline.min(self.start + Duration::from_nanos(when));
+            }
+            done.clear();
+            executor.wait(deadline, &mut done)?;
+            for finished in done.drain(..) {
+                self.complete(finished)?;
+            }
+        }
+        Ok(self.finish())
+    }
+
+    /// Runs the timers due by `now`: instance starts and open-loop arrivals.
+    fn fire_timers(&mut self, now: Nanos) {
+        while let Some(&Reverse((when, instance, is_start))) = self.timers.peek() {
+            if when > now {
+                break;
+            }
+            self.timers.pop();
+            if self.exhausted(instance) {
+                continue;
+            }
+            let next = if is_start {
+                self.workload.on_start(when, instance, &mut self.generated)
+            } else {
+                self.workload.on_timer(when, instance, &mut self.generated)
+            };
+            if let Some(next) = next {
+                self.timers.push(Reverse((next, instance, false)));
+            }
+        }
+    }
+
+    /// Hands the generated requests to the executor (dropping those of
+    /// instances that have moved their bytes).
+    fn submit_generated(&mut self, executor: &mut dyn Executor) -> Result<(), BenchError> {
+        let mut generated = std::mem::take(&mut self.generated);
+        for template in generated.drain(..) {
+            if self.exhausted(template.instance) {
+                continue;
+            }
+            self.instance_bytes[template.instance] += template.length_bytes;
+            let job = self.workload.job_of(template.instance);
+            let class = job.class;
+            let write = job.pattern.direction() == tailguard_core::Direction::Write;
+            let length = template.length_bytes as usize;
+            let buffer = match self.buffers.get_mut(&length).and_then(Vec::pop) {
+                Some(buffer) => buffer,
+                None => new_buffer(length)?,
+            };
+            let token = self.next_token;
+            self.next_token += 1;
+            let submitted_ns = self.ns_at(Instant::now());
+            self.accumulators[self.row_of[class]].on_submit(submitted_ns);
+            executor.submit(Request {
+                token,
+                class,
+                file: self.plan.job_file[template.job],
+                write,
+                offset: template.offset_bytes - self.plan.job_base[template.job],
+                buffer,
+            })?;
+            let pending = Pending {
+                template,
+                class,
+                submitted_ns,
+            };
+            self.pending.insert(token, pending);
+        }
+        self.generated = generated;
+        Ok(())
+    }
+
+    /// Records a completion and lets its instance generate the next request.
+    fn complete(&mut self, finished: Done) -> Result<(), BenchError> {
+        let Some(request) = self.pending.remove(&finished.token) else {
+            return Ok(());
+        };
+        let template = request.template;
+        let plan = self.plan;
+        let bytes = finished.result.map_err(|error| {
+            BenchError::usage(format!(
+                "{}: a {} of {} bytes at offset {} of {} failed: {error}",
+                self.mode.name(),
+                if template.direction == tailguard_core::Direction::Write {
+                    "write"
+                } else {
+                    "read"
+                },
+                template.length_bytes,
+                template.offset_bytes - plan.job_base[template.job],
+                plan.files[plan.job_file[template.job]].display()
+            ))
+        })?;
+        let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
+        self.accumulators[self.row_of[request.class]].on_complete(
+            completed_ns,
+            template.intended_at.min(request.submitted_ns),
+            request.submitted_ns,
+            bytes as u64,
+        );
+        self.buffers
+            .entry(finished.buffer.len())
+            .or_default()
+            .push(finished.buffer);
+        self.workload
+            .on_completion(completed_ns, template.instance, &mut self.generated);
+        Ok(())
+    }
+
+    /// The report. A class whose jobs are all size-bounded counts its rates
+    /// over the time it ran (its start to its last completion), and has no
+    /// worst 0.5 s rate (its window was not known in advance); a run with
+    /// such jobs lasts until its last completion.
+    fn finish(self) -> RunReport {
+        let mut classes: Vec<ClassReport> =
+            self.accumulators.iter().map(ClassAccumulator::finish).collect();
+        let mut last_completion_s = 0.0f64;
+        for (class, &row) in self.row_of.iter().enumerate() {
+            if row == usize::MAX {
+                continue;
+            }
+            let jobs = || (0..self.scenario.jobs.len()).filter(|&j| self.scenario.jobs[j].class == class);
+            last_completion_s = last_completion_s.max(classes[row].last_completion_s);
+            if !jobs().all(|job| self.job_limit_bytes[job].is_some()) {
+                continue;
+            }
+            let start_ns = jobs().map(|job| self.scenario.jobs[job].start_ns).min().unwrap_or(0);
+            rate_over_active_time(&mut classes[row], start_ns);
+        }
+        let bounded = self.job_limit_bytes.iter().any(Option::is_some);
+        let duration_s = self.scenario.duration_ns as f64 / 1e9;
+        RunReport {
+            policy: self.mode.name().to_string(),
+            seed: self.seed,
+            duration_s: if bounded {
+                duration_s.min(last_completion_s)
+            } else {
+                duration_s
+            },
+            classes,
+        }
+    }
+}
+
+/// Recomputes a size-bounded class's rates over `start_ns` to its last
+/// completion.
+fn rate_over_active_time(row: &mut ClassReport, start_ns: Nanos) {
+    let active_s = (row.last_completion_s - start_ns as f64 / 1e9).max(1e-9);
+    let round3 = |value: f64| (value * 1e3).round() / 1e3;
+    row.iops = round3(row.ops as f64 / active_s);
+    row.mb_per_s = round3(row.bytes as f64 / active_s / 1e6);
+    row.worst_500ms_iops = None;
+}
+
+/// One accumulator per class that has jobs, active from its jobs' first start
+/// to their last stop; and the class -> accumulator index map.
+fn accumulators(scenario: &Scenario, device_name: &str) -> (Vec<ClassAccumulator>, Vec<usize>) {
+    let mut accumulators = Vec::new();
+    let mut row_of = vec![usize::MAX; scenario.classes.len()];
+    for (class, spec) in scenario.classes.iter().enumerate() {
+        let jobs = scenario.jobs.iter().filter(|job| job.class == class);
+        let (Some(start), Some(stop)) = (
+            jobs.clone().map(|job| job.start_ns).min(),
+            jobs.map(|job| job.stop_ns).max(),
+        ) else {
+            continue;
+        };
+        row_of[class] = accumulators.len();
+        accumulators.push(
+            ClassAccumulator::new(spec.name.clone(), device_name.to_string(), stop - start)
+                .starting_at(start),
+        );
+    }
+    (accumulators, row_of)
+}
+
+/// Buffers for what the jobs put in flight at once, allocated and touched
+/// before the clock starts: faulting in a burst's memory mid-run would make
+/// the driver late for every other job.
+fn buffers(scenario: &Scenario) -> Result<HashMap<usize, Vec<AlignedBuffer>>, BenchError> {
     let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
     for job in &scenario.jobs {
         let per_instance = match job.arrival {
@@ -286,113 +545,7 @@ fn drive(
             buffers.entry(length).or_default().push(buffer);
         }
     }
-    let mut pending: HashMap<u64, Pending> = HashMap::new();
-    let mut next_token = 0u64;
-    let mut generated = Vec::new();
-    let mut done = Vec::new();
-    let start = Instant::now();
-    let ns_at = |instant: Instant| instant.saturating_duration_since(start).as_nanos() as Nanos;
-    let mut next_progress = start;
-    loop {
-        if interrupted() {
-            return Err(BenchError::interrupted());
-        }
-        let instant = Instant::now();
-        if instant >= next_progress {
-            progress(ns_at(instant));
-            next_progress = instant + PROGRESS_INTERVAL;
-        }
-        let now = ns_at(instant);
-        while let Some(&Reverse((when, instance, is_start))) = timers.peek() {
-            if when > now {
-                break;
-            }
-            timers.pop();
-            let next = if is_start {
-                workload.on_start(when, instance, &mut generated)
-            } else {
-                workload.on_timer(when, instance, &mut generated)
-            };
-            if let Some(next) = next {
-                timers.push(Reverse((next, instance, false)));
-            }
-        }
-        for template in generated.drain(..) {
-            let job = workload.job_of(template.instance);
-            let length = template.length_bytes as usize;
-            let buffer = match buffers.get_mut(&length).and_then(Vec::pop) {
-                Some(buffer) => buffer,
-                None => new_buffer(length)?,
-            };
-            let token = next_token;
-            next_token += 1;
-            let submitted_at = Instant::now();
-            accumulators[row_of[job.class]].on_submit(ns_at(submitted_at));
-            executor.submit(Request {
-                token,
-                class: job.class,
-                file: plan.job_file[template.job],
-                write: job.pattern.direction() == tailguard_core::Direction::Write,
-                offset: template.offset_bytes - plan.job_base[template.job],
-                buffer,
-            })?;
-            pending.insert(
-                token,
-                Pending {
-                    template,
-                    class: job.class,
-                    submitted_ns: ns_at(submitted_at),
-                },
-            );
-        }
-        if timers.is_empty() && pending.is_empty() {
-            break;
-        }
-        let mut deadline = Instant::now() + POLL_INTERVAL;
-        if let Some(&Reverse((when, _, _))) = timers.peek() {
-            deadline = deadline.min(start + Duration::from_nanos(when));
-        }
-        done.clear();
-        executor.wait(deadline, &mut done)?;
-        for finished in done.drain(..) {
-            let Some(request) = pending.remove(&finished.token) else {
-                continue;
-            };
-            let template = request.template;
-            let bytes = finished.result.map_err(|error| {
-                BenchError::usage(format!(
-                    "{}: a {} of {} bytes at offset {} of {} failed: {error}",
-                    mode.name(),
-                    if template.direction == tailguard_core::Direction::Write {
-                        "write"
-                    } else {
-                        "read"
-                    },
-                    template.length_bytes,
-                    template.offset_bytes - plan.job_base[template.job],
-                    plan.files[plan.job_file[template.job]].display()
-                ))
-            })?;
-            let completed_ns = ns_at(finished.at).max(request.submitted_ns);
-            accumulators[row_of[request.class]].on_complete(
-                completed_ns,
-                template.intended_at.min(request.submitted_ns),
-                request.submitted_ns,
-                bytes as u64,
-            );
-            buffers
-                .entry(finished.buffer.len())
-                .or_default()
-                .push(finished.buffer);
-            workload.on_completion(completed_ns, template.instance, &mut generated);
-        }
-    }
-    Ok(RunReport {
-        policy: mode.name().to_string(),
-        seed,
-        duration_s: duration_ns as f64 / 1e9,
-        classes: accumulators.iter().map(ClassAccumulator::finish).collect(),
-    })
+    Ok(buffers)
 }
 
 fn new_buffer(length: usize) -> Result<AlignedBuffer, BenchError> {

@@ -103,6 +103,9 @@ pub struct BenchRun {
     pub report: RunReport,
     /// Aligned with `report.classes`.
     pub scheduler: Vec<Option<SchedulerClassReport>>,
+    /// The group of jobs it ran (fio's `stonewall` groups; 0 when the job
+    /// file has one group).
+    pub group: usize,
 }
 
 impl BenchRun {
@@ -117,7 +120,11 @@ impl BenchRun {
                     .map(SchedulerClassReport::of)
             })
             .collect();
-        Self { report, scheduler }
+        Self {
+            report,
+            scheduler,
+            group: 0,
+        }
     }
 }
 
@@ -127,6 +134,8 @@ impl BenchRun {
 pub struct BenchRunJson<'a> {
     /// The mode.
     pub policy: &'a str,
+    /// The group of jobs (0 when there is one group).
+    pub group: usize,
     /// The seed.
     pub seed: u64,
     /// Seconds of the run.
@@ -209,6 +218,7 @@ impl<'a> BenchRunJson<'a> {
     pub fn new(run: &'a BenchRun) -> Self {
         Self {
             policy: &run.report.policy,
+            group: run.group,
             seed: run.report.seed,
             duration_s: run.report.duration_s,
             classes: run
