@@ -325,7 +325,8 @@ impl<'a> Driver<'a> {
 
     /// Whether the instance has submitted all the bytes its job may.
     fn exhausted(&self, instance: usize) -> bool {
-        self.job_limit_bytes[self.instance_job[instance]].is_some_and(|limit| self.instance_bytes[instance] >= limit)
+        self.job_limit_bytes[self.instance_job[instance]]
+            .is_some_and(|limit| self.instance_bytes[instance] >= limit)
     }
 
     fn drive(
@@ -466,19 +467,26 @@ impl<'a> Driver<'a> {
     /// worst 0.5 s rate (its window was not known in advance); a run with
     /// such jobs lasts until its last completion.
     fn finish(self) -> RunReport {
-        let mut classes: Vec<ClassReport> =
-            self.accumulators.iter().map(ClassAccumulator::finish).collect();
+        let mut classes: Vec<ClassReport> = self
+            .accumulators
+            .iter()
+            .map(ClassAccumulator::finish)
+            .collect();
         let mut last_completion_s = 0.0f64;
         for (class, &row) in self.row_of.iter().enumerate() {
             if row == usize::MAX {
                 continue;
             }
-            let jobs = || (0..self.scenario.jobs.len()).filter(|&j| self.scenario.jobs[j].class == class);
+            let jobs =
+                || (0..self.scenario.jobs.len()).filter(|&j| self.scenario.jobs[j].class == class);
             last_completion_s = last_completion_s.max(classes[row].last_completion_s);
             if !jobs().all(|job| self.job_limit_bytes[job].is_some()) {
                 continue;
             }
-            let start_ns = jobs().map(|job| self.scenario.jobs[job].start_ns).min().unwrap_or(0);
+            let start_ns = jobs()
+                .map(|job| self.scenario.jobs[job].start_ns)
+                .min()
+                .unwrap_or(0);
             rate_over_active_time(&mut classes[row], start_ns);
         }
         let bounded = self.job_limit_bytes.iter().any(Option::is_some);

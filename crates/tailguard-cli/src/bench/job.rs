@@ -165,10 +165,9 @@ impl BenchJob {
                     format!("unknown key; use one of: {}", JOB_KEYS.join(", ")),
                 ));
             }
-            options.push(
-                take_job_options(job)
-                    .map_err(|(key, message)| ConfigError::new(format!("job[{index}].{key}"), message))?,
-            );
+            options.push(take_job_options(job).map_err(|(key, message)| {
+                ConfigError::new(format!("job[{index}].{key}"), message)
+            })?);
             if !job.contains_key("size") {
                 return Err(ConfigError::new(
                     format!("job[{index}].size"),

@@ -142,7 +142,8 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         }
     }
     let default_target = arguments.target.clone().or(job.target.clone());
-    let untargeted = (0..job.scenario.jobs.len()).any(|index| job.options_of(index).target.is_none());
+    let untargeted =
+        (0..job.scenario.jobs.len()).any(|index| job.options_of(index).target.is_none());
     if default_target.is_none() && untargeted {
         return Err(BenchError::usage(format!(
             "{}: no target; {} or pass --target PATH (a directory, an existing regular file, or \
@@ -226,7 +227,10 @@ fn shown_targets(job: &job::BenchJob, default_target: Option<&std::path::Path>) 
 fn describe_duration(job: &job::BenchJob) -> String {
     let seconds = job.scenario.duration_ns as f64 / 1e9;
     let groups = job.groups().len();
-    let bounded = job.job_options.iter().any(|o| o.io_bytes_per_instance.is_some());
+    let bounded = job
+        .job_options
+        .iter()
+        .any(|o| o.io_bytes_per_instance.is_some());
     let mut text = if bounded {
         format!("size-bounded jobs (at most {seconds} s)")
     } else {
@@ -274,7 +278,8 @@ fn run_modes(
                 drop(bar);
                 run.group = group;
                 if !arguments.json && (arguments.repeat > 1 || groups.len() > 1) {
-                    run.report.policy = run_label(mode, repetition, arguments.repeat, group, groups.len());
+                    run.report.policy =
+                        run_label(mode, repetition, arguments.repeat, group, groups.len());
                 }
                 runs.push(run);
             }
@@ -321,8 +326,11 @@ fn write_results(
     println!("{header}");
     let groups = runs.iter().map(|run| run.group).max().unwrap_or(0) + 1;
     for group in 0..groups {
-        let of_group: Vec<report::BenchRun> =
-            runs.iter().filter(|run| run.group == group).cloned().collect();
+        let of_group: Vec<report::BenchRun> = runs
+            .iter()
+            .filter(|run| run.group == group)
+            .cloned()
+            .collect();
         if groups > 1 {
             println!("group {group}:");
         }

@@ -306,23 +306,32 @@ pub fn prepare_jobs(
 /// The bench job of some of `job`'s jobs, with their regions renumbered.
 fn sub_job(job: &BenchJob, jobs: &[usize]) -> BenchJob {
     let mut scenario = job.scenario.clone();
-    scenario.jobs = jobs.iter().map(|&index| job.scenario.jobs[index].clone()).collect();
+    scenario.jobs = jobs
+        .iter()
+        .map(|&index| job.scenario.jobs[index].clone())
+        .collect();
     let mut regions: Vec<usize> = Vec::new();
     let job_region = jobs
         .iter()
         .map(|&index| {
             let region = job.job_region[index];
-            regions.iter().position(|&known| known == region).unwrap_or_else(|| {
-                regions.push(region);
-                regions.len() - 1
-            })
+            regions
+                .iter()
+                .position(|&known| known == region)
+                .unwrap_or_else(|| {
+                    regions.push(region);
+                    regions.len() - 1
+                })
         })
         .collect();
     BenchJob {
         scenario,
         target: None,
         job_region,
-        job_options: jobs.iter().map(|&index| job.options_of(index)).collect::<Vec<JobOptions>>(),
+        job_options: jobs
+            .iter()
+            .map(|&index| job.options_of(index))
+            .collect::<Vec<JobOptions>>(),
     }
 }
 
