@@ -1,0 +1,172 @@
+//! fio job files as people write them, end to end through `tailguard bench
+//! --fio`: size-bounded jobs move exactly their bytes in every mode,
+//! stonewalled groups run and are reported one after another, jobs run on
+//! their own files, and `--target` overrides every job's file.
+
+use std::path::{Path, PathBuf};
+
+mod common;
+use common::{assert_empty, class_names, entries, json_stdout, tailguard_ok};
+
+/// A fresh scratch directory and the path of a fio file beside it.
+fn scratch(name: &str) -> (PathBuf, PathBuf) {
+    let directory = common::scratch_dir("fio-semantics", name);
+    let fio = directory.with_extension("fio");
+    (directory, fio)
+}
+
+fn remove(directory: &Path, fio: &Path) {
+    let _ = std::fs::remove_dir_all(directory);
+    let _ = std::fs::remove_file(fio);
+}
+
+/// Runs `text` as a fio file with `extra` arguments; returns the JSON runs
+/// and the notes printed to stderr.
+fn bench(fio: &Path, text: &str, extra: &[&str]) -> (Vec<serde_json::Value>, String) {
+    std::fs::write(fio, text).unwrap();
+    let mut arguments = vec!["bench", "--fio", fio.to_str().unwrap(), "--json"];
+    arguments.extend_from_slice(extra);
+    let output = tailguard_ok(&arguments);
+    let runs = json_stdout(&output).as_array().unwrap().clone();
+    (runs, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn class_u64(run: &serde_json::Value, class: usize, field: &str) -> u64 {
+    run["classes"][class][field].as_u64().unwrap()
+}
+
+#[test]
+fn size_bounded_jobs_move_exactly_their_bytes_in_every_mode() {
+    let (directory, fio) = scratch("bounded");
+    let text = format!(
+        "[global]\ndirectory={}\nbs=64k\ndirect=1\n\
+         [seq]\nrw=read\nsize=1m\nnumjobs=2 ; each clone reads the whole size\n\
+         [passes]\nrw=randwrite\nsize=512k\nloops=3\niodepth=4\n\
+         [mixed]\nrw=randrw\nrwmixread=50\nsize=1m\nio_size=2m\n",
+        directory.display()
+    );
+    let (runs, notes) = bench(&fio, &text, &[]);
+    assert!(
+        notes.contains("stops after 1048576 bytes per instance"),
+        "{notes}"
+    );
+    assert_eq!(runs.len(), 3, "one run per mode");
+    for run in &runs {
+        assert_eq!(class_names(run), ["seq", "passes", "mixed"]);
+        // 2 clones x 1 MiB, 3 passes x 512 KiB, 2 MiB of reads and writes.
+        assert_eq!(class_u64(run, 0, "bytes"), 2 << 20, "{run}");
+        assert_eq!(class_u64(run, 1, "bytes"), 3 * (512 << 10), "{run}");
+        assert_eq!(class_u64(run, 2, "bytes"), 2 << 20, "{run}");
+        for class in 0..3 {
+            assert_eq!(class_u64(run, class, "outstanding"), 0, "{run}");
+        }
+        // The run ends when the bytes are done, far before the one-day cap.
+        assert!(run["duration_s"].as_f64().unwrap() < 60.0, "{run}");
+        assert!(run["classes"][0]["iops"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    assert_empty(&directory);
+    remove(&directory, &fio);
+}
+
+#[test]
+fn stonewalled_groups_run_one_after_another_and_report_on_their_own() {
+    let (directory, fio) = scratch("groups");
+    let text = format!(
+        "[global]\ndirectory={}\nbs=64k\nsize=512k\n\
+         [first]\nrw=write\n[beside]\nrw=read\n\
+         [second]\nstonewall\nrw=randread\n[third]\nwait_for=second\nrw=read\n",
+        directory.display()
+    );
+    let (runs, _) = bench(&fio, &text, &["--mode", "kernel-direct,tailguard"]);
+    let groups: Vec<(u64, Vec<&str>)> = runs
+        .iter()
+        .map(|run| (run["group"].as_u64().unwrap(), class_names(run)))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            (0, vec!["first", "beside"]),
+            (1, vec!["second"]),
+            (2, vec!["third"]),
+            (0, vec!["first", "beside"]),
+            (1, vec!["second"]),
+            (2, vec!["third"]),
+        ]
+    );
+    for run in &runs {
+        for class in 0..run["classes"].as_array().unwrap().len() {
+            assert_eq!(class_u64(run, class, "bytes"), 512 << 10, "{run}");
+        }
+    }
+    assert_empty(&directory);
+    remove(&directory, &fio);
+}
+
+#[test]
+fn jobs_run_on_their_own_files_unless_target_overrides_them() {
+    let (directory, fio) = scratch("targets");
+    let (left, right) = (directory.join("left"), directory.join("right"));
+    for side in [&left, &right] {
+        std::fs::create_dir(side).unwrap();
+        std::fs::write(side.join("data"), vec![9u8; 1 << 20]).unwrap();
+    }
+    let text = format!(
+        "[global]\nbs=64k\nrw=read\n[l]\nfilename={}\n[r]\nfilename={}\n\
+         [both]\nfilename={}:{}\nnrfiles=2\nrw=randread\n",
+        left.join("data").display(),
+        right.join("data").display(),
+        left.join("data").display(),
+        right.join("data").display(),
+    );
+    let (runs, notes) = bench(&fio, &text, &["--mode", "kernel-direct"]);
+    assert!(notes.contains("both.f0: randread"), "{notes}");
+    let run = &runs[0];
+    // No size: each file's own 1 MiB; `both` reads its two files' 2 MiB.
+    assert_eq!(class_u64(run, 0, "bytes"), 1 << 20, "{run}");
+    assert_eq!(class_u64(run, 1, "bytes"), 1 << 20, "{run}");
+    assert_eq!(class_u64(run, 2, "bytes"), 2 << 20, "{run}");
+    assert_eq!(entries(&left), ["data"]);
+
+    // --target: every job runs on the scratch directory given instead, in
+    // data files laid out and removed there; the named files are untouched.
+    let elsewhere = directory.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let text = format!(
+        "[global]\nbs=64k\nrw=write\nsize=256k\n[l]\nfilename={}\n[r]\nfilename={}\n",
+        left.join("data").display(),
+        right.join("data").display(),
+    );
+    let (runs, _) = bench(
+        &fio,
+        &text,
+        &[
+            "--mode",
+            "kernel-direct",
+            "--target",
+            elsewhere.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(class_u64(&runs[0], 0, "bytes"), 256 << 10);
+    assert_empty(&elsewhere);
+    for side in [&left, &right] {
+        assert_eq!(
+            std::fs::read(side.join("data")).unwrap(),
+            vec![9u8; 1 << 20]
+        );
+    }
+    remove(&directory, &fio);
+}
+
+#[test]
+fn a_missing_filename_becomes_a_data_file_beside_it() {
+    let (directory, fio) = scratch("missing");
+    let text = format!(
+        "[w]\nfilename={}\nrw=write\nbs=64k\nsize=256k\n",
+        directory.join("new.dat").display()
+    );
+    let (runs, notes) = bench(&fio, &text, &["--mode", "kernel-direct"]);
+    assert!(notes.contains("does not exist yet"), "{notes}");
+    assert_eq!(class_u64(&runs[0], 0, "bytes"), 256 << 10);
+    assert_empty(&directory);
+    remove(&directory, &fio);
+}
