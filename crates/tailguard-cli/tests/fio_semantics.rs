@@ -170,3 +170,56 @@ fn a_missing_filename_becomes_a_data_file_beside_it() {
     assert_empty(&directory);
     remove(&directory, &fio);
 }
+
+#[test]
+fn fio_json_output_reads_with_fios_own_field_names() {
+    let (directory, fio) = scratch("fiojson");
+    let text = format!(
+        "[global]\ndirectory={}\nsize=512k\n[reader]\nrw=randread\nbs=4k\niodepth=4\n\
+         [mixer]\nstonewall\nrw=rw\nbs=64k\n",
+        directory.display()
+    );
+    std::fs::write(&fio, text).unwrap();
+    let output = tailguard_ok(&[
+        "bench",
+        "--fio",
+        fio.to_str().unwrap(),
+        "--mode",
+        "kernel-direct",
+        "--output-format",
+        "fio-json",
+    ]);
+    let json = json_stdout(&output);
+    let jobs = json["jobs"].as_array().expect("fio's jobs[]");
+    let names: Vec<&str> = jobs
+        .iter()
+        .map(|j| j["jobname"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["reader", "mixer"]);
+    assert_eq!(jobs[0]["groupid"], 0);
+    assert_eq!(jobs[1]["groupid"], 1);
+    let read = &jobs[0]["read"];
+    assert_eq!(read["io_bytes"], 512 << 10);
+    assert_eq!(read["total_ios"], 128);
+    assert_eq!(jobs[0]["write"]["io_bytes"], 0);
+    assert!(read["iops"].as_f64().unwrap() > 0.0);
+    assert!(read["bw"].as_u64().unwrap() > 0, "{read}");
+    assert!(read["runtime"].as_u64().is_some(), "{read}");
+    for latency in ["clat_ns", "lat_ns", "slat_ns"] {
+        let percentiles = &read[latency]["percentile"];
+        let p50 = percentiles["50.000000"].as_u64().unwrap();
+        let p99 = percentiles["99.000000"].as_u64().unwrap();
+        assert!(p50 <= p99, "{latency}: {percentiles}");
+        assert_eq!(read[latency]["N"], 128);
+    }
+    // Submission to completion never exceeds intended start to completion.
+    assert!(read["clat_ns"]["mean"].as_f64() <= read["lat_ns"]["mean"].as_f64());
+    // The mixed job: both sections, 512 KiB in all (split by rwmixread).
+    let mixer = &jobs[1];
+    let moved =
+        mixer["read"]["io_bytes"].as_u64().unwrap() + mixer["write"]["io_bytes"].as_u64().unwrap();
+    assert_eq!(moved, 512 << 10);
+    assert!(mixer["write"]["clat_ns"]["percentile"]["99.990000"].is_u64());
+    assert_empty(&directory);
+    remove(&directory, &fio);
+}

@@ -43,7 +43,7 @@
 //! for (their buffers belong to the kernel until then), queued ones dropped.
 
 use crate::bench::job::JobOptions;
-use crate::bench::report::BenchRun;
+use crate::bench::report::{BenchRun, DirectionStats};
 use crate::bench::target::{interrupted, Plan};
 use crate::bench::{BenchError, Mode};
 use std::cmp::Reverse;
@@ -215,6 +215,11 @@ pub fn run_with_options(
     };
     let result = Driver::new(scenario, plan, mode, seed, job_options)
         .and_then(|driver| driver.drive(executor.as_mut(), progress));
+    let (report, directions) = match result {
+        Ok((report, directions)) => (Ok(report), directions),
+        Err(error) => (Err(error), Vec::new()),
+    };
+    let result = report;
     if result.is_err() {
         executor.abandon_queued();
     }
@@ -234,7 +239,9 @@ pub fn run_with_options(
         .scheduler_stats()
         .transpose()
         .map_err(|error| BenchError::usage(format!("tailguard: its statistics: {error}")))?;
-    Ok(BenchRun::new(report, stats.as_ref()))
+    let mut run = BenchRun::new(report, stats.as_ref());
+    run.directions = directions;
+    Ok(run)
 }
 
 struct Pending {
@@ -269,6 +276,8 @@ struct Driver<'a> {
     job_limit_bytes: Vec<Option<u64>>,
     /// Per instance: its job (instances are numbered job by job).
     instance_job: Vec<usize>,
+    /// Per accumulator row: reads and writes, for fio's JSON.
+    directions: Vec<[DirectionStats; 2]>,
     start: Instant,
 }
 
@@ -290,6 +299,16 @@ impl<'a> Driver<'a> {
             .map(|(instance, start)| Reverse((start, instance, true)))
             .collect();
         let (accumulators, row_of) = accumulators(scenario, &plan.device_name);
+        let mut directions = Vec::new();
+        for (class, &row) in row_of.iter().enumerate() {
+            if row != usize::MAX {
+                let name = &scenario.classes[class].name;
+                directions.push([
+                    DirectionStats::new(name, false),
+                    DirectionStats::new(name, true),
+                ]);
+            }
+        }
         let job_limit_bytes = (0..scenario.jobs.len())
             .map(|job| job_options.get(job).and_then(|o| o.io_bytes_per_instance))
             .collect();
@@ -300,6 +319,7 @@ impl<'a> Driver<'a> {
             .flat_map(|(index, job)| std::iter::repeat_n(index, job.numjobs as usize))
             .collect();
         Ok(Self {
+            directions,
             instance_job,
             instance_bytes: vec![0; workload.instance_count()],
             buffers: buffers(scenario)?,
@@ -333,7 +353,7 @@ impl<'a> Driver<'a> {
         mut self,
         executor: &mut dyn Executor,
         progress: &mut dyn FnMut(Nanos),
-    ) -> Result<RunReport, BenchError> {
+    ) -> Result<(RunReport, Vec<DirectionStats>), BenchError> {
         let mut done = Vec::new();
         self.start = Instant::now();
         let mut next_progress = self.start;
@@ -447,10 +467,19 @@ impl<'a> Driver<'a> {
             ))
         })?;
         let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
-        self.accumulators[self.row_of[request.class]].on_complete(
+        let row = self.row_of[request.class];
+        let intended_ns = template.intended_at.min(request.submitted_ns);
+        self.accumulators[row].on_complete(
             completed_ns,
-            template.intended_at.min(request.submitted_ns),
+            intended_ns,
             request.submitted_ns,
+            bytes as u64,
+        );
+        let write = template.direction == tailguard_core::Direction::Write;
+        self.directions[row][usize::from(write)].record(
+            intended_ns,
+            request.submitted_ns,
+            completed_ns,
             bytes as u64,
         );
         self.buffers
@@ -466,7 +495,7 @@ impl<'a> Driver<'a> {
     /// over the time it ran (its start to its last completion), and has no
     /// worst 0.5 s rate (its window was not known in advance); a run with
     /// such jobs lasts until its last completion.
-    fn finish(self) -> RunReport {
+    fn finish(mut self) -> (RunReport, Vec<DirectionStats>) {
         let mut classes: Vec<ClassReport> = self
             .accumulators
             .iter()
@@ -491,7 +520,8 @@ impl<'a> Driver<'a> {
         }
         let bounded = self.job_limit_bytes.iter().any(Option::is_some);
         let duration_s = self.scenario.duration_ns as f64 / 1e9;
-        RunReport {
+        let directions = self.direction_stats(&classes);
+        let report = RunReport {
             policy: self.mode.name().to_string(),
             seed: self.seed,
             duration_s: if bounded {
@@ -500,7 +530,34 @@ impl<'a> Driver<'a> {
                 duration_s
             },
             classes,
+        };
+        (report, directions)
+    }
+
+    /// The directions that did I/O, with their active time: from the
+    /// class's start to its last completion, at most to its jobs' stop.
+    fn direction_stats(&mut self, classes: &[ClassReport]) -> Vec<DirectionStats> {
+        let mut out = Vec::new();
+        let mut rows = std::mem::take(&mut self.directions).into_iter();
+        for (class, &row) in self.row_of.iter().enumerate() {
+            if row == usize::MAX {
+                continue;
+            }
+            let jobs = self.scenario.jobs.iter().filter(|job| job.class == class);
+            let start_ns = jobs.clone().map(|job| job.start_ns).min().unwrap_or(0);
+            let stop_ns = jobs.map(|job| job.stop_ns).max().unwrap_or(0);
+            let last_ns = (classes[row].last_completion_s * 1e9) as u64;
+            let Some(pair) = rows.next() else {
+                break;
+            };
+            for mut stats in pair {
+                if stats.ops > 0 {
+                    stats.active_ns = last_ns.min(stop_ns).saturating_sub(start_ns).max(1);
+                    out.push(stats);
+                }
+            }
         }
+        out
     }
 }
 

@@ -736,7 +736,7 @@ enum Mix {
 enum Place {
     /// An existing regular file or block device, used in place: every job
     /// naming it shares one data region.
-    InPlace(PathBuf),
+    UsedAsIs(PathBuf),
     /// A data file laid out in this directory for this job and file alone.
     LaidOut(PathBuf),
     /// No filename or directory: the command line's `--target`.
@@ -1101,7 +1101,7 @@ fn files(
     let mut files = Vec::with_capacity(places.len());
     for place in places {
         let existing = match &place {
-            Place::InPlace(path) => default_size(path),
+            Place::UsedAsIs(path) => default_size(path),
             _ => None,
         };
         let of_existing = |what: &str, line: usize, percent: f64| {
@@ -1185,7 +1185,7 @@ fn places(
             None => PathBuf::from(&name),
         };
         if std::fs::metadata(&path).is_ok() {
-            places.push(Place::InPlace(path));
+            places.push(Place::UsedAsIs(path));
             continue;
         }
         let parent = path
@@ -1590,7 +1590,7 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
             let (table, description) = bench_job_table(job, file, &name, write, load);
             described.push(description);
             let (region, target) = match &file.place {
-                Place::InPlace(path) => (RegionKey::Shared(path.clone()), Some(path.clone())),
+                Place::UsedAsIs(path) => (RegionKey::Shared(path.clone()), Some(path.clone())),
                 Place::LaidOut(directory) => {
                     (RegionKey::Own(index, file_index), Some(directory.clone()))
                 }
@@ -1673,7 +1673,7 @@ fn describe_job(job: &FioJob, described: &[String], notes: &mut Notes) {
         .iter()
         .map(|file| {
             let place = match &file.place {
-                Place::InPlace(path) => path.display().to_string(),
+                Place::UsedAsIs(path) => path.display().to_string(),
                 Place::LaidOut(directory) => format!("a data file in {}", directory.display()),
                 Place::CommandLine => "--target".into(),
             };
@@ -1717,7 +1717,7 @@ fn describe_job(job: &FioJob, described: &[String], notes: &mut Notes) {
     let shared = job
         .files
         .iter()
-        .any(|file| !matches!(file.place, Place::InPlace(_)));
+        .any(|file| !matches!(file.place, Place::UsedAsIs(_)));
     if job.numjobs > 1 && shared {
         notes.push(format!(
             "line {}: job `{}`'s {} instances share each data file (fio gives each clone its \

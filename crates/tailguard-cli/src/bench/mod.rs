@@ -86,6 +86,18 @@ impl BenchError {
     }
 }
 
+/// What `tailguard bench` prints (`--output-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// The table, histograms and timeline.
+    #[default]
+    Table,
+    /// Bench's JSON (as `--json`).
+    Json,
+    /// fio's JSON schema ([`report::to_fio_json`]).
+    FioJson,
+}
+
 /// `tailguard bench` arguments.
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("workload").required(true).args(["jobs", "fio"])))]
@@ -111,9 +123,14 @@ pub struct BenchArguments {
     pub repeat: u32,
     /// Print JSON instead of a table: an array with one run object per mode per
     /// repetition, in run order, with the mode in "policy" (the fields: see
-    /// the README's "tailguard bench").
+    /// the README's "tailguard bench"). The same as --output-format json.
     #[arg(long)]
     pub json: bool,
+    /// What to print: `table` (the default), `json` (as --json), or
+    /// `fio-json` (fio's JSON schema, so scripts built around fio's output
+    /// read bench's runs; one --mode gives fio's one-run shape).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "table")]
+    pub output_format: OutputFormat,
     /// Allow a block device as the target. Bench writes to it: the data on the
     /// device is destroyed. Refused while it is mounted or otherwise in use.
     #[arg(long)]
@@ -134,6 +151,15 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
     if arguments.repeat == 0 {
         return Err(BenchError::usage("--repeat 0 runs nothing; give 1 or more"));
     }
+    let format = match (arguments.json, arguments.output_format) {
+        (true, OutputFormat::FioJson) => {
+            return Err(BenchError::usage(
+                "--json and --output-format fio-json ask for two formats; give one",
+            ))
+        }
+        (true, _) => OutputFormat::Json,
+        (false, format) => format,
+    };
     let (mut job, source, source_argument) = load_job(arguments)?;
     if arguments.target.is_some() {
         // --target overrides every job's own target, not only the file's.
@@ -165,7 +191,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         modes.iter().any(|mode| mode.direct()),
         &mut layout,
     )?;
-    let runs = run_modes(&job, &plan, &modes, arguments)?;
+    let runs = run_modes(&job, &plan, &modes, arguments, format)?;
     drop(layout);
     let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
     let command = format!(
@@ -186,7 +212,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         describe_duration(&job),
         job.scenario.seed,
     );
-    write_results(arguments, &source, &header, &command, &runs)
+    write_results(arguments, format, &source, &header, &command, &runs)
 }
 
 /// The modes `--mode` names (all three by default).
@@ -248,6 +274,7 @@ fn run_modes(
     plan: &target::Plan,
     modes: &[Mode],
     arguments: &BenchArguments,
+    format: OutputFormat,
 ) -> Result<Vec<report::BenchRun>, BenchError> {
     let groups = job.groups();
     let mut runs: Vec<report::BenchRun> = Vec::new();
@@ -277,7 +304,7 @@ fn run_modes(
                 )?;
                 drop(bar);
                 run.group = group;
-                if !arguments.json && (arguments.repeat > 1 || groups.len() > 1) {
+                if format == OutputFormat::Table && (arguments.repeat > 1 || groups.len() > 1) {
                     run.report.policy =
                         run_label(mode, repetition, arguments.repeat, group, groups.len());
                 }
@@ -303,6 +330,7 @@ fn run_label(mode: Mode, repetition: u32, repeat: u32, group: usize, groups: usi
 /// Prints the runs (table or JSON) and writes the HTML report.
 fn write_results(
     arguments: &BenchArguments,
+    format: OutputFormat,
     source: &std::path::Path,
     header: &str,
     command: &str,
@@ -318,8 +346,13 @@ fn write_results(
         crate::html::write(path, &title, &notes, &reports).map_err(BenchError::usage)?;
         eprintln!("tailguard bench: wrote {}", path.display());
     }
-    if arguments.json {
-        let text = report::to_json(runs).map_err(|error| BenchError::usage(error.to_string()))?;
+    let text = match format {
+        OutputFormat::Table => None,
+        OutputFormat::Json => Some(report::to_json(runs)),
+        OutputFormat::FioJson => Some(report::to_fio_json(runs)),
+    };
+    if let Some(text) = text {
+        let text = text.map_err(|error| BenchError::usage(error.to_string()))?;
         println!("{text}");
         return Ok(());
     }
