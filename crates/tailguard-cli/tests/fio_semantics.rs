@@ -223,3 +223,47 @@ fn fio_json_output_reads_with_fios_own_field_names() {
     assert_empty(&directory);
     remove(&directory, &fio);
 }
+
+#[test]
+fn verify_writes_checksummed_blocks_and_reads_them_back_in_every_mode() {
+    let (directory, fio) = scratch("verify");
+    let text = format!(
+        "[global]\ndirectory={}\nsize=1m\n\
+         [write]\nrw=randwrite\nbssplit=4k/50:16k/50\niodepth=4\nverify=crc32c\n\
+         [read]\nstonewall\nrw=read\nbs=64k\nverify=crc32c\n",
+        directory.display()
+    );
+    let (runs, notes) = bench(&fio, &text, &[]);
+    assert_eq!(
+        notes
+            .matches("written blocks read back and checked")
+            .count(),
+        3,
+        "one read-back per mode: {notes}"
+    );
+    for run in runs.iter().filter(|run| run["group"] == 0) {
+        // Exactly the job's bytes, mixed block sizes and all.
+        assert_eq!(class_u64(run, 0, "bytes"), 1 << 20, "{run}");
+        let ops = class_u64(run, 0, "ops");
+        assert!(ops > 64 && ops < 256, "4k and 16k requests: {run}");
+    }
+    assert_empty(&directory);
+    remove(&directory, &fio);
+}
+
+#[test]
+fn a_ramp_keeps_the_first_requests_out_of_the_report() {
+    let (directory, fio) = scratch("ramp");
+    let text = format!(
+        "[r]\ndirectory={}\nsize=1m\nrw=randread\nruntime=200ms\nramp_time=100ms\ntime_based\n",
+        directory.display()
+    );
+    let (runs, notes) = bench(&fio, &text, &["--mode", "kernel-direct"]);
+    assert!(notes.contains("runs until 0.3 s"), "{notes}");
+    let class = &runs[0]["classes"][0];
+    // Requests submitted during the ramp do not count.
+    assert!(class["first_submit_s"].as_f64().unwrap() >= 0.1, "{class}");
+    assert_eq!(class["outstanding"], 0, "{class}");
+    assert_empty(&directory);
+    remove(&directory, &fio);
+}

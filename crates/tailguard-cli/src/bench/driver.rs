@@ -44,10 +44,11 @@
 
 use crate::bench::job::JobOptions;
 use crate::bench::report::{BenchRun, DirectionStats};
+use crate::bench::shape::{check_verified, fill_verified, is_verified_block, reshape, ShapeState};
 use crate::bench::target::{interrupted, Plan};
 use crate::bench::{BenchError, Mode};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -65,7 +66,7 @@ use tailguard::{
 };
 use tailguard_core::Nanos;
 use tailguard_sim::report::{ClassAccumulator, ClassReport, RunReport};
-use tailguard_sim::scenario::{Arrival, Scenario};
+use tailguard_sim::scenario::{derive_seed, Arrival, Scenario};
 use tailguard_sim::workload::{RequestTemplate, Workload};
 
 /// Submission queue entries for the rings and most ops in flight in the pools.
@@ -215,11 +216,6 @@ pub fn run_with_options(
     };
     let result = Driver::new(scenario, plan, mode, seed, job_options)
         .and_then(|driver| driver.drive(executor.as_mut(), progress));
-    let (report, directions) = match result {
-        Ok((report, directions)) => (Ok(report), directions),
-        Err(error) => (Err(error), Vec::new()),
-    };
-    let result = report;
     if result.is_err() {
         executor.abandon_queued();
     }
@@ -234,11 +230,17 @@ pub fn run_with_options(
             break;
         }
     }
-    let report = result?;
+    let Outcome {
+        report,
+        directions,
+        written,
+    } = result?;
     let stats = executor
         .scheduler_stats()
         .transpose()
         .map_err(|error| BenchError::usage(format!("tailguard: its statistics: {error}")))?;
+    drop(executor);
+    verify_written(scenario, plan, mode, &written)?;
     let mut run = BenchRun::new(report, stats.as_ref());
     run.directions = directions;
     Ok(run)
@@ -248,10 +250,37 @@ struct Pending {
     template: RequestTemplate,
     class: usize,
     submitted_ns: Nanos,
+    /// Where the request went (the template's place, or reshaped).
+    offset_bytes: u64,
+    length_bytes: u64,
+    /// Whether it counts in the report (submitted after its job's ramp).
+    measured: bool,
 }
 
-/// A timer: (when, instance, whether it is the instance's start).
-type Timer = Reverse<(Nanos, usize, bool)>;
+/// What a timer does when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    /// The instance starts.
+    Start,
+    /// An open-loop arrival.
+    Arrival,
+    /// A closed-loop instance's think time after a completion has passed.
+    Think,
+}
+
+/// A timer: (when, instance, what).
+type Timer = Reverse<(Nanos, usize, TimerKind)>;
+
+/// A block written with a verify pattern: (job, offset, length).
+pub type WrittenBlock = (usize, u64, u64);
+
+/// What one drive produced.
+struct Outcome {
+    report: RunReport,
+    directions: Vec<DirectionStats>,
+    /// Blocks verify jobs wrote, for the read-back check.
+    written: Vec<WrittenBlock>,
+}
 
 /// One run's state: the workload, its timers, the requests in flight, and
 /// what the classes measured.
@@ -264,6 +293,8 @@ struct Driver<'a> {
     accumulators: Vec<ClassAccumulator>,
     /// Class index -> accumulator index (classes without jobs have none).
     row_of: Vec<usize>,
+    /// Per accumulator row: when its requests begin to count (after ramp).
+    measure_from_ns: Vec<Nanos>,
     timers: BinaryHeap<Timer>,
     /// Free buffers by length.
     buffers: HashMap<usize, Vec<AlignedBuffer>>,
@@ -272,12 +303,19 @@ struct Driver<'a> {
     generated: Vec<RequestTemplate>,
     /// Per instance: bytes submitted so far.
     instance_bytes: Vec<u64>,
-    /// Per job: the bytes each instance may submit (`None`: no bound).
-    job_limit_bytes: Vec<Option<u64>>,
+    /// Per job: its options (bound, ramp, think time, shape, verify).
+    job_options: Vec<JobOptions>,
     /// Per instance: its job (instances are numbered job by job).
     instance_job: Vec<usize>,
+    /// Per instance of a shaped job: its shaping state.
+    shape_states: Vec<Option<ShapeState>>,
     /// Per accumulator row: reads and writes, for fio's JSON.
     directions: Vec<[DirectionStats; 2]>,
+    /// Blocks verify jobs wrote, by (file, offset): (job, length). A later
+    /// write that overlaps earlier ones replaces them.
+    written: BTreeMap<(usize, u64), (usize, u64)>,
+    /// The longest block in `written`.
+    written_max_bytes: u64,
     start: Instant,
 }
 
@@ -296,9 +334,13 @@ impl<'a> Driver<'a> {
             .into_iter()
             .enumerate()
             .filter(|&(_, start)| start < duration_ns)
-            .map(|(instance, start)| Reverse((start, instance, true)))
+            .map(|(instance, start)| Reverse((start, instance, TimerKind::Start)))
             .collect();
-        let (accumulators, row_of) = accumulators(scenario, &plan.device_name);
+        let job_options: Vec<JobOptions> = (0..scenario.jobs.len())
+            .map(|job| job_options.get(job).cloned().unwrap_or_default())
+            .collect();
+        let (accumulators, row_of, measure_from_ns) =
+            accumulators(scenario, &plan.device_name, &job_options);
         let mut directions = Vec::new();
         for (class, &row) in row_of.iter().enumerate() {
             if row != usize::MAX {
@@ -309,20 +351,27 @@ impl<'a> Driver<'a> {
                 ]);
             }
         }
-        let job_limit_bytes = (0..scenario.jobs.len())
-            .map(|job| job_options.get(job).and_then(|o| o.io_bytes_per_instance))
-            .collect();
-        let instance_job = scenario
+        let instance_job: Vec<usize> = scenario
             .jobs
             .iter()
             .enumerate()
             .flat_map(|(index, job)| std::iter::repeat_n(index, job.numjobs as usize))
             .collect();
+        let shape_states = instance_job
+            .iter()
+            .enumerate()
+            .map(|(instance, &job)| {
+                (!job_options[job].shape.is_plain())
+                    .then(|| ShapeState::new(derive_seed(seed, 7, instance)))
+            })
+            .collect();
         Ok(Self {
+            buffers: buffers(scenario, &job_options)?,
+            instance_bytes: vec![0; workload.instance_count()],
+            measure_from_ns,
+            shape_states,
             directions,
             instance_job,
-            instance_bytes: vec![0; workload.instance_count()],
-            buffers: buffers(scenario)?,
             scenario,
             plan,
             mode,
@@ -334,7 +383,9 @@ impl<'a> Driver<'a> {
             pending: HashMap::new(),
             next_token: 0,
             generated: Vec::new(),
-            job_limit_bytes,
+            job_options,
+            written: BTreeMap::new(),
+            written_max_bytes: 0,
             start: Instant::now(),
         })
     }
@@ -345,15 +396,15 @@ impl<'a> Driver<'a> {
 
     /// Whether the instance has submitted all the bytes its job may.
     fn exhausted(&self, instance: usize) -> bool {
-        self.job_limit_bytes[self.instance_job[instance]]
-            .is_some_and(|limit| self.instance_bytes[instance] >= limit)
+        let limit = self.job_options[self.instance_job[instance]].io_bytes_per_instance;
+        limit.is_some_and(|limit| self.instance_bytes[instance] >= limit)
     }
 
     fn drive(
         mut self,
         executor: &mut dyn Executor,
         progress: &mut dyn FnMut(Nanos),
-    ) -> Result<(RunReport, Vec<DirectionStats>), BenchError> {
+    ) -> Result<Outcome, BenchError> {
         let mut done = Vec::new();
         self.start = Instant::now();
         let mut next_progress = self.start;
@@ -384,9 +435,10 @@ impl<'a> Driver<'a> {
         Ok(self.finish())
     }
 
-    /// Runs the timers due by `now`: instance starts and open-loop arrivals.
+    /// Runs the timers due by `now`: instance starts, open-loop arrivals and
+    /// the ends of think times.
     fn fire_timers(&mut self, now: Nanos) {
-        while let Some(&Reverse((when, instance, is_start))) = self.timers.peek() {
+        while let Some(&Reverse((when, instance, kind))) = self.timers.peek() {
             if when > now {
                 break;
             }
@@ -394,13 +446,18 @@ impl<'a> Driver<'a> {
             if self.exhausted(instance) {
                 continue;
             }
-            let next = if is_start {
-                self.workload.on_start(when, instance, &mut self.generated)
-            } else {
-                self.workload.on_timer(when, instance, &mut self.generated)
+            let generated = &mut self.generated;
+            let next = match kind {
+                TimerKind::Start => self.workload.on_start(when, instance, generated),
+                TimerKind::Arrival => self.workload.on_timer(when, instance, generated),
+                TimerKind::Think => {
+                    self.workload.on_completion(when, instance, generated);
+                    None
+                }
             };
             if let Some(next) = next {
-                self.timers.push(Reverse((next, instance, false)));
+                self.timers
+                    .push(Reverse((next, instance, TimerKind::Arrival)));
             }
         }
     }
@@ -413,31 +470,55 @@ impl<'a> Driver<'a> {
             if self.exhausted(template.instance) {
                 continue;
             }
-            self.instance_bytes[template.instance] += template.length_bytes;
-            let job = self.workload.job_of(template.instance);
+            let job = &self.scenario.jobs[template.job];
+            let (offset_bytes, length_bytes) = match &mut self.shape_states[template.instance] {
+                Some(state) => {
+                    let shape = &self.job_options[template.job].shape;
+                    reshape(shape, state, job, template.offset_bytes)
+                }
+                None => (template.offset_bytes, template.length_bytes),
+            };
+            // The last request of a bounded instance moves only what is left
+            // (a whole number of the job's blocks, as bounds are).
+            let length_bytes = match self.job_options[template.job].io_bytes_per_instance {
+                Some(limit) => length_bytes.min(limit - self.instance_bytes[template.instance]),
+                None => length_bytes,
+            };
+            self.instance_bytes[template.instance] += length_bytes;
             let class = job.class;
             let write = job.pattern.direction() == tailguard_core::Direction::Write;
-            let length = template.length_bytes as usize;
-            let buffer = match self.buffers.get_mut(&length).and_then(Vec::pop) {
+            let length = length_bytes as usize;
+            let mut buffer = match self.buffers.get_mut(&length).and_then(Vec::pop) {
                 Some(buffer) => buffer,
                 None => new_buffer(length)?,
             };
+            if write && self.job_options[template.job].verify {
+                let seed = derive_seed(self.seed, offset_bytes, self.next_token as usize);
+                fill_verified(&mut buffer, offset_bytes, seed);
+            }
             let token = self.next_token;
             self.next_token += 1;
             let submitted_ns = self.ns_at(Instant::now());
-            self.accumulators[self.row_of[class]].on_submit(submitted_ns);
+            let row = self.row_of[class];
+            let measured = submitted_ns >= self.measure_from_ns[row];
+            if measured {
+                self.accumulators[row].on_submit(submitted_ns);
+            }
             executor.submit(Request {
                 token,
                 class,
                 file: self.plan.job_file[template.job],
                 write,
-                offset: template.offset_bytes - self.plan.job_base[template.job],
+                offset: offset_bytes - self.plan.job_base[template.job],
                 buffer,
             })?;
             let pending = Pending {
                 template,
                 class,
                 submitted_ns,
+                offset_bytes,
+                length_bytes,
+                measured,
             };
             self.pending.insert(token, pending);
         }
@@ -445,57 +526,123 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    /// Records a completion and lets its instance generate the next request.
+    /// Records a completion and lets its instance generate the next request
+    /// (after its think time, if it has one).
     fn complete(&mut self, finished: Done) -> Result<(), BenchError> {
         let Some(request) = self.pending.remove(&finished.token) else {
             return Ok(());
         };
         let template = request.template;
-        let plan = self.plan;
-        let bytes = finished.result.map_err(|error| {
-            BenchError::usage(format!(
-                "{}: a {} of {} bytes at offset {} of {} failed: {error}",
-                self.mode.name(),
-                if template.direction == tailguard_core::Direction::Write {
-                    "write"
-                } else {
-                    "read"
-                },
-                template.length_bytes,
-                template.offset_bytes - plan.job_base[template.job],
-                plan.files[plan.job_file[template.job]].display()
-            ))
-        })?;
-        let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
-        let row = self.row_of[request.class];
-        let intended_ns = template.intended_at.min(request.submitted_ns);
-        self.accumulators[row].on_complete(
-            completed_ns,
-            intended_ns,
-            request.submitted_ns,
-            bytes as u64,
-        );
         let write = template.direction == tailguard_core::Direction::Write;
-        self.directions[row][usize::from(write)].record(
-            intended_ns,
-            request.submitted_ns,
-            completed_ns,
-            bytes as u64,
-        );
+        let bytes = finished
+            .result
+            .map_err(|error| self.failure(&request, &error.to_string()))?;
+        if self.job_options[template.job].verify {
+            self.check_block(&request, &finished.buffer, write)?;
+        }
+        let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
+        if request.measured {
+            let row = self.row_of[request.class];
+            let intended_ns = template.intended_at.min(request.submitted_ns);
+            self.accumulators[row].on_complete(
+                completed_ns,
+                intended_ns,
+                request.submitted_ns,
+                bytes as u64,
+            );
+            self.directions[row][usize::from(write)].record(
+                intended_ns,
+                request.submitted_ns,
+                completed_ns,
+                bytes as u64,
+            );
+        }
         self.buffers
             .entry(finished.buffer.len())
             .or_default()
             .push(finished.buffer);
-        self.workload
-            .on_completion(completed_ns, template.instance, &mut self.generated);
+        let think_ns = self.job_options[template.job].think_ns;
+        let closed = matches!(
+            self.scenario.jobs[template.job].arrival,
+            Arrival::ClosedLoop { .. }
+        );
+        if think_ns > 0 && closed {
+            let when = completed_ns + think_ns;
+            self.timers
+                .push(Reverse((when, template.instance, TimerKind::Think)));
+        } else {
+            self.workload
+                .on_completion(completed_ns, template.instance, &mut self.generated);
+        }
         Ok(())
     }
 
+    /// A verify job's block: a write is remembered for the read-back check;
+    /// a read of a block bench wrote with a pattern must check out.
+    fn check_block(
+        &mut self,
+        request: &Pending,
+        buffer: &AlignedBuffer,
+        write: bool,
+    ) -> Result<(), BenchError> {
+        if write {
+            self.remember_written(request);
+            return Ok(());
+        }
+        if is_verified_block(buffer, request.length_bytes) {
+            check_verified(buffer, request.offset_bytes)
+                .map_err(|problem| self.failure(request, &format!("verify: {problem}")))?;
+        }
+        Ok(())
+    }
+
+    /// Records a verify job's completed write, dropping the blocks it
+    /// overlaps (their data is no longer what they wrote).
+    fn remember_written(&mut self, request: &Pending) {
+        let job = request.template.job;
+        let file = self.plan.job_file[job];
+        let (start, end) = (
+            request.offset_bytes,
+            request.offset_bytes + request.length_bytes,
+        );
+        let overlapped: Vec<(usize, u64)> = self
+            .written
+            .range((file, start.saturating_sub(self.written_max_bytes))..(file, end))
+            .filter(|(&(_, offset), &(_, length))| offset + length > start)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in overlapped {
+            self.written.remove(&key);
+        }
+        self.written
+            .insert((file, start), (job, request.length_bytes));
+        self.written_max_bytes = self.written_max_bytes.max(request.length_bytes);
+    }
+
+    /// The error for a request that failed (or read back wrong).
+    fn failure(&self, request: &Pending, problem: &str) -> BenchError {
+        let plan = self.plan;
+        let job = request.template.job;
+        BenchError::usage(format!(
+            "{}: job `{}`: a {} of {} bytes at offset {} of {} failed: {problem}",
+            self.mode.name(),
+            self.scenario.jobs[job].name,
+            if request.template.direction == tailguard_core::Direction::Write {
+                "write"
+            } else {
+                "read"
+            },
+            request.length_bytes,
+            request.offset_bytes - plan.job_base[job],
+            plan.files[plan.job_file[job]].display()
+        ))
+    }
+
     /// The report. A class whose jobs are all size-bounded counts its rates
-    /// over the time it ran (its start to its last completion), and has no
-    /// worst 0.5 s rate (its window was not known in advance); a run with
-    /// such jobs lasts until its last completion.
-    fn finish(mut self) -> (RunReport, Vec<DirectionStats>) {
+    /// over the time it ran (its measured start to its last completion), and
+    /// has no worst 0.5 s rate (its window was not known in advance); a run
+    /// with such jobs lasts until its last completion.
+    fn finish(mut self) -> Outcome {
         let mut classes: Vec<ClassReport> = self
             .accumulators
             .iter()
@@ -506,19 +653,18 @@ impl<'a> Driver<'a> {
             if row == usize::MAX {
                 continue;
             }
-            let jobs =
-                || (0..self.scenario.jobs.len()).filter(|&j| self.scenario.jobs[j].class == class);
             last_completion_s = last_completion_s.max(classes[row].last_completion_s);
-            if !jobs().all(|job| self.job_limit_bytes[job].is_some()) {
-                continue;
+            let bounded = (0..self.scenario.jobs.len())
+                .filter(|&job| self.scenario.jobs[job].class == class)
+                .all(|job| self.job_options[job].io_bytes_per_instance.is_some());
+            if bounded {
+                rate_over_active_time(&mut classes[row], self.measure_from_ns[row]);
             }
-            let start_ns = jobs()
-                .map(|job| self.scenario.jobs[job].start_ns)
-                .min()
-                .unwrap_or(0);
-            rate_over_active_time(&mut classes[row], start_ns);
         }
-        let bounded = self.job_limit_bytes.iter().any(Option::is_some);
+        let bounded = self
+            .job_options
+            .iter()
+            .any(|o| o.io_bytes_per_instance.is_some());
         let duration_s = self.scenario.duration_ns as f64 / 1e9;
         let directions = self.direction_stats(&classes);
         let report = RunReport {
@@ -531,11 +677,20 @@ impl<'a> Driver<'a> {
             },
             classes,
         };
-        (report, directions)
+        Outcome {
+            report,
+            directions,
+            written: self
+                .written
+                .iter()
+                .map(|(&(_, offset), &(job, length))| (job, offset, length))
+                .collect(),
+        }
     }
 
     /// The directions that did I/O, with their active time: from the
-    /// class's start to its last completion, at most to its jobs' stop.
+    /// class's measured start to its last completion, at most to its jobs'
+    /// stop.
     fn direction_stats(&mut self, classes: &[ClassReport]) -> Vec<DirectionStats> {
         let mut out = Vec::new();
         let mut rows = std::mem::take(&mut self.directions).into_iter();
@@ -543,22 +698,75 @@ impl<'a> Driver<'a> {
             if row == usize::MAX {
                 continue;
             }
-            let jobs = self.scenario.jobs.iter().filter(|job| job.class == class);
-            let start_ns = jobs.clone().map(|job| job.start_ns).min().unwrap_or(0);
-            let stop_ns = jobs.map(|job| job.stop_ns).max().unwrap_or(0);
-            let last_ns = (classes[row].last_completion_s * 1e9) as u64;
             let Some(pair) = rows.next() else {
                 break;
             };
+            let jobs = self.scenario.jobs.iter().filter(|job| job.class == class);
+            let stop_ns = jobs.map(|job| job.stop_ns).max().unwrap_or(0);
+            let last_ns = (classes[row].last_completion_s * 1e9) as u64;
             for mut stats in pair {
                 if stats.ops > 0 {
-                    stats.active_ns = last_ns.min(stop_ns).saturating_sub(start_ns).max(1);
+                    stats.active_ns = last_ns
+                        .min(stop_ns)
+                        .saturating_sub(self.measure_from_ns[row])
+                        .max(1);
                     out.push(stats);
                 }
             }
         }
         out
     }
+}
+
+/// Reads back every block verify jobs wrote (O_DIRECT where the file takes
+/// it, else through the page cache) and checks it; the error names the
+/// first bad block.
+fn verify_written(
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+    written: &[WrittenBlock],
+) -> Result<(), BenchError> {
+    if written.is_empty() {
+        return Ok(());
+    }
+    let mut files: HashMap<usize, std::fs::File> = HashMap::new();
+    let mut buffers: HashMap<usize, AlignedBuffer> = HashMap::new();
+    let failed = |job: usize, offset: u64, problem: String| {
+        BenchError::usage(format!(
+            "{}: job `{}`: verify: the block written at offset {offset} of {}: {problem}",
+            mode.name(),
+            scenario.jobs[job].name,
+            plan.files[plan.job_file[job]].display()
+        ))
+    };
+    for &(job, offset, length) in written {
+        let index = plan.job_file[job];
+        let file = match files.entry(index) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                let path = &plan.files[index];
+                let opened = open_plain(path, true).or_else(|_| open_plain(path, false));
+                entry.insert(opened.map_err(|error| failed(job, offset, error.to_string()))?)
+            }
+        };
+        let buffer = match buffers.entry(length as usize) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(new_buffer(length as usize)?)
+            }
+        };
+        let at = offset - plan.job_base[job];
+        std::os::unix::fs::FileExt::read_exact_at(&*file, buffer, at)
+            .map_err(|error| failed(job, offset, error.to_string()))?;
+        check_verified(buffer, offset).map_err(|problem| failed(job, offset, problem))?;
+    }
+    eprintln!(
+        "tailguard bench: {}: verify: {} written blocks read back and checked",
+        mode.name(),
+        written.len()
+    );
+    Ok(())
 }
 
 /// Recomputes a size-bounded class's rates over `start_ns` to its last
@@ -571,43 +779,57 @@ fn rate_over_active_time(row: &mut ClassReport, start_ns: Nanos) {
     row.worst_500ms_iops = None;
 }
 
-/// One accumulator per class that has jobs, active from its jobs' first start
-/// to their last stop; and the class -> accumulator index map.
-fn accumulators(scenario: &Scenario, device_name: &str) -> (Vec<ClassAccumulator>, Vec<usize>) {
+/// One accumulator per class that has jobs, measuring from its jobs' first
+/// start plus their longest ramp to their last stop; the class -> accumulator
+/// index map; and per accumulator, when it starts measuring.
+fn accumulators(
+    scenario: &Scenario,
+    device_name: &str,
+    job_options: &[JobOptions],
+) -> (Vec<ClassAccumulator>, Vec<usize>, Vec<Nanos>) {
     let mut accumulators = Vec::new();
     let mut row_of = vec![usize::MAX; scenario.classes.len()];
+    let mut measure_from_ns = Vec::new();
     for (class, spec) in scenario.classes.iter().enumerate() {
-        let jobs = scenario.jobs.iter().filter(|job| job.class == class);
-        let (Some(start), Some(stop)) = (
-            jobs.clone().map(|job| job.start_ns).min(),
-            jobs.map(|job| job.stop_ns).max(),
+        let jobs = (0..scenario.jobs.len()).filter(|&job| scenario.jobs[job].class == class);
+        let (Some(start), Some(stop), Some(ramp)) = (
+            jobs.clone().map(|job| scenario.jobs[job].start_ns).min(),
+            jobs.clone().map(|job| scenario.jobs[job].stop_ns).max(),
+            jobs.map(|job| job_options[job].ramp_ns).max(),
         ) else {
             continue;
         };
+        let from = (start + ramp).min(stop.saturating_sub(1));
         row_of[class] = accumulators.len();
+        measure_from_ns.push(from);
         accumulators.push(
-            ClassAccumulator::new(spec.name.clone(), device_name.to_string(), stop - start)
-                .starting_at(start),
+            ClassAccumulator::new(spec.name.clone(), device_name.to_string(), stop - from)
+                .starting_at(from),
         );
     }
-    (accumulators, row_of)
+    (accumulators, row_of, measure_from_ns)
 }
 
 /// Buffers for what the jobs put in flight at once, allocated and touched
 /// before the clock starts: faulting in a burst's memory mid-run would make
 /// the driver late for every other job.
-fn buffers(scenario: &Scenario) -> Result<HashMap<usize, Vec<AlignedBuffer>>, BenchError> {
+fn buffers(
+    scenario: &Scenario,
+    job_options: &[JobOptions],
+) -> Result<HashMap<usize, Vec<AlignedBuffer>>, BenchError> {
     let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
-    for job in &scenario.jobs {
+    for (job, options) in scenario.jobs.iter().zip(job_options) {
         let per_instance = match job.arrival {
             Arrival::ClosedLoop { queue_depth } => u64::from(queue_depth),
             Arrival::Burst { burst_bytes } => burst_bytes.div_ceil(job.block_size_bytes),
             Arrival::OpenLoop { .. } => 4,
         };
-        let length = job.block_size_bytes as usize;
-        for _ in 0..per_instance * u64::from(job.numjobs) {
-            let buffer = new_buffer(length)?;
-            buffers.entry(length).or_default().push(buffer);
+        for length in options.shape.sizes(job.block_size_bytes) {
+            let length = length as usize;
+            for _ in 0..per_instance * u64::from(job.numjobs) {
+                let buffer = new_buffer(length)?;
+                buffers.entry(length).or_default().push(buffer);
+            }
         }
     }
     Ok(buffers)

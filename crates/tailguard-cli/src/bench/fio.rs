@@ -52,6 +52,7 @@
 //!   (`psync`, `sync`, ...) run at queue depth 1, as in fio.
 
 use crate::bench::job::{BenchJob, JobOptions};
+use crate::bench::shape::Shape;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::FileTypeExt as _;
 use std::path::{Path, PathBuf};
@@ -59,7 +60,7 @@ use tailguard_sim::scenario::ScenarioError;
 use tailguard_sim::ConfigError;
 
 /// Options the import maps onto the bench job.
-pub const MAPPED_OPTIONS: [&str; 33] = [
+pub const MAPPED_OPTIONS: [&str; 42] = [
     "name",
     "rw",
     "readwrite",
@@ -93,6 +94,15 @@ pub const MAPPED_OPTIONS: [&str; 33] = [
     "wait_for",
     "ioengine",
     "rate_process",
+    "bssplit",
+    "bsrange",
+    "blocksize_range",
+    "ramp_time",
+    "verify",
+    "do_verify",
+    "verify_backlog",
+    "thinktime",
+    "percentage_random",
 ];
 
 /// Options accepted and ignored, with why: they change how fio measures or
@@ -202,51 +212,11 @@ pub const IGNORED_OPTIONS: [(&str, &str); 46] = [
 
 /// Options refused because they change the I/O in a way bench does not
 /// honour: (option, why, what to write instead).
-pub const REFUSED_OPTIONS: [(&str, &str, &str); 23] = [
+pub const REFUSED_OPTIONS: [(&str, &str, &str); 14] = [
     (
         "include",
         "bench does not follow includes",
         "paste the included file in",
-    ),
-    (
-        "bssplit",
-        "bench uses one block size per direction",
-        "give the most common size as bs=",
-    ),
-    (
-        "bsrange",
-        "bench uses one block size per direction",
-        "give one size as bs=",
-    ),
-    (
-        "blocksize_range",
-        "bench uses one block size per direction",
-        "give one size as bs=",
-    ),
-    (
-        "ramp_time",
-        "bench measures from each job's start",
-        "lengthen runtime, or run once to warm up",
-    ),
-    (
-        "verify",
-        "bench does not check the data it reads back",
-        "remove it (and do_verify, verify_*)",
-    ),
-    (
-        "do_verify",
-        "bench does not check the data it reads back",
-        "remove it",
-    ),
-    (
-        "verify_backlog",
-        "bench does not check the data it reads back",
-        "remove it",
-    ),
-    (
-        "thinktime",
-        "bench's closed-loop jobs resubmit at once",
-        "give rate_iops= for a paced load",
     ),
     (
         "fsync",
@@ -257,11 +227,6 @@ pub const REFUSED_OPTIONS: [(&str, &str, &str); 23] = [
     ("end_fsync", "bench does not issue fsync", "remove it"),
     ("fsync_on_close", "bench does not issue fsync", "remove it"),
     ("sync", "bench does not open files O_SYNC", "remove it"),
-    (
-        "percentage_random",
-        "bench's jobs are all random or all sequential",
-        "split the job into a rand and a seq job",
-    ),
     (
         "random_distribution",
         "bench draws random offsets uniformly",
@@ -772,6 +737,14 @@ struct FioJob {
     rate_iops: [Option<f64>; 2],
     shares: u32,
     group: usize,
+    /// Measured from `start_ns + ramp_ns` on (`ramp_time`).
+    ramp_ns: u64,
+    /// Wait after each completion (`thinktime`).
+    think_ns: u64,
+    /// Per direction: sizes and offsets beyond the pattern.
+    shapes: [Shape; 2],
+    /// Writes carry checksummed blocks that are read back (`verify`).
+    verify: bool,
     /// The line of each option set for the job, by canonical name.
     option_lines: BTreeMap<&'static str, usize>,
 }
@@ -818,12 +791,25 @@ impl FioJob {
             (Mix::Both, 0) => Mix::Write,
             (mix, _) => mix,
         };
-        let block_size_bytes = block_sizes(&options)?;
+        let mut block_size_bytes = block_sizes(&options)?;
+        let shapes = shapes(&options, random, &mut block_size_bytes)?;
         let iodepth = queue_depth(&options, &name, notes)?;
         let numjobs = options
             .parse("numjobs", |text| parse_count(text, "a number of jobs"))?
             .map_or(1, |(_, count)| count);
-        let (start_ns, stop_ns, bounded) = timing(&options, section.line, &name)?;
+        let (start_ns, stop_ns, bounded, ramp_ns) = timing(&options, section.line, &name)?;
+        let think_ns = options
+            .parse("thinktime", |text| {
+                // fio's thinktime is in microseconds unless a unit is given.
+                let plain = text.chars().all(|c| c.is_ascii_digit());
+                parse_fio_time_ns(&if plain {
+                    format!("{text}us")
+                } else {
+                    text.to_string()
+                })
+            })?
+            .map_or(0, |(_, ns)| ns);
+        let verify = verify(&options, &name, notes)?;
         note_direct(&options, section.line, &name, notes)?;
         let files = files(&options, section.line, &name, block_size_bytes, notes)?;
         let mut job = Self {
@@ -842,6 +828,10 @@ impl FioJob {
             rate_iops: rates(&options, block_size_bytes, options.kb_base)?,
             shares: shares_of(&options)?,
             group: 0,
+            ramp_ns,
+            think_ns,
+            shapes,
+            verify,
             option_lines: options.lines(),
         };
         if bounded {
@@ -916,11 +906,8 @@ fn block_sizes(options: &Options) -> Result<[u64; 2], ConfigError> {
     let sizes = options.parse("bs", |text| {
         let parts = per_direction(text, |part| {
             if part.contains('-') {
-                return Err(
-                    "a block size range changes the I/O and bench uses one block size per \
-                     direction; give one size, e.g. bs=4k"
-                        .into(),
-                );
+                // A range: `shapes` reads it.
+                return Ok(DEFAULT_BLOCK_SIZE_BYTES);
             }
             let size = parse_fio_bytes(part, kb_base)?;
             if size % 512 != 0 && part.to_ascii_lowercase().ends_with("ib") {
@@ -937,6 +924,220 @@ fn block_sizes(options: &Options) -> Result<[u64; 2], ConfigError> {
         ])
     })?;
     Ok(sizes.map_or([DEFAULT_BLOCK_SIZE_BYTES; 2], |(_, sizes)| sizes))
+}
+
+/// Per direction, the shape of its requests: `bssplit`, `bsrange` or
+/// `bs=a-b` (the smallest size becomes the job's block size),
+/// `percentage_random`, and `rw`'s `:N` modifier.
+fn shapes(
+    options: &Options,
+    random: bool,
+    block_size_bytes: &mut [u64; 2],
+) -> Result<[Shape; 2], ConfigError> {
+    let kb_base = options.kb_base;
+    let mut shapes = [Shape::default(), Shape::default()];
+    let split = options.parse("bssplit", |text| {
+        per_direction_list(text, |part| parse_split(part, kb_base))
+    })?;
+    let range = match options.parse("bsrange", |text| {
+        per_direction_list(text, |part| parse_range(part, kb_base))
+    })? {
+        Some(range) => Some(range),
+        None => options.parse("bs", |text| {
+            if text.contains('-') {
+                per_direction_list(text, |part| parse_range(part, kb_base))
+            } else {
+                Ok([None, None])
+            }
+        })?,
+    };
+    for (direction, shape) in shapes.iter_mut().enumerate() {
+        let sizes = split
+            .as_ref()
+            .and_then(|(_, sizes)| sizes[direction].clone())
+            .or_else(|| {
+                range
+                    .as_ref()
+                    .and_then(|(_, sizes)| sizes[direction].clone())
+            });
+        if let Some(sizes) = sizes {
+            block_size_bytes[direction] =
+                sizes.iter().map(|(bytes, _)| *bytes).min().unwrap_or(4096);
+            shape.block_sizes = sizes;
+        }
+    }
+    if let Some((_, percents)) = options.parse("percentage_random", |text| {
+        per_direction(text, |part| {
+            part.parse::<u32>()
+                .ok()
+                .filter(|percent| *percent <= 100)
+                .ok_or_else(|| format!("`{part}` is not a percentage from 0 to 100"))
+        })
+    })? {
+        for (shape, percent) in shapes.iter_mut().zip(percents) {
+            shape.random_percent = percent;
+        }
+    }
+    let modifier = options.parse("rw", |text| {
+        Ok(text
+            .split_once(':')
+            .map(|(_, modifier)| modifier.to_string()))
+    })?;
+    if let Some((_, Some(modifier))) = modifier {
+        rw_modifier(options, &modifier, random, &mut shapes)?;
+    }
+    Ok(shapes)
+}
+
+/// `rw=randread:N` (a new random offset every N requests) or `rw=read:N`
+/// (N bytes skipped after each sequential request).
+fn rw_modifier(
+    options: &Options,
+    modifier: &str,
+    random: bool,
+    shapes: &mut [Shape; 2],
+) -> Result<(), ConfigError> {
+    let setting = options.get("rw").expect("rw is set");
+    let parsed = if random {
+        parse_count(modifier, "a number of requests").map(|run| (run, 0))
+    } else {
+        parse_fio_bytes(modifier, options.kb_base).map(|skip| (0, skip))
+    };
+    let (run, skip) =
+        parsed.map_err(|message| setting_at(setting, format!("`rw` modifier: {message}")))?;
+    for shape in shapes.iter_mut() {
+        shape.random_run = run;
+        shape.skip_bytes = skip;
+    }
+    Ok(())
+}
+
+/// A per-direction list: (read, write) sizes and weights.
+type DirectionLists = [Option<Vec<(u64, u32)>>; 2];
+
+/// fio's `R,W` values that are lists themselves (`bssplit`, `bsrange`).
+fn per_direction_list(
+    text: &str,
+    parse: impl Fn(&str) -> Result<Vec<(u64, u32)>, String>,
+) -> Result<DirectionLists, String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let value = |part: &str| {
+        if part.is_empty() {
+            Ok(None)
+        } else {
+            parse(part).map(Some)
+        }
+    };
+    let read = value(parts[0])?;
+    let write = match parts.get(1) {
+        Some(part) => value(part)?,
+        None => read.clone(),
+    };
+    Ok([read, write])
+}
+
+/// `bssplit`'s `SIZE/PERCENT:SIZE/PERCENT...`; sizes without a percentage
+/// share what the others leave.
+fn parse_split(text: &str, kb_base: u64) -> Result<Vec<(u64, u32)>, String> {
+    let mut sizes = Vec::new();
+    let mut unweighted = Vec::new();
+    for entry in text.split(':').filter(|entry| !entry.is_empty()) {
+        let (size, percent) = entry
+            .split_once('/')
+            .map_or((entry, None), |(size, percent)| (size, Some(percent)));
+        let bytes = parse_block_size(size, kb_base)?;
+        match percent {
+            Some(percent) => sizes.push((
+                bytes,
+                percent
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|percent| *percent <= 100)
+                    .ok_or_else(|| format!("`{percent}` is not a percentage"))?,
+            )),
+            None => unweighted.push(bytes),
+        }
+    }
+    let given: u32 = sizes.iter().map(|(_, percent)| percent).sum();
+    if given > 100 {
+        return Err(format!("the percentages add up to {given}, more than 100"));
+    }
+    let count = unweighted.len() as u32;
+    for bytes in unweighted {
+        sizes.push((bytes, (100 - given) / count));
+    }
+    sizes.retain(|(_, weight)| *weight > 0);
+    if sizes.is_empty() {
+        return Err("no size has a share; write e.g. 4k/70:64k/30".into());
+    }
+    Ok(sizes)
+}
+
+/// `bsrange`'s `LOW-HIGH`: LOW times each power of two up to HIGH, equally
+/// likely.
+fn parse_range(text: &str, kb_base: u64) -> Result<Vec<(u64, u32)>, String> {
+    let (low, high) = text
+        .split_once('-')
+        .ok_or_else(|| format!("`{text}` is not a range; write e.g. 4k-64k"))?;
+    let (low, high) = (
+        parse_block_size(low, kb_base)?,
+        parse_block_size(high, kb_base)?,
+    );
+    if low > high {
+        return Err(format!(
+            "`{text}` goes from high to low; write the smaller size first"
+        ));
+    }
+    let mut sizes = Vec::new();
+    let mut size = low;
+    while size <= high {
+        sizes.push((size, 1));
+        size *= 2;
+    }
+    Ok(sizes)
+}
+
+/// One block size: fio units, a multiple of 512.
+fn parse_block_size(text: &str, kb_base: u64) -> Result<u64, String> {
+    let bytes = parse_fio_bytes(text, kb_base)?;
+    if bytes == 0 || bytes % 512 != 0 {
+        return Err(format!(
+            "`{text}` is {bytes} bytes; block sizes are multiples of 512, e.g. 4k"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// `verify` (any method but `0`/`null`): checksummed writes, checked on read
+/// back; `verify_backlog` is noted (bench checks at the end of the group).
+fn verify(options: &Options, name: &str, notes: &mut Notes) -> Result<bool, ConfigError> {
+    let method = options.parse("verify", |text| Ok(text.to_string()))?;
+    let Some((line, method)) = method else {
+        return Ok(false);
+    };
+    if method == "0" || method == "null" {
+        return Ok(false);
+    }
+    if let Some((line, _)) = options.parse("verify_backlog", |text| Ok(text.to_string()))? {
+        notes.once("verify_backlog", || {
+            format!(
+                "line {line}: `verify_backlog` emulated: bench checks every written block when \
+                 the job's group ends, not every N writes"
+            )
+        });
+    }
+    if options.flag("do_verify")? == Some(false) {
+        notes.push(format!(
+            "line {line}: job `{name}`: `do_verify=0` not honoured: bench reads back and checks \
+             every block a verify job wrote"
+        ));
+    }
+    notes.push(format!(
+        "line {line}: job `{name}`: `verify={method}` emulated: writes carry a header and a \
+         64-bit checksum (bench's own, whatever the method), reads of such blocks are checked, \
+         and every written block is read back and checked when the group ends"
+    ));
+    Ok(true)
 }
 
 /// `iodepth`, and `ioengine`: `null` and engines that do not do block I/O are
@@ -993,7 +1194,10 @@ fn timing(
     options: &Options,
     job_line: usize,
     name: &str,
-) -> Result<(u64, Option<u64>, bool), ConfigError> {
+) -> Result<(u64, Option<u64>, bool, u64), ConfigError> {
+    let ramp_ns = options
+        .parse("ramp_time", parse_fio_time_ns)?
+        .map_or(0, |(_, ns)| ns);
     let start_ns = options
         .parse("startdelay", parse_fio_time_ns)?
         .map_or(0, |(_, ns)| ns);
@@ -1012,7 +1216,13 @@ fn timing(
             ),
         ));
     }
-    Ok((start_ns, runtime.map(|(_, ns)| start_ns + ns), !time_based))
+    // As in fio, the ramp comes before the measured runtime.
+    Ok((
+        start_ns,
+        runtime.map(|(_, ns)| start_ns + ramp_ns + ns),
+        !time_based,
+        ramp_ns,
+    ))
 }
 
 /// Notes once that `direct`/`buffered` are the mode's business.
@@ -1361,12 +1571,7 @@ fn default_size(path: &Path) -> Option<u64> {
 
 /// `read`, `write`, `randread`, `randwrite`, `rw`/`readwrite`, `randrw`.
 fn parse_rw(text: &str) -> Result<(bool, Mix), String> {
-    if let Some((_, modifier)) = text.split_once(':') {
-        return Err(format!(
-            "the `:{modifier}` modifier changes the offsets (a new random offset only every N \
-             requests, or holes between sequential ones) and bench does not honour it; drop it"
-        ));
-    }
+    let text = text.split_once(':').map_or(text, |(pattern, _)| pattern);
     Ok(match text {
         "read" => (false, Mix::Read),
         "write" => (false, Mix::Write),
@@ -1600,6 +1805,10 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
                 io_bytes_per_instance: job.limit_bytes(write),
                 group: job.group,
                 target,
+                ramp_ns: job.ramp_ns,
+                think_ns: job.think_ns,
+                shape: job.shapes[usize::from(write)].clone(),
+                verify: job.verify,
             };
             planned.push(Planned {
                 table,
@@ -2139,9 +2348,9 @@ prio=0
             "{notes}"
         );
 
-        let error = failure("[global]\nverify=md5\n[a]\nruntime=1\nsize=1m\n");
+        let error = failure("[global]\nfsync=4\n[a]\nruntime=1\nsize=1m\n");
         assert_eq!(error.key, "line 2 ([global])");
-        assert!(error.message.contains("`verify`"), "{error}");
+        assert!(error.message.contains("`fsync`"), "{error}");
         assert!(error.message.contains("remove it"), "{error}");
         assert!(error.message.len() < 300, "{error}");
 
@@ -2155,8 +2364,16 @@ prio=0
         for (text, line, needle) in [
             ("[a]\nruntime=1\nsize=1m\nbs=4q\n", "line 4", "bs=4q"),
             ("[a]\nruntime=1\nsize=1m\nrw=trim\n", "line 4", "randrw"),
-            ("[a]\nruntime=1\nsize=1m\nrw=randread:8\n", "line 4", ":8"),
-            ("[a]\nruntime=1\nsize=1m\nbs=4k-8k\n", "line 4", "one size"),
+            (
+                "[a]\nruntime=1\nsize=1m\nrw=randread:x\n",
+                "line 4",
+                "modifier",
+            ),
+            (
+                "[a]\nruntime=1\nsize=1m\nbs=8k-4k\n",
+                "line 4",
+                "high to low",
+            ),
             ("[a]\nruntime=1\nsize=1m\niodepth=0\n", "line 4", "iodepth"),
             ("[a]\nruntime=soon\nsize=1m\n", "line 2", "runtime"),
             ("[a]\nsize=1m\ntime_based\n", "line 3", "runtime"),
@@ -2187,6 +2404,52 @@ prio=0
             assert!(error.to_string().contains(needle), "{text:?}: {error}");
         }
         assert_eq!(failure("; nothing\n").key, "(fio file)");
+    }
+
+    #[test]
+    fn block_size_mixes_offset_modifiers_and_pacing_map_onto_job_options() {
+        let imported = import(
+            "[global]\ndirectory=/tmp\nsize=1m\n\
+             [split]\nrw=randrw\nbssplit=4k/25:64k/75,16k\n\
+             [range]\nrw=read\nbsrange=4k-16k\nrw=read:8k\n\
+             [dash]\nrw=randread:8\nbs=8k-8k\npercentage_random=40\n\
+             [paced]\nthinktime=250\nramp_time=2\nruntime=3\ntime_based\n",
+        );
+        let options = &imported.job.job_options;
+        let jobs = &imported.job.scenario.jobs;
+        assert_eq!(options[0].shape.block_sizes, [(4096, 25), (65536, 75)]);
+        assert_eq!(jobs[0].block_size_bytes, 4096);
+        assert_eq!(options[1].shape.block_sizes, [(16384, 100)]);
+        assert_eq!(jobs[1].block_size_bytes, 16384);
+        assert_eq!(
+            options[2].shape.block_sizes,
+            [(4096, 1), (8192, 1), (16384, 1)]
+        );
+        assert_eq!(options[2].shape.skip_bytes, 8192);
+        assert_eq!(options[3].shape.random_run, 8);
+        assert_eq!(options[3].shape.random_percent, Some(40));
+        assert_eq!(options[3].shape.block_sizes, [(8192, 1)]);
+        assert_eq!(options[4].think_ns, 250_000, "thinktime is in microseconds");
+        assert_eq!(options[4].ramp_ns, 2_000_000_000);
+        // The ramp comes before the measured runtime.
+        assert_eq!(jobs[4].stop_ns, 5_000_000_000);
+        assert!(options[4].shape.is_plain());
+        let error = failure("[a]\ndirectory=/tmp\nsize=1m\nbssplit=4k/70:64k/70\n");
+        assert_eq!(error.key, "line 4");
+        assert!(error.message.contains("more than 100"), "{error}");
+    }
+
+    #[test]
+    fn verify_is_emulated_and_noted() {
+        let imported = import(
+            "[w]\ndirectory=/tmp\nsize=1m\nrw=write\nverify=md5\nverify_backlog=8\n\
+             [r]\ndirectory=/tmp\nsize=1m\nverify=0\n",
+        );
+        let verify: Vec<bool> = imported.job.job_options.iter().map(|o| o.verify).collect();
+        assert_eq!(verify, [true, false]);
+        let notes = imported.notes.join("\n");
+        assert!(notes.contains("`verify=md5` emulated"), "{notes}");
+        assert!(notes.contains("`verify_backlog` emulated"), "{notes}");
     }
 
     #[test]

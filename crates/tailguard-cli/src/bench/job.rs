@@ -70,6 +70,19 @@ pub struct JobOptions {
     pub group: usize,
     /// The job's own target, overriding [`BenchJob::target`].
     pub target: Option<PathBuf>,
+    /// How long after its start the job's requests begin to count in the
+    /// report (fio's `ramp_time`); 0: from the start.
+    pub ramp_ns: u64,
+    /// How long each instance of a closed-loop job waits after a completion
+    /// before it submits the next request (fio's `thinktime`); 0: at once.
+    pub think_ns: u64,
+    /// How requests are shaped beyond the scenario's pattern and block size
+    /// (fio's `bssplit`, `bsrange`, `percentage_random`, `rw=...:N`).
+    pub shape: crate::bench::shape::Shape,
+    /// Whether writes carry a checksummed pattern that reads check, and the
+    /// job's written blocks are read back and checked when its group ends
+    /// (fio's `verify`).
+    pub verify: bool,
 }
 
 /// The name of the one device every job runs on.
@@ -286,6 +299,7 @@ fn take_job_options(job: &mut toml::Table) -> Result<JobOptions, (&'static str, 
         io_bytes_per_instance,
         group,
         target,
+        ..JobOptions::default()
     })
 }
 
@@ -331,6 +345,7 @@ mod tests {
                 io_bytes_per_instance: Some(2 << 20),
                 group: 1,
                 target: Some(PathBuf::from("/dev/null")),
+                ..JobOptions::default()
             }
         );
         assert_eq!(job.groups(), [vec![1], vec![0]]);

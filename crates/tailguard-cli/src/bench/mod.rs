@@ -5,6 +5,9 @@
 //! - [`fio`]: `--fio FILE`, a subset of fio job files mapped onto the same job.
 //! - [`target`]: checking the target, laying out and removing data files, Ctrl-C.
 //! - [`driver`]: the real-time run loop and the three modes.
+//! - [`shape`]: request sizes and offsets beyond a job's pattern (fio's
+//!   `bssplit`, `percentage_random`, ...) and the checksummed blocks of
+//!   `verify`.
 //! - [`report`]: bench's JSON and table, with the driver's lateness named as
 //!   such and the scheduler's own queue wait and device time.
 //!
@@ -21,6 +24,7 @@ pub mod driver;
 pub mod fio;
 pub mod job;
 pub mod report;
+pub mod shape;
 pub mod target;
 
 /// The ways of doing the I/O that bench compares.
