@@ -267,3 +267,23 @@ fn a_ramp_keeps_the_first_requests_out_of_the_report() {
     assert_empty(&directory);
     remove(&directory, &fio);
 }
+
+#[test]
+fn jobs_with_syncs_complete_in_every_mode() {
+    let (directory, fio) = scratch("syncs");
+    let text = format!(
+        "[global]\ndirectory={}\nsize=512k\nrw=randwrite\n\
+         [every4]\nbs=64k\nfsync=4\nend_fsync=1\n[data]\nfdatasync=16\niodepth=4\n",
+        directory.display()
+    );
+    let (runs, _) = bench(&fio, &text, &[]);
+    assert_eq!(runs.len(), 3);
+    for run in &runs {
+        for class in 0..2 {
+            assert_eq!(class_u64(run, class, "bytes"), 512 << 10, "{run}");
+            assert_eq!(class_u64(run, class, "outstanding"), 0, "{run}");
+        }
+    }
+    assert_empty(&directory);
+    remove(&directory, &fio);
+}

@@ -42,7 +42,7 @@
 //! `last_completion_s`). Ctrl-C ends it early: in-flight requests are waited
 //! for (their buffers belong to the kernel until then), queued ones dropped.
 
-use crate::bench::job::JobOptions;
+use crate::bench::job::{JobOptions, SyncKind};
 use crate::bench::report::{BenchRun, DirectionStats};
 use crate::bench::shape::{check_verified, fill_verified, is_verified_block, reshape, ShapeState};
 use crate::bench::target::{interrupted, Plan};
@@ -83,16 +83,25 @@ struct Request {
     token: u64,
     class: usize,
     file: usize,
-    write: bool,
+    kind: RequestKind,
     offset: u64,
-    buffer: AlignedBuffer,
+    /// The data buffer (reads and writes; `None` for syncs).
+    buffer: Option<AlignedBuffer>,
+}
+
+/// What a request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RequestKind {
+    Read,
+    Write,
+    Sync(SyncKind),
 }
 
 /// A finished request.
 struct Done {
     token: u64,
     result: io::Result<usize>,
-    buffer: AlignedBuffer,
+    buffer: Option<AlignedBuffer>,
     at: Instant,
 }
 
@@ -241,6 +250,7 @@ pub fn run_with_options(
         .map_err(|error| BenchError::usage(format!("tailguard: its statistics: {error}")))?;
     drop(executor);
     verify_written(scenario, plan, mode, &written)?;
+    end_fsync(scenario, plan, mode, job_options)?;
     let mut run = BenchRun::new(report, stats.as_ref());
     run.directions = directions;
     Ok(run)
@@ -303,6 +313,10 @@ struct Driver<'a> {
     generated: Vec<RequestTemplate>,
     /// Per instance: bytes submitted so far.
     instance_bytes: Vec<u64>,
+    /// Per instance: writes submitted so far (for `sync_every_writes`).
+    instance_writes: Vec<u64>,
+    /// Syncs in flight: token -> job.
+    pending_syncs: HashMap<u64, usize>,
     /// Per job: its options (bound, ramp, think time, shape, verify).
     job_options: Vec<JobOptions>,
     /// Per instance: its job (instances are numbered job by job).
@@ -368,6 +382,8 @@ impl<'a> Driver<'a> {
         Ok(Self {
             buffers: buffers(scenario, &job_options)?,
             instance_bytes: vec![0; workload.instance_count()],
+            instance_writes: vec![0; workload.instance_count()],
+            pending_syncs: HashMap::new(),
             measure_from_ns,
             shape_states,
             directions,
@@ -419,7 +435,7 @@ impl<'a> Driver<'a> {
             }
             self.fire_timers(self.ns_at(instant));
             self.submit_generated(executor)?;
-            if self.timers.is_empty() && self.pending.is_empty() {
+            if self.timers.is_empty() && self.pending.is_empty() && self.pending_syncs.is_empty() {
                 break;
             }
             let mut deadline = Instant::now() + POLL_INTERVAL;
@@ -508,9 +524,13 @@ impl<'a> Driver<'a> {
                 token,
                 class,
                 file: self.plan.job_file[template.job],
-                write,
+                kind: if write {
+                    RequestKind::Write
+                } else {
+                    RequestKind::Read
+                },
                 offset: offset_bytes - self.plan.job_base[template.job],
-                buffer,
+                buffer: Some(buffer),
             })?;
             let pending = Pending {
                 template,
@@ -521,15 +541,62 @@ impl<'a> Driver<'a> {
                 measured,
             };
             self.pending.insert(token, pending);
+            if write {
+                self.sync_after_write(executor, template.instance, template.job)?;
+            }
         }
         self.generated = generated;
+        Ok(())
+    }
+
+    /// Counts an instance's write and, every `sync_every_writes`, submits a
+    /// sync of its file (not counted in the report, and not a slot of the
+    /// job's queue depth).
+    fn sync_after_write(
+        &mut self,
+        executor: &mut dyn Executor,
+        instance: usize,
+        job: usize,
+    ) -> Result<(), BenchError> {
+        let every = self.job_options[job].sync_every_writes;
+        if every == 0 {
+            return Ok(());
+        }
+        self.instance_writes[instance] += 1;
+        if self.instance_writes[instance] % u64::from(every) != 0 {
+            return Ok(());
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        executor.submit(Request {
+            token,
+            class: self.scenario.jobs[job].class,
+            file: self.plan.job_file[job],
+            kind: RequestKind::Sync(self.job_options[job].sync_kind),
+            offset: 0,
+            buffer: None,
+        })?;
+        self.pending_syncs.insert(token, job);
         Ok(())
     }
 
     /// Records a completion and lets its instance generate the next request
     /// (after its think time, if it has one).
     fn complete(&mut self, finished: Done) -> Result<(), BenchError> {
+        if let Some(job) = self.pending_syncs.remove(&finished.token) {
+            return finished.result.map(|_| ()).map_err(|error| {
+                BenchError::usage(format!(
+                    "{}: job `{}`: a sync of {} failed: {error}",
+                    self.mode.name(),
+                    self.scenario.jobs[job].name,
+                    self.plan.files[self.plan.job_file[job]].display()
+                ))
+            });
+        }
         let Some(request) = self.pending.remove(&finished.token) else {
+            return Ok(());
+        };
+        let Some(buffer) = finished.buffer else {
             return Ok(());
         };
         let template = request.template;
@@ -538,7 +605,7 @@ impl<'a> Driver<'a> {
             .result
             .map_err(|error| self.failure(&request, &error.to_string()))?;
         if self.job_options[template.job].verify {
-            self.check_block(&request, &finished.buffer, write)?;
+            self.check_block(&request, &buffer, write)?;
         }
         let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
         if request.measured {
@@ -557,10 +624,7 @@ impl<'a> Driver<'a> {
                 bytes as u64,
             );
         }
-        self.buffers
-            .entry(finished.buffer.len())
-            .or_default()
-            .push(finished.buffer);
+        self.buffers.entry(buffer.len()).or_default().push(buffer);
         let think_ns = self.job_options[template.job].think_ns;
         let closed = matches!(
             self.scenario.jobs[template.job].arrival,
@@ -718,6 +782,37 @@ impl<'a> Driver<'a> {
     }
 }
 
+/// Fsyncs the file of every job with `end_fsync`, once each.
+fn end_fsync(
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+    job_options: &[JobOptions],
+) -> Result<(), BenchError> {
+    let mut done: Vec<usize> = Vec::new();
+    for (job, options) in job_options.iter().enumerate() {
+        let file = plan.job_file[job];
+        if !options.end_fsync || done.contains(&file) {
+            continue;
+        }
+        done.push(file);
+        let path = &plan.files[file];
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|handle| handle.sync_all())
+            .map_err(|error| {
+                BenchError::usage(format!(
+                    "{}: job `{}`: end_fsync of {}: {error}",
+                    mode.name(),
+                    scenario.jobs[job].name,
+                    path.display()
+                ))
+            })?;
+    }
+    Ok(())
+}
+
 /// Reads back every block verify jobs wrote (O_DIRECT where the file takes
 /// it, else through the page cache) and checks it; the error names the
 /// first bad block.
@@ -868,8 +963,14 @@ impl DriverChoice {
     }
 }
 
+/// A request's future: a read or write, or a sync.
+enum SlotFuture {
+    Data(IoFuture<BufResult>),
+    Sync(IoFuture<io::Result<()>>),
+}
+
 /// A request's future and the waker that reports its token.
-type Slot = (IoFuture<BufResult>, Waker);
+type Slot = (SlotFuture, Waker);
 
 /// The `tailguard` mode: requests through a [`Scheduler`].
 struct SchedulerExecutor {
@@ -981,9 +1082,16 @@ fn poll_token(futures: &mut HashMap<u64, Slot>, token: u64, out: &mut Vec<Done>)
     let Some((future, waker)) = futures.get_mut(&token) else {
         return; // done already: a late wake-up
     };
-    if let Poll::Ready((result, buffer)) =
-        std::pin::Pin::new(future).poll(&mut Context::from_waker(waker))
-    {
+    let mut context = Context::from_waker(waker);
+    let polled = match future {
+        SlotFuture::Data(future) => std::pin::Pin::new(future)
+            .poll(&mut context)
+            .map(|(result, buffer)| (result, Some(buffer))),
+        SlotFuture::Sync(future) => std::pin::Pin::new(future)
+            .poll(&mut context)
+            .map(|result| (result.map(|()| 0), None)),
+    };
+    if let Poll::Ready((result, buffer)) = polled {
         futures.remove(&token);
         out.push(Done {
             token,
@@ -1051,10 +1159,18 @@ impl Executor for SchedulerExecutor {
     fn submit(&mut self, request: Request) -> Result<(), BenchError> {
         let file = &self.files[request.file];
         let class = &self.classes[request.class];
-        let future = if request.write {
-            file.write_at(class, request.buffer, request.offset)
-        } else {
-            file.read_at(class, request.buffer, request.offset)
+        let future = match (request.kind, request.buffer) {
+            (RequestKind::Write, Some(buffer)) => {
+                SlotFuture::Data(file.write_at(class, buffer, request.offset))
+            }
+            (RequestKind::Read, Some(buffer)) => {
+                SlotFuture::Data(file.read_at(class, buffer, request.offset))
+            }
+            (RequestKind::Sync(SyncKind::Fsync), _) => SlotFuture::Sync(file.fsync(class)),
+            (RequestKind::Sync(SyncKind::Fdatasync), _) => SlotFuture::Sync(file.fdatasync(class)),
+            (_, None) => {
+                return Err(BenchError::usage("a read or write without a buffer"));
+            }
         };
         let waker = Waker::from(Arc::new(TokenWaker {
             token: request.token,
@@ -1194,8 +1310,9 @@ struct BackendExecutor {
     alarm: Alarm,
     /// Ops the backend handed back (queue full), pushed on the next wait.
     backlog: VecDeque<Op>,
-    /// Buffers of ops pushed or in the backlog: the kernel's until reaped.
-    buffers: HashMap<u64, AlignedBuffer>,
+    /// Ops pushed or in the backlog, with their buffers (none for syncs):
+    /// the kernel's until reaped.
+    buffers: HashMap<u64, Option<AlignedBuffer>>,
     /// Per file: the descriptor for writes (O_DIRECT in kernel-direct only).
     files: Vec<std::fs::File>,
     /// Per file: the descriptor for reads (always O_DIRECT where it opens).
@@ -1298,20 +1415,25 @@ impl BackendExecutor {
 
 impl Executor for BackendExecutor {
     fn submit(&mut self, mut request: Request) -> Result<(), BenchError> {
+        let (pointer, length) = match &mut request.buffer {
+            Some(buffer) => (buffer.as_mut_ptr(), buffer.len() as u32),
+            None => (std::ptr::null_mut(), 0),
+        };
         let op = Op {
             user_data: request.token,
-            fd: if request.write {
-                self.files[request.file].as_raw_fd()
-            } else {
+            fd: if request.kind == RequestKind::Read {
                 self.read_files[request.file].as_raw_fd()
-            },
-            kind: if request.write {
-                OpKind::Write
             } else {
-                OpKind::Read
+                self.files[request.file].as_raw_fd()
             },
-            buffer: request.buffer.as_mut_ptr(),
-            length: request.buffer.len() as u32,
+            kind: match request.kind {
+                RequestKind::Read => OpKind::Read,
+                RequestKind::Write => OpKind::Write,
+                RequestKind::Sync(SyncKind::Fsync) => OpKind::Fsync,
+                RequestKind::Sync(SyncKind::Fdatasync) => OpKind::Fdatasync,
+            },
+            buffer: pointer,
+            length,
             offset: request.offset,
         };
         // Moving the buffer moves its handle, not the memory the op points to.
@@ -1337,7 +1459,7 @@ impl Executor for BackendExecutor {
         let at = Instant::now();
         for result in self.results.drain(..) {
             let Some(buffer) = self.buffers.remove(&result.user_data) else {
-                continue;
+                continue; // not ours
             };
             out.push(Done {
                 token: result.user_data,

@@ -51,7 +51,7 @@
 //!   engines that do not do block I/O are refused; synchronous engines
 //!   (`psync`, `sync`, ...) run at queue depth 1, as in fio.
 
-use crate::bench::job::{BenchJob, JobOptions};
+use crate::bench::job::{BenchJob, JobOptions, SyncKind};
 use crate::bench::shape::Shape;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::FileTypeExt as _;
@@ -60,7 +60,7 @@ use tailguard_sim::scenario::ScenarioError;
 use tailguard_sim::ConfigError;
 
 /// Options the import maps onto the bench job.
-pub const MAPPED_OPTIONS: [&str; 42] = [
+pub const MAPPED_OPTIONS: [&str; 46] = [
     "name",
     "rw",
     "readwrite",
@@ -103,6 +103,10 @@ pub const MAPPED_OPTIONS: [&str; 42] = [
     "verify_backlog",
     "thinktime",
     "percentage_random",
+    "fsync",
+    "fdatasync",
+    "end_fsync",
+    "fsync_on_close",
 ];
 
 /// Options accepted and ignored, with why: they change how fio measures or
@@ -212,20 +216,12 @@ pub const IGNORED_OPTIONS: [(&str, &str); 46] = [
 
 /// Options refused because they change the I/O in a way bench does not
 /// honour: (option, why, what to write instead).
-pub const REFUSED_OPTIONS: [(&str, &str, &str); 14] = [
+pub const REFUSED_OPTIONS: [(&str, &str, &str); 10] = [
     (
         "include",
         "bench does not follow includes",
         "paste the included file in",
     ),
-    (
-        "fsync",
-        "bench does not issue fsync",
-        "remove it; kernel-buffered mode shows writeback",
-    ),
-    ("fdatasync", "bench does not issue fdatasync", "remove it"),
-    ("end_fsync", "bench does not issue fsync", "remove it"),
-    ("fsync_on_close", "bench does not issue fsync", "remove it"),
     ("sync", "bench does not open files O_SYNC", "remove it"),
     (
         "random_distribution",
@@ -745,6 +741,11 @@ struct FioJob {
     shapes: [Shape; 2],
     /// Writes carry checksummed blocks that are read back (`verify`).
     verify: bool,
+    /// A sync after every this many writes (`fsync`, `fdatasync`); 0: none.
+    sync_every_writes: u32,
+    sync_kind: SyncKind,
+    /// An fsync when the group ends (`end_fsync`, `fsync_on_close`).
+    end_fsync: bool,
     /// The line of each option set for the job, by canonical name.
     option_lines: BTreeMap<&'static str, usize>,
 }
@@ -810,6 +811,9 @@ impl FioJob {
             })?
             .map_or(0, |(_, ns)| ns);
         let verify = verify(&options, &name, notes)?;
+        let (sync_every_writes, sync_kind) = syncs(&options)?;
+        let end_fsync = options.flag("end_fsync")? == Some(true)
+            || options.flag("fsync_on_close")? == Some(true);
         note_direct(&options, section.line, &name, notes)?;
         let files = files(&options, section.line, &name, block_size_bytes, notes)?;
         let mut job = Self {
@@ -832,6 +836,9 @@ impl FioJob {
             think_ns,
             shapes,
             verify,
+            sync_every_writes,
+            sync_kind,
+            end_fsync,
             option_lines: options.lines(),
         };
         if bounded {
@@ -1138,6 +1145,25 @@ fn verify(options: &Options, name: &str, notes: &mut Notes) -> Result<bool, Conf
          and every written block is read back and checked when the group ends"
     ));
     Ok(true)
+}
+
+/// `fsync=N` or `fdatasync=N` (the later line wins): a sync after every N
+/// writes; 0 or unset: none.
+fn syncs(options: &Options) -> Result<(u32, SyncKind), ConfigError> {
+    let count = |text: &str| {
+        text.parse::<u32>()
+            .map_err(|_| format!("`{text}` is not a number of writes (0 for none)"))
+    };
+    let fsync = options.parse("fsync", count)?;
+    let fdatasync = options.parse("fdatasync", count)?;
+    Ok(match (fsync, fdatasync) {
+        (Some((fsync_line, every)), Some((data_line, _))) if fsync_line > data_line => {
+            (every, SyncKind::Fsync)
+        }
+        (_, Some((_, every))) => (every, SyncKind::Fdatasync),
+        (Some((_, every)), None) => (every, SyncKind::Fsync),
+        (None, None) => (0, SyncKind::Fsync),
+    })
 }
 
 /// `iodepth`, and `ioengine`: `null` and engines that do not do block I/O are
@@ -1809,6 +1835,9 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
                 think_ns: job.think_ns,
                 shape: job.shapes[usize::from(write)].clone(),
                 verify: job.verify,
+                sync_every_writes: job.sync_every_writes,
+                sync_kind: job.sync_kind,
+                end_fsync: job.end_fsync,
             };
             planned.push(Planned {
                 table,
@@ -2348,10 +2377,10 @@ prio=0
             "{notes}"
         );
 
-        let error = failure("[global]\nfsync=4\n[a]\nruntime=1\nsize=1m\n");
+        let error = failure("[global]\nzonemode=zbd\n[a]\nruntime=1\nsize=1m\n");
         assert_eq!(error.key, "line 2 ([global])");
-        assert!(error.message.contains("`fsync`"), "{error}");
-        assert!(error.message.contains("remove it"), "{error}");
+        assert!(error.message.contains("`zonemode`"), "{error}");
+        assert!(error.message.contains("give size= and offset="), "{error}");
         assert!(error.message.len() < 300, "{error}");
 
         let error = failure("[a]\nruntime=1\nsize=1m\nfrobnicate=3\n");
@@ -2437,6 +2466,29 @@ prio=0
         let error = failure("[a]\ndirectory=/tmp\nsize=1m\nbssplit=4k/70:64k/70\n");
         assert_eq!(error.key, "line 4");
         assert!(error.message.contains("more than 100"), "{error}");
+    }
+
+    #[test]
+    fn syncs_map_to_every_n_writes_and_the_end() {
+        let imported = import(
+            "[a]\ndirectory=/tmp\nsize=1m\nrw=write\nfsync=4\nend_fsync=1\n\
+             [b]\ndirectory=/tmp\nsize=1m\nrw=write\nfsync=2\nfdatasync=8\n[c]\n\
+             directory=/tmp\nsize=1m\n",
+        );
+        let syncs: Vec<(u32, SyncKind, bool)> = imported
+            .job
+            .job_options
+            .iter()
+            .map(|o| (o.sync_every_writes, o.sync_kind, o.end_fsync))
+            .collect();
+        assert_eq!(
+            syncs,
+            [
+                (4, SyncKind::Fsync, true),
+                (8, SyncKind::Fdatasync, false),
+                (0, SyncKind::Fsync, false)
+            ]
+        );
     }
 
     #[test]

@@ -83,6 +83,24 @@ pub struct JobOptions {
     /// job's written blocks are read back and checked when its group ends
     /// (fio's `verify`).
     pub verify: bool,
+    /// After every this many writes an instance issues a sync of its file
+    /// (fio's `fsync=N`, `fdatasync=N`); 0: never.
+    pub sync_every_writes: u32,
+    /// What that sync is.
+    pub sync_kind: SyncKind,
+    /// Whether the job's file is fsynced when its group ends (fio's
+    /// `end_fsync`).
+    pub end_fsync: bool,
+}
+
+/// A request that makes written data durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncKind {
+    /// `fsync`: data and metadata.
+    #[default]
+    Fsync,
+    /// `fdatasync`: data and what is needed to read it back.
+    Fdatasync,
 }
 
 /// The name of the one device every job runs on.
