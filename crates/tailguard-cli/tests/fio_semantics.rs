@@ -287,3 +287,20 @@ fn jobs_with_syncs_complete_in_every_mode() {
     assert_empty(&directory);
     remove(&directory, &fio);
 }
+
+#[test]
+fn linear_rates_space_arrivals_evenly_and_poisson_ones_do_not() {
+    let (directory, fio) = scratch("rates");
+    let text = format!(
+        "[global]\ndirectory={}\nsize=1m\nrw=randread\nrate_iops=1000\nruntime=300ms\n\
+         time_based\n[linear]\n[poisson]\nrate_process=poisson\n",
+        directory.display()
+    );
+    let (runs, _) = bench(&fio, &text, &["--mode", "kernel-direct"]);
+    // Evenly spaced: one arrival every millisecond from the start, 300 in all.
+    assert_eq!(class_u64(&runs[0], 0, "ops"), 300, "{}", runs[0]);
+    let poisson = class_u64(&runs[0], 1, "ops");
+    assert!((200..400).contains(&poisson), "{poisson}");
+    assert_empty(&directory);
+    remove(&directory, &fio);
+}

@@ -471,11 +471,38 @@ impl<'a> Driver<'a> {
                     None
                 }
             };
+            let next = match kind {
+                TimerKind::Think => next,
+                _ => self.even_arrival(instance, when, kind == TimerKind::Start, next),
+            };
             if let Some(next) = next {
                 self.timers
                     .push(Reverse((next, instance, TimerKind::Arrival)));
             }
         }
+    }
+
+    /// The next arrival of an open-loop instance: `poisson` (the generator's)
+    /// or, for a job with even arrivals, one interval after `when` (the
+    /// first arrival at the start itself), while before the job's stop.
+    fn even_arrival(
+        &self,
+        instance: usize,
+        when: Nanos,
+        first: bool,
+        poisson: Option<Nanos>,
+    ) -> Option<Nanos> {
+        let job = self.instance_job[instance];
+        let spec = &self.scenario.jobs[job];
+        let Arrival::OpenLoop { rate_iops } = spec.arrival else {
+            return poisson;
+        };
+        if !self.job_options[job].even_arrivals {
+            return poisson;
+        }
+        let interval_ns = (1e9 / rate_iops).round().max(1.0) as Nanos;
+        let next = if first { when } else { when + interval_ns };
+        (next < spec.stop_ns).then_some(next)
     }
 
     /// Hands the generated requests to the executor (dropping those of

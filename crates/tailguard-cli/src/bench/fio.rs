@@ -746,6 +746,8 @@ struct FioJob {
     sync_kind: SyncKind,
     /// An fsync when the group ends (`end_fsync`, `fsync_on_close`).
     end_fsync: bool,
+    /// Rated arrivals evenly spaced (`rate_process=linear`, fio's default).
+    even_arrivals: bool,
     /// The line of each option set for the job, by canonical name.
     option_lines: BTreeMap<&'static str, usize>,
 }
@@ -839,6 +841,7 @@ impl FioJob {
             sync_every_writes,
             sync_kind,
             end_fsync,
+            even_arrivals: rate_process(&options)?,
             option_lines: options.lines(),
         };
         if bounded {
@@ -1145,6 +1148,17 @@ fn verify(options: &Options, name: &str, notes: &mut Notes) -> Result<bool, Conf
          and every written block is read back and checked when the group ends"
     ));
     Ok(true)
+}
+
+/// `rate_process`: `linear` (fio's default; evenly spaced arrivals) or
+/// `poisson`.
+fn rate_process(options: &Options) -> Result<bool, ConfigError> {
+    let process = options.parse("rate_process", |text| match text {
+        "linear" => Ok(true),
+        "poisson" => Ok(false),
+        _ => Err("not a rate process; use linear (fio's default) or poisson".into()),
+    })?;
+    Ok(process.is_none_or(|(_, linear)| linear))
 }
 
 /// `fsync=N` or `fdatasync=N` (the later line wins): a sync after every N
@@ -1838,6 +1852,7 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
                 sync_every_writes: job.sync_every_writes,
                 sync_kind: job.sync_kind,
                 end_fsync: job.end_fsync,
+                even_arrivals: job.even_arrivals,
             };
             planned.push(Planned {
                 table,
@@ -1945,9 +1960,10 @@ fn describe_job(job: &FioJob, described: &[String], notes: &mut Notes) {
     if job.rate_iops.iter().any(Option::is_some) {
         notes.once("rate", || {
             format!(
-                "line {}: rates become open-loop Poisson arrivals without a cap on requests in \
-                 flight (iodepth is not applied to them), latency counted from each arrival \
-                 (fio's default rate_process=linear spaces them evenly)",
+                "line {}: rates become open-loop arrivals, evenly spaced (rate_process=linear, \
+                 fio's default) or Poisson (rate_process=poisson), without a cap on requests \
+                 in flight (fio's linear process never has more than iodepth in flight), \
+                 latency counted from each arrival",
                 job.line
             )
         });
@@ -2489,6 +2505,22 @@ prio=0
                 (0, SyncKind::Fsync, false)
             ]
         );
+    }
+
+    #[test]
+    fn rate_process_chooses_even_or_poisson_arrivals() {
+        let imported = import(
+            "[global]\ndirectory=/tmp\nsize=1m\nrate_iops=100\n[a]\n[b]\nrate_process=poisson\n",
+        );
+        let even: Vec<bool> = imported
+            .job
+            .job_options
+            .iter()
+            .map(|o| o.even_arrivals)
+            .collect();
+        assert_eq!(even, [true, false]);
+        let error = failure("[a]\ndirectory=/tmp\nsize=1m\nrate_process=bursty\n");
+        assert_eq!(error.key, "line 4");
     }
 
     #[test]

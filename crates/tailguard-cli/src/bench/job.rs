@@ -91,6 +91,9 @@ pub struct JobOptions {
     /// Whether the job's file is fsynced when its group ends (fio's
     /// `end_fsync`).
     pub end_fsync: bool,
+    /// Whether an open-loop job's arrivals are evenly spaced at its rate
+    /// (fio's default `rate_process=linear`) rather than Poisson.
+    pub even_arrivals: bool,
 }
 
 /// A request that makes written data durable.
