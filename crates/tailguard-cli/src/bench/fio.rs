@@ -801,17 +801,7 @@ impl FioJob {
             .parse("numjobs", |text| parse_count(text, "a number of jobs"))?
             .map_or(1, |(_, count)| count);
         let (start_ns, stop_ns, bounded, ramp_ns) = timing(&options, section.line, &name)?;
-        let think_ns = options
-            .parse("thinktime", |text| {
-                // fio's thinktime is in microseconds unless a unit is given.
-                let plain = text.chars().all(|c| c.is_ascii_digit());
-                parse_fio_time_ns(&if plain {
-                    format!("{text}us")
-                } else {
-                    text.to_string()
-                })
-            })?
-            .map_or(0, |(_, ns)| ns);
+        let think_ns = think_time(&options)?;
         let verify = verify(&options, &name, notes)?;
         let (sync_every_writes, sync_kind) = syncs(&options)?;
         let end_fsync = options.flag("end_fsync")? == Some(true)
@@ -1148,6 +1138,19 @@ fn verify(options: &Options, name: &str, notes: &mut Notes) -> Result<bool, Conf
          and every written block is read back and checked when the group ends"
     ));
     Ok(true)
+}
+
+/// `thinktime`: microseconds unless a unit is given, as in fio.
+fn think_time(options: &Options) -> Result<u64, ConfigError> {
+    let think = options.parse("thinktime", |text| {
+        let plain = text.chars().all(|c| c.is_ascii_digit());
+        parse_fio_time_ns(&if plain {
+            format!("{text}us")
+        } else {
+            text.to_string()
+        })
+    })?;
+    Ok(think.map_or(0, |(_, ns)| ns))
 }
 
 /// `rate_process`: `linear` (fio's default; evenly spaced arrivals) or

@@ -2,7 +2,8 @@
 //! modes (through tailguard, and plain kernel I/O direct or buffered).
 //!
 //! - [`job`]: the job file (a sim scenario with a `target` instead of devices).
-//! - [`fio`]: `--fio FILE`, a subset of fio job files mapped onto the same job.
+//! - [`fio`]: `--fio FILE`, fio job files mapped onto the same job (groups,
+//!   size-bounded jobs, several files and targets).
 //! - [`target`]: checking the target, laying out and removing data files, Ctrl-C.
 //! - [`driver`]: the real-time run loop and the three modes.
 //! - [`shape`]: request sizes and offsets beyond a job's pattern (fio's
@@ -109,8 +110,9 @@ pub struct BenchArguments {
     /// The job file (TOML, like a sim scenario with `target = "PATH"` instead of
     /// devices; see the README's "tailguard bench"). Or give --fio.
     pub jobs: Option<PathBuf>,
-    /// Import the workload from a fio job file instead (a documented subset of
-    /// fio's options; see the README's "Importing fio job files").
+    /// Import the workload from a fio job file instead (every option mapped,
+    /// emulated, ignored with a note or refused with why: see the README's
+    /// "Importing fio job files").
     #[arg(long, value_name = "FILE")]
     pub fio: Option<PathBuf>,
     /// The directory (data files are laid out in it and removed at the end),
