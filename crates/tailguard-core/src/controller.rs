@@ -173,9 +173,167 @@
 //! situation, the budget before and after, the rate and delay measured), which
 //! the dispatcher reports in its stats so an engine can trace each one.
 
-use crate::budget::{split_bytes, Budget, CompletionSample, LatencyController, PIPELINE_PIECES};
+use crate::budget::{split_bytes, Budget, PIPELINE_PIECES};
 use crate::profile::{CostModel, DeviceProfile};
 use crate::request::{Direction, Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
+
+/// One completed piece, as a latency controller sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompletionSample {
+    /// When it completed.
+    pub now: Nanos,
+    /// Read or write.
+    pub direction: Direction,
+    /// Its cost.
+    pub cost_ns: Nanos,
+    /// From dispatch to completion: the device's time, including its own queue.
+    pub device_time_ns: Nanos,
+    /// From enqueue to dispatch: the time spent in the fair queue.
+    pub queue_wait_ns: Nanos,
+    /// Cost in flight just before this completion was released.
+    pub in_flight_ns: Nanos,
+    /// Cost that was in flight when this piece was dispatched: the work queued
+    /// at the device ahead of it.
+    pub ahead_ns: Nanos,
+    /// The part of `ahead_ns` that other classes had in flight: the work ahead
+    /// of it that the budget could have kept back for it. The rest was its own
+    /// class's, which no budget can take away without taking it from the class.
+    pub ahead_other_ns: Nanos,
+    /// Whether its class still had pieces waiting in the fair queue when it was
+    /// dispatched: the class asks for more than it gets, so its latency is its
+    /// own queue's, and the latency target is not its promise (see
+    /// [`crate::controller`], "whom the target protects").
+    pub class_backlogged: bool,
+    /// Pieces waiting in the fair queue at this completion: nonzero means the
+    /// budget, not the workload, was what held work back.
+    pub queued_pieces: usize,
+    /// Cost of pieces dispatched *after* this one that completed before it (a
+    /// lower bound: completions since its dispatch, less `ahead_ns`). Large on a
+    /// device that reorders its queue and starves an old piece (a disk serving
+    /// the shortest seek first); near zero on a first-come-first-served one.
+    pub overtaken_ns: Nanos,
+}
+
+/// Resizes a device's budget from what completions show. Pure: it sees time only
+/// through the samples.
+pub trait LatencyController: Send {
+    /// Called for every completed piece with the current limit; returns a new
+    /// limit, or `None` to keep it.
+    fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos>;
+
+    /// What the controller decided so far (all zero for one that never decides).
+    fn stats(&self) -> ControllerStats {
+        ControllerStats::default()
+    }
+
+    /// How long after its dispatch a piece of `direction`, dispatched now with
+    /// `ahead_ns` of cost in flight before it and costing `cost_ns`, counts as
+    /// *overdue*; `None` (the default) never calls a piece overdue. While the
+    /// oldest piece in flight is overdue, the dispatcher lets only classes with
+    /// nothing in flight dispatch: a device that reorders its queue (a disk
+    /// serving the shortest seek first) then runs out of newer work and serves
+    /// the piece it was starving.
+    fn overdue_after_ns(
+        &self,
+        direction: Direction,
+        ahead_ns: Nanos,
+        cost_ns: Nanos,
+    ) -> Option<Nanos> {
+        let _ = (direction, ahead_ns, cost_ns);
+        None
+    }
+
+    /// The limit a dispatcher starts from, given the one derived from its
+    /// profile (the default keeps it). A controller that distrusts the profile
+    /// (an uncalibrated guess) may start smaller and grow, as TCP's slow start
+    /// does: work dispatched before the first completion cannot be recalled.
+    fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
+        derived_ns
+    }
+}
+
+impl<T: LatencyController + ?Sized> LatencyController for Box<T> {
+    fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos> {
+        (**self).on_completion(sample, limit_ns)
+    }
+
+    fn stats(&self) -> ControllerStats {
+        (**self).stats()
+    }
+
+    fn overdue_after_ns(
+        &self,
+        direction: Direction,
+        ahead_ns: Nanos,
+        cost_ns: Nanos,
+    ) -> Option<Nanos> {
+        (**self).overdue_after_ns(direction, ahead_ns, cost_ns)
+    }
+
+    fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
+        (**self).start_limit_ns(derived_ns)
+    }
+}
+
+/// A controller that never changes the budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedBudget;
+
+impl LatencyController for FixedBudget {
+    fn on_completion(&mut self, _sample: &CompletionSample, _limit_ns: Nanos) -> Option<Nanos> {
+        None
+    }
+}
+
+/// Which policy sizes a device's in-flight budget: the one list of them that
+/// the engine, the simulator and the command line share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ControllerChoice {
+    /// [`FixedBudget`]: the budget the profile and latency target derive.
+    Fixed,
+    /// [`AdaptiveBudget`]: resized online from what completions show.
+    Adaptive,
+}
+
+impl ControllerChoice {
+    /// Every choice, in the order the command line lists them.
+    pub const ALL: [Self; 2] = [Self::Fixed, Self::Adaptive];
+
+    /// The choice's name on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fixed => "fixed",
+            Self::Adaptive => "adaptive",
+        }
+    }
+
+    /// The controller for a device with `profile`.
+    pub fn build(self, profile: &DeviceProfile) -> Box<dyn LatencyController> {
+        match self {
+            Self::Fixed => Box::new(FixedBudget),
+            Self::Adaptive => Box::new(AdaptiveBudget::for_profile(profile)),
+        }
+    }
+}
+
+impl std::fmt::Display for ControllerChoice {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ControllerChoice {
+    type Err = String;
+
+    /// Parses a name; the error lists the names there are.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|choice| choice.name() == name)
+            .ok_or_else(|| format!("unknown controller {name:?}: use fixed or adaptive"))
+    }
+}
 
 /// Shortest window: 10 ms, long enough to average over many completions of a
 /// fast device, short enough to react to a slowdown in well under a second.

@@ -36,8 +36,8 @@
 //! Class handles carry a generation, so a handle to a removed class is rejected
 //! even after its slot is reused.
 
-use crate::budget::{self, Budget, CompletionSample, FixedBudget, LatencyController};
-use crate::controller::ControllerStats;
+use crate::budget::{self, Budget};
+use crate::controller::{CompletionSample, ControllerStats, FixedBudget, LatencyController};
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
 use crate::profile::{CostModel, DeviceProfile, ProfileError};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};

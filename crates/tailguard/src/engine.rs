@@ -97,8 +97,8 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use tailguard_core::{
-    AdaptiveBudget, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
-    DispatcherConfig, FixedBudget, IoRequest, LatencyController, Nanos, RequestId,
+    ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
+    LatencyController, Nanos, RequestId,
 };
 
 /// The `tracing` target of budget changes ([`ControllerChoice::Adaptive`]).
@@ -110,25 +110,10 @@ pub const CONTROLLER_TARGET: &str = "tailguard::controller";
 /// atomic load per registered file per sweep.
 pub const FILE_SWEEP_INTERVAL_NS: Nanos = 1_000_000;
 
-/// Which policy sizes each device's in-flight budget.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ControllerChoice {
-    /// The budget the profile derives, unchanged (the core's `FixedBudget`).
-    #[default]
-    Fixed,
-    /// The core's `AdaptiveBudget`: resized online from what completions show.
-    /// Every change is logged at target [`CONTROLLER_TARGET`].
-    Adaptive,
-}
-
-impl ControllerChoice {
-    fn controller_for(self, profile: &DeviceProfile) -> Box<dyn LatencyController> {
-        match self {
-            Self::Fixed => Box::new(FixedBudget),
-            Self::Adaptive => Box::new(AdaptiveBudget::for_profile(profile)),
-        }
-    }
-}
+/// Which policy sizes each device's in-flight budget: the core's one list.
+/// [`ControllerChoice::Adaptive`] logs every change at target
+/// [`CONTROLLER_TARGET`].
+pub use tailguard_core::ControllerChoice;
 
 /// A device's dispatcher, with the budget policy chosen at run time.
 type DeviceDispatcher = Dispatcher<Box<dyn LatencyController>>;
@@ -508,7 +493,7 @@ impl Engine {
         let build = |profile: &DeviceProfile| {
             Dispatcher::with_controller(
                 DispatcherConfig::new(profile.clone()),
-                self.controller.controller_for(profile),
+                self.controller.build(profile),
             )
         };
         let dispatcher = match build(&profile) {

@@ -138,11 +138,9 @@ fn concurrency(scenario: &Scenario) -> usize {
     total.clamp(1, 256) as usize
 }
 
-/// Runs the scenario once in `mode` against `plan`'s files, and calls
-/// `progress` with the run's elapsed time every [`PROGRESS_INTERVAL`] or so.
 /// How `tailguard` mode configures its scheduler (bench's and demo's
 /// `--profile` and `--latency-target-us`).
-#[derive(Clone, Debug, Default, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct SchedulerSettings {
     /// A device profile file for `tailguard` mode: what `tailguard tune` wrote
     /// (TOML), or Seastar's io_properties.yaml. Default: the built-in guess for
@@ -156,8 +154,8 @@ pub struct SchedulerSettings {
     /// How `tailguard` mode sizes each device's in-flight budget: `fixed` (from
     /// the profile and the latency target) or `adaptive` (resized online from
     /// completion times; see the README's "online latency controller").
-    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = ["fixed", "adaptive"])]
-    pub controller: String,
+    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = parse_controller)]
+    pub controller: ControllerChoice,
     /// When `tailguard` mode hands requests to the kernel: `each` as it is
     /// dispatched (the library's default), or `per-turn`, all of an engine
     /// turn's in one system call.
@@ -171,6 +169,23 @@ pub struct SchedulerSettings {
     pub driver: String,
 }
 
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            profile: None,
+            latency_target_us: None,
+            controller: ControllerChoice::Fixed,
+            submit: String::new(),
+            driver: String::new(),
+        }
+    }
+}
+
+/// `--controller`'s parser: the core's names (`fixed`, `adaptive`).
+fn parse_controller(name: &str) -> Result<ControllerChoice, String> {
+    name.parse()
+}
+
 impl SchedulerSettings {
     /// The scheduler builder these settings describe.
     fn builder(&self) -> io::Result<SchedulerBuilder> {
@@ -181,9 +196,7 @@ impl SchedulerSettings {
         if self.submit == "per-turn" {
             builder = builder.eager_submit(false);
         }
-        if self.controller == "adaptive" {
-            builder = builder.controller(ControllerChoice::Adaptive);
-        }
+        builder = builder.controller(self.controller);
         if let Some(target_us) = self.latency_target_us {
             builder = builder.latency_target(Duration::from_micros(target_us));
         }

@@ -30,6 +30,7 @@ use crate::frontier::grid::{Setting, Variant};
 use crate::progress::Progress;
 use serde::Serialize;
 use std::fmt::Write as _;
+use tailguard::ControllerChoice;
 use tailguard_sim::report::{ClassReport, RunReport};
 
 /// The demo's readers: closed-loop instances.
@@ -146,7 +147,7 @@ pub fn mode(setting: &Setting) -> Mode {
 pub fn scheduler_settings(base: &SchedulerSettings, setting: &Setting) -> SchedulerSettings {
     let mut settings = base.clone();
     match setting {
-        Setting::Tailguard(Variant::Adaptive) => settings.controller = "adaptive".into(),
+        Setting::Tailguard(Variant::Adaptive) => settings.controller = ControllerChoice::Adaptive,
         Setting::Tailguard(Variant::LatencyTarget { target_us }) => {
             settings.latency_target_us = Some(*target_us);
         }
@@ -331,7 +332,7 @@ mod tests {
             Some(500)
         );
         let adaptive = scheduler_settings(&base, &Setting::Tailguard(Variant::Adaptive));
-        assert_eq!(adaptive.controller, "adaptive");
+        assert_eq!(adaptive.controller, ControllerChoice::Adaptive);
     }
 
     #[test]

@@ -243,9 +243,9 @@ impl FrontierArguments {
             let _ = write!(command, " --latency-target-us {target_us}");
         }
         for (flag, value, default) in [
-            ("--controller", &settings.controller, "fixed"),
-            ("--submit", &settings.submit, "each"),
-            ("--driver", &settings.driver, "block-on"),
+            ("--controller", settings.controller.name(), "fixed"),
+            ("--submit", settings.submit.as_str(), "each"),
+            ("--driver", settings.driver.as_str(), "block-on"),
         ] {
             if value != default {
                 let _ = write!(command, " {flag} {value}");
