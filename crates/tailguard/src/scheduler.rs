@@ -55,6 +55,8 @@ pub struct SchedulerBuilder {
     waiters_run_engine: bool,
     eager_submit: bool,
     registered_files: u32,
+    #[cfg(feature = "fault-injection")]
+    faults: Option<backend::fault::FaultInjector>,
 }
 
 impl Default for SchedulerBuilder {
@@ -70,6 +72,8 @@ impl Default for SchedulerBuilder {
             waiters_run_engine: true,
             eager_submit: true,
             registered_files: backend::DEFAULT_FILE_SLOTS,
+            #[cfg(feature = "fault-injection")]
+            faults: None,
         }
     }
 }
@@ -162,6 +166,15 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Wraps the backend in a fault injector that follows `injector` (see
+    /// [`backend::fault`]): for tests of what the engine does when the device
+    /// fails, stalls or vanishes. Only with the `fault-injection` feature.
+    #[cfg(feature = "fault-injection")]
+    pub fn fault_injection(mut self, injector: backend::fault::FaultInjector) -> Self {
+        self.faults = Some(injector);
+        self
+    }
+
     /// Starts the engine thread.
     pub fn build(self) -> io::Result<Scheduler> {
         for (device, profile) in &self.profiles {
@@ -183,12 +196,23 @@ impl SchedulerBuilder {
         };
         let controller = self.controller;
         let eager_submit = self.eager_submit;
+        #[cfg(feature = "fault-injection")]
+        let faults = self.faults.clone();
+        let open = move || {
+            let backend = backend::open_backend_with(config, options)?;
+            #[cfg(feature = "fault-injection")]
+            let backend = match &faults {
+                Some(injector) => injector.wrap(backend)?,
+                None => backend,
+            };
+            Ok::<_, io::Error>(backend)
+        };
         let thread = std::thread::Builder::new()
             .name("tailguard-engine".into())
             .spawn(move || {
                 // The backend is created on the engine thread: an io_uring ring
                 // set up with SINGLE_ISSUER must be used by the thread that made it.
-                match backend::open_backend_with(config, options) {
+                match open() {
                     Ok(backend) => {
                         let shared = Shared::new(
                             Engine::new(backend, handoff, controller, eager_submit),
