@@ -293,9 +293,16 @@ impl FaultDevice {
         fuse_config.n_threads = Some(config.fuse_threads.max(1));
         // From here on, `device`'s Drop undoes whatever was done.
         device.session = Some(
-            fuser::spawn_mount(filesystem, &device.mount_dir, &fuse_config).map_err(step(
-                format!("mounting FUSE on {}", device.mount_dir.display()),
-            ))?,
+            fuser::spawn_mount(filesystem, &device.mount_dir, &fuse_config).map_err(|error| {
+                if matches!(error.raw_os_error(), Some(libc::EPERM | libc::EACCES)) {
+                    FaultDevError::Unavailable(format!(
+                        "mounting FUSE was refused ({error}): a container without \
+                         CAP_SYS_ADMIN, or /dev/fuse not usable here"
+                    ))
+                } else {
+                    step(format!("mounting FUSE on {}", device.mount_dir.display()))(error)
+                }
+            })?,
         );
         device.loop_device = Some(attach_loop(
             &device.mount_dir.join(fs::FILE_NAME),

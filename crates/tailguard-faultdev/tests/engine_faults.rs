@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 use tailguard::{AlignedBuffer, BackendChoice, Scheduler};
-use tailguard_faultdev::{DeviceConfig, FaultControl, FaultDevice, Model, Ops};
+use tailguard_faultdev::{DeviceConfig, FaultControl, FaultDevError, FaultDevice, Model, Ops};
 
 const BLOCK: usize = 4096;
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -31,7 +31,14 @@ fn with_device(
         return;
     }
     let parent = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let device = FaultDevice::start(config, &parent).expect("the fault device starts");
+    let device = match FaultDevice::start(config, &parent) {
+        Ok(device) => device,
+        Err(FaultDevError::Unavailable(reason)) => {
+            println!("skipping {name}: {reason}");
+            return;
+        }
+        Err(error) => panic!("{name}: {error}"),
+    };
     println!(
         "{name}: {} (direct I/O: {})",
         device.path().display(),
