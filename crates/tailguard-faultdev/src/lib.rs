@@ -200,6 +200,12 @@ impl FaultControl {
         lock(&self.core.store).dirty_sectors()
     }
 
+    /// The most requests the device model held at once so far (its queue
+    /// depth as the kernel path delivers it); 0 without a model.
+    pub fn model_depth_max(&self) -> usize {
+        self.core.model.as_ref().map_or(0, RealTimeModel::depth_max)
+    }
+
     /// What the device served and injected so far.
     pub fn counts(&self) -> DeviceCounts {
         lock(&self.core.faults).counts

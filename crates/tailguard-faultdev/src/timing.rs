@@ -7,12 +7,15 @@
 //! model's next event and advances it then, marking the commands it finished.
 //! Commands from many request threads (the FUSE daemon's workers) are queued
 //! in the model together, so its queueing, seeks and write cache behave as in
-//! the simulator. One mutex holds the model and one condition variable
-//! carries every change (few threads, so `notify_all` is cheap).
+//! the simulator. One mutex holds the model; the clock thread sleeps on a
+//! condition variable (with a 1 ns timer slack, so it wakes on time at
+//! media-rate intervals of tens of microseconds), and each request thread
+//! parks until the clock thread unparks it alone, so that a completion
+//! wakes one thread, not every worker.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 use tailguard_core::{Direction, Nanos};
 use tailguard_sim::device::{DeviceCompletion, DeviceModel, DeviceRequest};
@@ -20,7 +23,10 @@ use tailguard_sim::device::{DeviceCompletion, DeviceModel, DeviceRequest};
 struct ClockState {
     model: Box<dyn DeviceModel>,
     finished: HashSet<u64>,
+    waiters: HashMap<u64, Thread>,
     next_token: u64,
+    /// The most commands the model held at once.
+    depth_max: usize,
     stop: bool,
     completions: Vec<DeviceCompletion>,
 }
@@ -55,7 +61,9 @@ impl RealTimeModel {
             state: Mutex::new(ClockState {
                 model,
                 finished: HashSet::new(),
+                waiters: HashMap::new(),
                 next_token: 0,
+                depth_max: 0,
                 stop: false,
                 completions: Vec::new(),
             }),
@@ -88,18 +96,29 @@ impl RealTimeModel {
                 length_bytes,
             },
         );
+        state.depth_max = state.depth_max.max(state.model.outstanding());
+        state.waiters.insert(token, std::thread::current());
         self.clock.changed.notify_all();
         while !state.finished.remove(&token) && !state.stop {
-            state = self
-                .clock
-                .changed
-                .wait(state)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            drop(state);
+            std::thread::park();
+            state = self.clock.lock();
         }
+        state.waiters.remove(&token);
+    }
+
+    /// The most commands the model held at once so far.
+    pub(crate) fn depth_max(&self) -> usize {
+        self.clock.lock().depth_max
     }
 }
 
 fn run_clock(clock: &Clock) {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only sets this thread's timer slack;
+    // a failure leaves the default slack (late wake-ups, no harm).
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+    }
     let mut state = clock.lock();
     loop {
         if state.stop {
@@ -111,14 +130,13 @@ fn run_clock(clock: &Clock) {
             Some(at) if at <= now => {
                 let mut completions = std::mem::take(&mut state.completions);
                 state.model.advance(now, &mut completions);
-                let any = !completions.is_empty();
                 for completion in completions.drain(..) {
                     state.finished.insert(completion.token);
+                    if let Some(waiter) = state.waiters.get(&completion.token) {
+                        waiter.unpark();
+                    }
                 }
                 state.completions = completions;
-                if any {
-                    clock.changed.notify_all();
-                }
             }
             Some(at) => {
                 let wait = Duration::from_nanos(at - now);
@@ -140,7 +158,12 @@ fn run_clock(clock: &Clock) {
 
 impl Drop for RealTimeModel {
     fn drop(&mut self) {
-        self.clock.lock().stop = true;
+        let mut state = self.clock.lock();
+        state.stop = true;
+        for waiter in state.waiters.values() {
+            waiter.unpark();
+        }
+        drop(state);
         self.clock.changed.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
