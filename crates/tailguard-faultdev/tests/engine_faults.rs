@@ -52,6 +52,7 @@ fn with_device(
         let _ = sender.send(outcome);
     });
     let outcome = receiver.recv_timeout(WATCHDOG);
+    println!("{name}: device counts {:?}", device.control().counts());
     if outcome.is_err() {
         // Whatever the case waits on finishes once the faults are gone.
         device.control().heal();
@@ -226,6 +227,41 @@ fn shutdown_during_a_stall_completes_every_stalled_request() {
             let reader = self::scheduler(choice).unwrap();
             let file = reader.open(&path).unwrap();
             let class = reader.add_class("r", 1).unwrap();
+            for block in 0..8 {
+                let (result, data) = read_block(&file, &class, block);
+                assert_eq!(result.unwrap(), BLOCK);
+                assert_eq!(
+                    &data[..],
+                    &pattern(block, salt)[..],
+                    "{choice:?}: block {block}"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn a_slow_down_window_stretches_requests_and_loses_none() {
+    let config = DeviceConfig {
+        model: Model::UsbFlash,
+        ..DeviceConfig::default()
+    };
+    with_device("slow-down", config, |path, control| {
+        for (round, choice) in BACKENDS.into_iter().enumerate() {
+            let Some(scheduler) = scheduler(choice) else {
+                continue;
+            };
+            let file = scheduler.open(&path).unwrap();
+            let class = scheduler.add_class("c", 100).unwrap();
+            let salt = 20 + round as u64;
+            let slowed_before = control.counts().slowed;
+            control.slow_down_for(0.25, Duration::from_secs(30));
+            for result in write_blocks(&file, &class, 0..8, salt) {
+                assert_eq!(result.unwrap(), BLOCK, "{choice:?}");
+            }
+            file.fdatasync(&class).wait().unwrap();
+            control.heal();
+            assert!(control.counts().slowed > slowed_before, "{choice:?}");
             for block in 0..8 {
                 let (result, data) = read_block(&file, &class, block);
                 assert_eq!(result.unwrap(), BLOCK);

@@ -486,7 +486,10 @@ impl FaultBackend {
                 break;
             }
             match fate {
-                Fate::Fail(errno) => self.fail(&op, errno),
+                Fate::Fail(errno) => {
+                    self.injector.lock().counts.errors_injected += 1;
+                    self.fail(&op, errno);
+                }
                 Fate::Pass { short } => {
                     // SAFETY: the engine's guarantee for this op, given when it
                     // was pushed here, holds until its completion is reaped.
