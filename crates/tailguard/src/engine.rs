@@ -342,6 +342,8 @@ pub(crate) struct Engine {
     /// this short vector beats hashing on every request.
     device_ids: Vec<DeviceId>,
     classes: Vec<ClassStats>,
+    /// Whether each class number may take requests (false once removed).
+    live_classes: Vec<bool>,
     requests: Slab<RequestRecord>,
     pieces: Slab<PieceRecord>,
     shutting_down: bool,
@@ -370,6 +372,7 @@ impl Engine {
             devices: Vec::new(),
             device_ids: Vec::new(),
             classes: Vec::new(),
+            live_classes: Vec::new(),
             requests: Slab::new(),
             pieces: Slab::new(),
             shutting_down: false,
@@ -460,10 +463,14 @@ impl Engine {
             } => {
                 debug_assert_eq!(class as usize, self.classes.len());
                 self.classes.push(ClassStats::new(name, shares));
+                self.live_classes.push(true);
             }
             Message::SetShares { class, shares } => self.set_shares(class, shares),
             Message::FileClosed { fd } => self.release_if_closed(fd),
             Message::RemoveClass { class } => {
+                if let Some(live) = self.live_classes.get_mut(class as usize) {
+                    *live = false;
+                }
                 for device in &mut self.devices {
                     if let Some(id) = device
                         .classes
@@ -535,6 +542,18 @@ impl Engine {
     }
 
     fn enqueue(&mut self, now: Nanos, message: IoMessage) {
+        // The API refuses such requests before they are sent; a class
+        // removed by another thread meanwhile still must not reach (and
+        // re-create itself in) a dispatcher.
+        if !self
+            .live_classes
+            .get(message.class as usize)
+            .copied()
+            .unwrap_or(false)
+        {
+            refuse(message);
+            return;
+        }
         if let Some(file) = &message.file {
             self.track_file(file);
         }
@@ -1159,6 +1178,26 @@ pub(crate) fn monotonic_ns() -> Nanos {
     debug_assert_eq!(status, 0, "CLOCK_MONOTONIC is always available");
     // A monotonic reading is non-negative (time since boot).
     (now.tv_sec as Nanos) * 1_000_000_000 + now.tv_nsec as Nanos
+}
+
+/// Answers a request naming a class this engine does not have (removed)
+/// without running it.
+fn refuse(mut message: IoMessage) {
+    let error = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the request's class was removed; add_class makes a new one",
+        )
+    };
+    match message.reply {
+        Reply::Data(responder) => {
+            let buffer = message.buffer.take().expect("data requests carry a buffer");
+            responder.send((Err(error()), buffer));
+        }
+        Reply::Unit(responder) => {
+            responder.send(Err(error()));
+        }
+    }
 }
 
 fn engine_stopped() -> io::Error {
