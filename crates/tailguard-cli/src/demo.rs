@@ -14,6 +14,15 @@
 //! 3. **tailguard**: the same readers and writer through a `Scheduler`, the
 //!    readers in a class of 400 shares, the writer in a background class of 100.
 //!
+//! Between the tailguard run and the writeback run, the demo traces a small
+//! trade-off frontier with [`crate::frontier`]'s engine: the readers alone, the
+//! same readers beside a writer at kernel O_DIRECT with a few static queue
+//! depths and request sizes (no scheduler at all), and beside the writer
+//! through tailguard, in shorter runs with the writer going from the start and
+//! a write file of its own. Its second verdict line says whether tailguard
+//! beats, ties or loses to the best static setting at the same disk write
+//! rate, which is the alternative a storage engineer would try first.
+//!
 //! The writer starts a sixth of the way into each run, so the timeline shows the
 //! readers before and after. For writeback to overlap the readers, the written
 //! volume must exceed the kernel's dirty background threshold
@@ -25,13 +34,19 @@
 //! of the last run are dropped with its file instead of being flushed first.
 //!
 //! The result prints side by side (read p99, p99.9, p99.99, max, worst 0.5 s
-//! read rate, write MB/s) with a one-line verdict, and the whole report (bench's
-//! HTML page, [`crate::html`]) goes to `tailguard-demo.html`. The default takes
-//! at most about two minutes, `--quick` about thirty seconds; `--duration-s` and
-//! `--size-mib` shrink it further for tests and small disks.
+//! read rate, write MB/s), then the frontier's table, with a verdict against
+//! writeback and one against the static settings, and the whole report (bench's
+//! HTML page, [`crate::html`], with the frontier's trade-off chart) goes to
+//! `tailguard-demo.html`. The default takes about three minutes, `--quick`
+//! about one; `--duration-s` and `--size-mib` shrink it further for tests and
+//! small disks.
 
 use crate::bench::target::{self, Plan};
 use crate::bench::{driver, job::BenchJob, BenchError, Mode};
+use crate::frontier::analysis::Standing;
+use crate::frontier::grid::{Grid, Setting};
+use crate::frontier::measure::{self, Workload};
+use crate::frontier::result::{FrontierResult, PointResult};
 use crate::progress::Progress;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -63,7 +78,8 @@ pub struct DemoArguments {
     /// Where to lay out the demo's files (in a new subdirectory, removed at the
     /// end); default: the current directory. Put it on the disk to try.
     pub dir: Option<PathBuf>,
-    /// About 30 s instead of about 2 minutes (shorter runs, smaller read file).
+    /// About 1 minute instead of about 3 (shorter runs, a smaller read file,
+    /// fewer static settings).
     #[arg(long)]
     pub quick: bool,
     /// Where to write the HTML report.
@@ -107,7 +123,11 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
     }
     let sizing = size_demo(arguments, &base)?;
     let directory = DemoDirectory::create(&base)?;
-    describe_sizing(&sizing, &base);
+    describe_sizing(
+        &sizing,
+        &base,
+        frontier_points(frontier_quick(arguments)).len(),
+    );
     let duration_s = sizing.duration_s;
     let mut solo_job = demo_job(&sizing, (duration_s / 2.0).max(0.5), false)?;
     let mixed = demo_job(&sizing, duration_s, true)?.scenario;
@@ -143,7 +163,19 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
     ];
     let mut reports = Vec::new();
     let mut disk_writes = Vec::new();
+    let mut frontier = None;
     for (index, (name, scenario, plan, mode)) in runs.into_iter().enumerate() {
+        if mode == Mode::KernelBuffered {
+            // Before writeback, whose dirty pages would flush into its runs.
+            frontier = Some(static_frontier(
+                arguments,
+                &sizing,
+                &directory.path,
+                &read_plan,
+                &mut layout,
+                &progress,
+            )?);
+        }
         target::settle(plan)?;
         let bar = progress.start_run(
             &if name == mode.name() {
@@ -153,7 +185,7 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
             },
             scenario.duration_ns,
         );
-        let sectors_before = disk_sectors_written(&plan.device_name);
+        let sectors_before = measure::disk_sectors_written(&plan.device_name);
         let started = std::time::Instant::now();
         let mut report = driver::run(
             scenario,
@@ -166,13 +198,11 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         .report;
         let elapsed_s = started.elapsed().as_secs_f64();
         drop(bar);
-        let sectors_after = disk_sectors_written(&plan.device_name);
-        disk_writes.push(match (sectors_before, sectors_after) {
-            (Some(before), Some(after)) => {
-                Some(after.saturating_sub(before) as f64 * 512.0 / 1e6 / elapsed_s)
-            }
-            _ => None,
-        });
+        disk_writes.push(measure::disk_write_rate(
+            sectors_before,
+            measure::disk_sectors_written(&plan.device_name),
+            elapsed_s,
+        ));
         report.policy = name.to_string();
         reports.push(report);
     }
@@ -181,23 +211,91 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
     disk_writes.swap(1, 2);
     drop(layout);
     drop(directory);
+    let measured = Measured {
+        reports,
+        disk_writes,
+        frontier: frontier.expect("measured before the writeback run"),
+    };
+    present(arguments, &base, &sizing, &read_plan.device_name, &measured)
+}
 
-    let table = render_comparison(&reports, &disk_writes);
-    let verdict = verdict(&reports, &disk_writes);
+/// What the demo measured: the three runs (alone, kernel writeback,
+/// tailguard), the disk's write rate in each, and the small frontier.
+struct Measured {
+    reports: Vec<RunReport>,
+    disk_writes: Vec<Option<f64>>,
+    frontier: FrontierResult,
+}
+
+/// Prints the tables and verdicts and writes the HTML report.
+fn present(
+    arguments: &DemoArguments,
+    base: &Path,
+    sizing: &Sizing,
+    device: &str,
+    measured: &Measured,
+) -> Result<(), BenchError> {
+    let Measured {
+        reports,
+        disk_writes,
+        frontier,
+    } = measured;
+    let duration_s = sizing.duration_s;
+    let table = render_comparison(reports, disk_writes);
+    let verdict = verdict(reports, disk_writes);
+    let static_verdict = static_verdict(frontier);
     println!(
         "tailguard demo on {} (device {}): 16 readers of 4 KiB at queue depth 1 on a {:.0} MiB \
          file; a 1 MiB sequential writer at queue depth {WRITE_QUEUE_DEPTH} on a {:.1} GiB file from \
          {:.1} s",
         base.display(),
-        read_plan.device_name,
+        device,
         sizing.read_bytes as f64 / MIB as f64,
         sizing.write_bytes as f64 / GIB,
         writes_start_s(duration_s)
     );
     println!("{table}");
-    println!("{}", crate::render::render_timeline(&reports));
+    println!("{}", crate::render::render_timeline(reports));
+    println!(
+        "against static settings (kernel O_DIRECT, the writer at a fixed queue depth and request \
+         size; readers and writer from the start, {} s per point, one round):",
+        frontier.workload.duration_s
+    );
+    println!("{}", crate::frontier::result::render_table(frontier));
     println!("verdict: {verdict}");
-    let notes = [
+    println!("verdict against static settings: {static_verdict}");
+    let notes = report_notes(
+        arguments,
+        base,
+        sizing,
+        device,
+        measured,
+        [&verdict, &static_verdict],
+    );
+    let page = crate::html::render_with_sections(
+        "tailguard demo",
+        &notes,
+        &[crate::html::frontier::section(frontier)],
+        reports,
+    );
+    crate::html::write_text(&arguments.report, &page).map_err(BenchError::usage)?;
+    println!("report: {}", arguments.report.display());
+    Ok(())
+}
+
+/// The HTML report's notes: the command, the setup, the disk's write rates
+/// and both verdicts.
+fn report_notes(
+    arguments: &DemoArguments,
+    base: &Path,
+    sizing: &Sizing,
+    device: &str,
+    measured: &Measured,
+    [verdict, static_verdict]: [&str; 2],
+) -> [String; 5] {
+    let duration_s = sizing.duration_s;
+    let (reports, disk_writes) = (&measured.reports, &measured.disk_writes);
+    [
         format!("Command: {}", command_line(arguments)),
         format!(
             "Target {} (device {}). Readers: 16 closed-loop 4 KiB random readers, queue depth 1, \
@@ -205,7 +303,7 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
              {:.1} GiB file, from {:.1} s; through the page cache (kernel writeback) or through \
              tailguard in a background class (shares: reads {READ_SHARES}, writes {WRITE_SHARES}).",
             base.display(),
-            read_plan.device_name,
+            device,
             sizing.read_bytes as f64 / MIB as f64,
             sizing.write_bytes as f64 / GIB,
             writes_start_s(duration_s)
@@ -213,10 +311,10 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         format!(
             "Bytes written to the disk per second during each run (/sys/block/{}/stat; buffered \
              writes count once the kernel's writeback sends them): {}.",
-            read_plan.device_name,
+            device,
             reports
                 .iter()
-                .zip(&disk_writes)
+                .zip(disk_writes)
                 .map(|(report, rate)| match rate {
                     Some(rate) => format!("{} {rate:.0} MB/s", report.policy),
                     None => format!("{} unknown", report.policy),
@@ -225,11 +323,165 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
                 .join(", ")
         ),
         format!("Verdict: {verdict}"),
-    ];
-    crate::html::write(&arguments.report, "tailguard demo", &notes, &reports)
-        .map_err(BenchError::usage)?;
-    println!("report: {}", arguments.report.display());
-    Ok(())
+        format!("Verdict against static settings: {static_verdict}"),
+    ]
+}
+
+/// The static queue depths of the demo's frontier.
+const FRONTIER_DEPTHS: [u32; 2] = [1, 2];
+/// The static request sizes of the demo's frontier.
+const FRONTIER_SIZES: [u64; 3] = [128 << 10, 256 << 10, 1 << 20];
+/// `--quick`'s (and a shortened demo's) static request sizes.
+const FRONTIER_SIZES_QUICK: [u64; 2] = [128 << 10, 1 << 20];
+/// The longest frontier point, in seconds: the frontier runs several of them,
+/// so each is shorter than the demo's main runs.
+const FRONTIER_POINT_S_MAX: f64 = 8.0;
+
+/// The points of the demo's frontier: solo, a few static settings, and
+/// tailguard as the demo configures it.
+fn frontier_points(quick: bool) -> Vec<Setting> {
+    Grid {
+        depths: FRONTIER_DEPTHS.to_vec(),
+        sizes_bytes: if quick {
+            FRONTIER_SIZES_QUICK.to_vec()
+        } else {
+            FRONTIER_SIZES.to_vec()
+        },
+        latency_targets_us: Vec::new(),
+        adaptive: false,
+    }
+    .points()
+}
+
+/// Whether the demo's frontier tries `--quick`'s fewer static settings: with
+/// `--quick`, with `--size-mib`, and with runs shortened below the default's
+/// by `--duration-s`.
+fn frontier_quick(arguments: &DemoArguments) -> bool {
+    arguments.quick
+        || arguments.size_mib.is_some()
+        || arguments.duration_s.is_some_and(|seconds| seconds < 20.0)
+}
+
+/// Seconds of each frontier point in a demo whose runs with writes last
+/// `duration_s`.
+fn frontier_point_s(duration_s: f64) -> f64 {
+    (duration_s / 4.0).clamp(1.0, FRONTIER_POINT_S_MAX)
+}
+
+/// Runs the demo's small frontier ([`crate::frontier`]) on the read file and
+/// a write file of its own (laid out and filled in `directory/frontier`, so
+/// every point overwrites written blocks).
+fn static_frontier(
+    arguments: &DemoArguments,
+    sizing: &Sizing,
+    directory: &Path,
+    read_plan: &Plan,
+    layout: &mut target::Layout,
+    progress: &Progress,
+) -> Result<FrontierResult, BenchError> {
+    let workload = Workload::with_demo_readers(
+        sizing.read_bytes,
+        sizing.read_bytes,
+        frontier_point_s(sizing.duration_s),
+    );
+    let writer_directory = directory.join("frontier");
+    std::fs::create_dir(&writer_directory).map_err(|error| {
+        BenchError::usage(format!(
+            "cannot create {}: {error}",
+            writer_directory.display()
+        ))
+    })?;
+    let mut writer_job = BenchJob::from_toml(&format!(
+        "duration_s = 1\n[[class]]\nname = \"{WRITES}\"\nshares = {WRITE_SHARES}\n\
+         [[job]]\nname = \"writer\"\nclass = \"{WRITES}\"\npattern = \"seqwrite\"\n\
+         block_size = \"1m\"\nsize = {}\n",
+        workload.write_bytes
+    ))
+    .map_err(|error| BenchError::usage(format!("the demo's frontier writer: {error}")))?;
+    let writer_plan = target::prepare(&mut writer_job, &writer_directory, false, true, layout)?;
+    let plan = Plan {
+        files: vec![read_plan.files[0].clone(), writer_plan.files[0].clone()],
+        job_file: vec![0, 1],
+        job_base: vec![0, 0],
+        device_name: read_plan.device_name.clone(),
+        alignment: read_plan.alignment,
+    };
+    let points = frontier_points(frontier_quick(arguments));
+    crate::frontier::trace(
+        &points,
+        &workload,
+        &plan,
+        &arguments.scheduler,
+        1,
+        progress,
+        format!("{} (its frontier)", command_line(arguments)),
+    )
+}
+
+/// How tailguard's point of the demo's frontier stands against the static
+/// settings: beats, ties or loses to the best one at its write rate, with the
+/// numbers.
+pub fn static_verdict(frontier: &FrontierResult) -> String {
+    let Some(point) = frontier.tailguards().next() else {
+        return "incomplete: the frontier has no tailguard point".into();
+    };
+    let Some(versus) = &point.versus_static else {
+        return "incomplete: tailguard's point was not compared".into();
+    };
+    let ours = |point: &PointResult| {
+        format!(
+            "{:.2} of solo at {:.0} MB/s",
+            point.worst_500ms_over_solo.median, point.write_mb_per_s.median
+        )
+    };
+    let theirs = format!(
+        "{} ({:.2} of solo at {:.0} MB/s)",
+        versus.static_point.as_deref().unwrap_or("?"),
+        versus.static_worst_500ms_over_solo.unwrap_or(f64::NAN),
+        versus.static_write_mb_per_s.unwrap_or(f64::NAN),
+    );
+    let difference = versus.worst_500ms_difference.unwrap_or(f64::NAN);
+    let line = match (versus.standing, versus.same_rate) {
+        (Standing::Beats, _) => format!(
+            "tailguard beats the best static setting at its write rate: readers' worst 0.5 s \
+             rate {} against {theirs}, {difference:+.2}",
+            ours(point)
+        ),
+        (Standing::Ties, _) => format!(
+            "tailguard ties with the best static setting at its write rate: readers' worst \
+             0.5 s rate {} against {theirs}, {difference:+.2}",
+            ours(point)
+        ),
+        (Standing::Loses, true) => format!(
+            "tailguard loses to the best static setting at its write rate: readers' worst \
+             0.5 s rate {} against {theirs}, {difference:+.2}",
+            ours(point)
+        ),
+        (Standing::Loses, false) => format!(
+            "tailguard loses: {theirs} writes faster and keeps the readers at least as high \
+             as tailguard ({})",
+            ours(point)
+        ),
+        (Standing::Unmatched, _) => match versus.frontier_worst_500ms_at_rate {
+            Some(line) => format!(
+                "no static setting tried writes within ±10% of tailguard ({}); the line \
+                 joining the static settings around it is at {line:.2} there, {:+.2}; \
+                 `tailguard frontier` tries more settings",
+                ours(point),
+                point.worst_500ms_over_solo.median - line
+            ),
+            None => format!(
+                "no static setting tried writes within ±10% of tailguard ({}), and none writes \
+                 faster with the readers as high; `tailguard frontier` tries more settings",
+                ours(point)
+            ),
+        },
+    };
+    format!(
+        "{line} (differences within {:.2} count as ties; one round of {} s points, so \
+         noisy: `tailguard frontier --rounds 3` measures the whole curve)",
+        frontier.tie_tolerance, frontier.workload.duration_s
+    )
 }
 
 /// The command that reproduces this run.
@@ -272,13 +524,6 @@ impl Drop for DemoDirectory {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }
-}
-
-/// Sectors (512 bytes) written to the whole disk `device` since boot, from
-/// `/sys/block/DEVICE/stat`; `None` for pseudo-devices (tmpfs) and the like.
-fn disk_sectors_written(device: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/sys/block/{device}/stat")).ok()?;
-    text.split_whitespace().nth(6)?.parse().ok()
 }
 
 /// When the writer starts in a run of `duration_s`.
@@ -415,20 +660,22 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchErro
     })
 }
 
-fn describe_sizing(sizing: &Sizing, base: &Path) {
+fn describe_sizing(sizing: &Sizing, base: &Path, frontier_runs: usize) {
+    let point_s = frontier_point_s(sizing.duration_s);
+    let frontier = format!("then {frontier_runs} runs of {point_s:.0} s against static settings");
     match sizing.threshold_bytes {
         Some(threshold) => eprintln!(
             "tailguard demo: dirty background threshold {:.1} GiB; write file {:.1} GiB in {}; \
-             runs of {:.0} s alone, {:.0} s with writes (about {:.0} s in all)",
+             runs of {:.0} s alone, {:.0} s with writes, {frontier} (about {:.0} s in all)",
             threshold as f64 / GIB,
             sizing.write_bytes as f64 / GIB,
             base.display(),
             (sizing.duration_s / 2.0).max(0.5),
             sizing.duration_s,
-            sizing.duration_s * 2.5 + 5.0
+            sizing.duration_s * 2.5 + 5.0 + frontier_runs as f64 * (point_s + 0.5)
         ),
         None => eprintln!(
-            "tailguard demo: files of {} MiB (--size-mib); runs of {} s",
+            "tailguard demo: files of {} MiB (--size-mib); runs of {} s, {frontier}",
             sizing.read_bytes / MIB,
             sizing.duration_s
         ),
@@ -733,6 +980,76 @@ mod tests {
             .unwrap();
         assert!(writes.contains(" - ") || writes.contains("-  "), "{text}");
         assert!(writes.ends_with("200"), "{text}");
+    }
+
+    /// A frontier of solo, three static settings and tailguard at
+    /// (`write`, `worst` reads per second of a solo 1000).
+    fn frontier(tailguard_write: f64, tailguard_worst: f64) -> FrontierResult {
+        let sample = |write: f64, worst: f64| measure::Sample {
+            round: 0,
+            order: 0,
+            disk_write_mb_per_s: Some(write),
+            writer_mb_per_s: write,
+            read_iops: worst.max(1.0),
+            read_worst_500ms_iops: Some(worst),
+            read_p9999_us: 5_000.0,
+            read_max_us: 9_000.0,
+        };
+        let points = frontier_points(true);
+        let samples: Vec<Vec<measure::Sample>> = points
+            .iter()
+            .map(|point| match point {
+                Setting::Solo => vec![sample(1.0, 1000.0)],
+                Setting::Static {
+                    queue_depth: 1,
+                    request_bytes,
+                } if *request_bytes == 128 << 10 => vec![sample(450.0, 900.0)],
+                Setting::Static { queue_depth: 1, .. } => vec![sample(1800.0, 550.0)],
+                Setting::Static { request_bytes, .. } if *request_bytes == 128 << 10 => {
+                    vec![sample(800.0, 700.0)]
+                }
+                Setting::Static { .. } => vec![sample(3000.0, 100.0)],
+                Setting::Tailguard(_) => vec![sample(tailguard_write, tailguard_worst)],
+            })
+            .collect();
+        let workload = Workload::with_demo_readers(MIB, MIB, 3.0);
+        FrontierResult::build("demo".into(), "vda".into(), workload, &points, &samples).unwrap()
+    }
+
+    #[test]
+    fn the_demo_frontier_is_small_and_has_one_tailguard_point() {
+        let quick = frontier_points(true);
+        assert_eq!(quick.iter().filter(|point| point.is_static()).count(), 4);
+        assert_eq!(quick.iter().filter(|point| point.is_tailguard()).count(), 1);
+        assert_eq!(quick[0], Setting::Solo);
+        assert_eq!(frontier_points(false).len(), 8);
+        assert_eq!(frontier_point_s(12.0), 3.0);
+        assert_eq!(frontier_point_s(40.0), FRONTIER_POINT_S_MAX);
+        assert_eq!(frontier_point_s(1.2), 1.0);
+    }
+
+    #[test]
+    fn the_static_verdict_names_the_static_point_and_the_difference() {
+        // Beside 800 MB/s at 0.70: tailguard at 820 MB/s and 0.85 beats it.
+        let line = static_verdict(&frontier(820.0, 850.0));
+        assert!(line.starts_with("tailguard beats"), "{line}");
+        assert!(line.contains("0.85 of solo at 820 MB/s"), "{line}");
+        assert!(
+            line.contains("direct QD2 128k (0.70 of solo at 800 MB/s), +0.15"),
+            "{line}"
+        );
+        let line = static_verdict(&frontier(820.0, 720.0));
+        assert!(line.starts_with("tailguard ties"), "{line}");
+        let line = static_verdict(&frontier(820.0, 450.0));
+        assert!(line.starts_with("tailguard loses to the best"), "{line}");
+        assert!(line.contains("-0.25"), "{line}");
+        // 1200 MB/s at 0.5: nothing within 10%, 1800/0.55 does better on both.
+        let line = static_verdict(&frontier(1200.0, 500.0));
+        assert!(line.starts_with("tailguard loses: direct QD1 1m"), "{line}");
+        // 1000 MB/s at 0.70: above the line from 800/0.70 to 1800/0.55 (0.67).
+        let line = static_verdict(&frontier(1000.0, 700.0));
+        assert!(line.starts_with("no static setting tried"), "{line}");
+        assert!(line.contains("at 0.67 there, +0.03"), "{line}");
     }
 
     #[test]

@@ -11,8 +11,13 @@
 //! - `tailguard bench JOBS.toml [--target PATH] [--mode M[,M...]] [--repeat N] [--json]
 //!   [--report FILE.html]` runs a job file on a real disk and compares tailguard
 //!   with plain kernel I/O.
+//! - `tailguard frontier [DIR] [--quick] [--depths QD,...] [--sizes SIZE,...]
+//!   [--latency-targets LATENCY,...] [--rounds N] [--json FILE] [--report FILE.html]`
+//!   traces the read/write trade-off of static O_DIRECT settings and of
+//!   tailguard on one disk.
 //! - `tailguard demo [DIR] [--quick]` runs the embedded main job (readers alone,
-//!   beside kernel writeback, beside writes through tailguard) and writes
+//!   beside kernel writeback, beside writes through tailguard), a small
+//!   frontier against static O_DIRECT settings, and writes
 //!   `tailguard-demo.html`.
 //!
 //! The library's `tracing` events go to standard error: warnings by default
@@ -24,6 +29,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod demo;
+mod frontier;
 mod html;
 mod metrics;
 mod progress;
@@ -52,8 +58,12 @@ enum Command {
     Bench(bench::BenchArguments),
     /// Measure a device (IOPS, bandwidth, latency knees) and write its profile.
     Tune(tune::TuneArguments),
+    /// Trace the read/write trade-off of static O_DIRECT settings and of
+    /// tailguard on a disk (readers beside a sequential writer).
+    Frontier(frontier::FrontierArguments),
     /// Show on this machine's disk what kernel writeback does to readers, and
-    /// what tailguard does instead (about 2 minutes; --quick about 30 s).
+    /// what tailguard does instead, and how it compares with static O_DIRECT
+    /// settings (about 3 minutes; --quick about 1).
     Demo(demo::DemoArguments),
 }
 
@@ -94,6 +104,7 @@ fn main() -> ExitCode {
         Command::Sim(arguments) => run_sim(&arguments).map_err(bench::BenchError::usage),
         Command::Bench(arguments) => bench::run(&arguments),
         Command::Tune(arguments) => tune::run(&arguments),
+        Command::Frontier(arguments) => frontier::run(&arguments),
         Command::Demo(arguments) => demo::run(&arguments),
     };
     match result {

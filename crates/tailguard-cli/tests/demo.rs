@@ -1,6 +1,7 @@
 //! `tailguard demo` end to end, shrunk with `--duration-s` and `--size-mib`:
-//! the three runs side by side, the verdict, the HTML report, and cleanup after
-//! a run, after a bad argument and after Ctrl-C.
+//! the three runs side by side, the frontier against static settings, both
+//! verdicts, the HTML report, and cleanup after a run, after a bad argument
+//! and after Ctrl-C.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -76,17 +77,36 @@ fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
         .find(|line| line.starts_with("verdict: "))
         .unwrap_or_else(|| panic!("no verdict:\n{text}"));
     assert!(verdict.contains("% of solo"), "{verdict}");
+    let static_verdict = text
+        .lines()
+        .find(|line| line.starts_with("verdict against static settings: "))
+        .unwrap_or_else(|| panic!("no verdict against static settings:\n{text}"));
+    assert!(
+        ["beats", "ties", "loses", "no static setting"]
+            .iter()
+            .any(|word| static_verdict.contains(word)),
+        "{static_verdict}"
+    );
+    // The frontier's table: solo, four static settings, tailguard.
+    for point in ["solo", "direct QD1 128k", "direct QD2 1m", "tailguard"] {
+        assert!(
+            text.lines()
+                .any(|line| line.starts_with(&format!("{point} "))),
+            "no frontier row for {point}:\n{text}"
+        );
+    }
 
     let page = std::fs::read_to_string(&report).expect("the report was written");
     let _ = std::fs::remove_file(&report);
     assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
-    // Reads and writes, three charts each.
+    // The trade-off chart, then reads and writes, three charts each.
     assert_eq!(
         page.matches("</svg>").count(),
-        6,
-        "two classes, three charts each"
+        7,
+        "the frontier, and two classes, three charts each"
     );
     assert!(page.contains("kernel writeback") && page.contains("Verdict: "));
+    assert!(page.contains("Verdict against static settings: "));
 
     assert!(
         entries(&directory).is_empty(),

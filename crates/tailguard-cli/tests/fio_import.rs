@@ -71,10 +71,10 @@ fn two_jobs(directory: &Path) -> String {
 
 #[test]
 fn errors_name_the_line_the_option_and_the_fix() {
-    let error = refused("[a]\nrw=randread\nruntime=1\nsize=1m\nverify=crc32\n");
+    let error = refused("[a]\nrw=randread\nruntime=1\nsize=1m\nzonemode=zbd\n");
     assert!(error.contains("line 5"), "{error}");
     assert!(
-        error.contains("`verify`") && error.contains("iodepth"),
+        error.contains("`zonemode`") && error.contains("give size= and offset="),
         "{error}"
     );
 
@@ -90,9 +90,9 @@ fn errors_name_the_line_the_option_and_the_fix() {
         "{error}"
     );
 
-    let error = refused("[global]\nsize=1m\n\n[a]\nrw=read\n");
+    let error = refused("[global]\nsize=1m\n\n[a]\nrw=read\ntime_based\n");
     assert!(
-        error.contains("line 4") && error.contains("runtime="),
+        error.contains("line 6") && error.contains("runtime="),
         "{error}"
     );
 
@@ -130,7 +130,7 @@ fn an_imported_job_runs_reports_its_classes_and_cleans_up() {
         "--json",
     ]);
     let notes = String::from_utf8_lossy(&output.stderr);
-    assert!(notes.contains("`ioengine` ignored"), "{notes}");
+    assert!(notes.contains("`ioengine=io_uring` accepted"), "{notes}");
     assert!(
         notes.contains("ingest.read: randread 4096 B at queue depth 3")
             && notes.contains("ingest.write: randwrite 65536 B at queue depth 1"),

@@ -48,14 +48,15 @@
 //!
 //! ## Resizing
 //!
-//! A [`LatencyController`] sees every completion (its device time and queue wait)
-//! and may return a new limit; [`FixedBudget`] never does, and
-//! [`crate::controller::AdaptiveBudget`] follows the device (see its module). Shrinking below
+//! A [`crate::controller::LatencyController`] sees every completion (its
+//! device time and queue wait) and may return a new limit;
+//! [`crate::controller::FixedBudget`] never does, and
+//! [`crate::controller::AdaptiveBudget`] follows the device (see its module).
+//! This module knows nothing of controllers: it holds the budget they resize. Shrinking below
 //! the current in-flight cost is allowed: dispatch simply pauses until completions
 //! bring in-flight cost under the new limit.
 
-use crate::controller::ControllerStats;
-use crate::request::{Direction, Nanos};
+use crate::request::Nanos;
 
 /// Requests of the most expensive 4 KiB kind that the budget always admits at
 /// once, so the device can pipeline commands (and a disk never idles a revolution
@@ -136,105 +137,6 @@ impl Budget {
     /// Cost now in flight.
     pub fn in_flight_ns(&self) -> Nanos {
         self.in_flight_ns
-    }
-}
-
-/// One completed piece, as a latency controller sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CompletionSample {
-    /// When it completed.
-    pub now: Nanos,
-    /// Read or write.
-    pub direction: Direction,
-    /// Its cost.
-    pub cost_ns: Nanos,
-    /// From dispatch to completion: the device's time, including its own queue.
-    pub device_time_ns: Nanos,
-    /// From enqueue to dispatch: the time spent in the fair queue.
-    pub queue_wait_ns: Nanos,
-    /// Cost in flight just before this completion was released.
-    pub in_flight_ns: Nanos,
-    /// Cost that was in flight when this piece was dispatched: the work queued
-    /// at the device ahead of it.
-    pub ahead_ns: Nanos,
-    /// Pieces waiting in the fair queue at this completion: nonzero means the
-    /// budget, not the workload, was what held work back.
-    pub queued_pieces: usize,
-    /// Cost of pieces dispatched *after* this one that completed before it (a
-    /// lower bound: completions since its dispatch, less `ahead_ns`). Large on a
-    /// device that reorders its queue and starves an old piece (a disk serving
-    /// the shortest seek first); near zero on a first-come-first-served one.
-    pub overtaken_ns: Nanos,
-}
-
-/// Resizes a device's budget from what completions show. Pure: it sees time only
-/// through the samples.
-pub trait LatencyController: Send {
-    /// Called for every completed piece with the current limit; returns a new
-    /// limit, or `None` to keep it.
-    fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos>;
-
-    /// What the controller decided so far (all zero for one that never decides).
-    fn stats(&self) -> ControllerStats {
-        ControllerStats::default()
-    }
-
-    /// How long after its dispatch a piece of `direction`, dispatched now with
-    /// `ahead_ns` of cost in flight before it and costing `cost_ns`, counts as
-    /// *overdue*; `None` (the default) never calls a piece overdue. While the
-    /// oldest piece in flight is overdue, the dispatcher lets only classes with
-    /// nothing in flight dispatch: a device that reorders its queue (a disk
-    /// serving the shortest seek first) then runs out of newer work and serves
-    /// the piece it was starving.
-    fn overdue_after_ns(
-        &self,
-        direction: Direction,
-        ahead_ns: Nanos,
-        cost_ns: Nanos,
-    ) -> Option<Nanos> {
-        let _ = (direction, ahead_ns, cost_ns);
-        None
-    }
-
-    /// The limit a dispatcher starts from, given the one derived from its
-    /// profile (the default keeps it). A controller that distrusts the profile
-    /// (an uncalibrated guess) may start smaller and grow, as TCP's slow start
-    /// does: work dispatched before the first completion cannot be recalled.
-    fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
-        derived_ns
-    }
-}
-
-impl<T: LatencyController + ?Sized> LatencyController for Box<T> {
-    fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos> {
-        (**self).on_completion(sample, limit_ns)
-    }
-
-    fn stats(&self) -> ControllerStats {
-        (**self).stats()
-    }
-
-    fn overdue_after_ns(
-        &self,
-        direction: Direction,
-        ahead_ns: Nanos,
-        cost_ns: Nanos,
-    ) -> Option<Nanos> {
-        (**self).overdue_after_ns(direction, ahead_ns, cost_ns)
-    }
-
-    fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
-        (**self).start_limit_ns(derived_ns)
-    }
-}
-
-/// A controller that never changes the budget.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FixedBudget;
-
-impl LatencyController for FixedBudget {
-    fn on_completion(&mut self, _sample: &CompletionSample, _limit_ns: Nanos) -> Option<Nanos> {
-        None
     }
 }
 

@@ -114,6 +114,24 @@
 //!   probe is tried for [`SHRINK_BACKOFF_NS`], doubling with each costly one:
 //!   on a disk the damage of a costly probe outlives its window.
 //!
+//! ## Whom the target protects
+//!
+//! The latency target is a promise to classes that ask for less than they
+//! get. A read counts as one of the window's reads (for the late and
+//! over-target tests above) only if, when it was dispatched, its own class had
+//! less than one budget of work still queued behind it
+//! ([`CompletionSample::class_backlogged`]): a class with a deeper queue of
+//! its own waits for itself more than for anyone else, and a smaller budget
+//! would only slow it down. And a read is late *because of the work ahead*
+//! only if it would have been on time without the other classes' part of that
+//! work ([`CompletionSample::ahead_other_ns`]): a class's own queue at the
+//! device is its own concurrency, which no budget can take away without taking
+//! it from the class. So one saturating class alone, or several saturating
+//! classes together, are judged by throughput (the knee test) and not held at
+//! a latency no one asked for, while a light latency class beside a bulk one
+//! is protected as before. Reads of every class still count as recent reads,
+//! so Little's law judges the budget only when no read happens at all.
+//!
 //! ## What inspired it, and how it differs
 //!
 //! blk-wbt (CoDel-like) watches the *minimum* read latency in ~100 ms windows
@@ -155,9 +173,167 @@
 //! situation, the budget before and after, the rate and delay measured), which
 //! the dispatcher reports in its stats so an engine can trace each one.
 
-use crate::budget::{split_bytes, Budget, CompletionSample, LatencyController, PIPELINE_PIECES};
+use crate::budget::{split_bytes, Budget, PIPELINE_PIECES};
 use crate::profile::{CostModel, DeviceProfile};
 use crate::request::{Direction, Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
+
+/// One completed piece, as a latency controller sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompletionSample {
+    /// When it completed.
+    pub now: Nanos,
+    /// Read or write.
+    pub direction: Direction,
+    /// Its cost.
+    pub cost_ns: Nanos,
+    /// From dispatch to completion: the device's time, including its own queue.
+    pub device_time_ns: Nanos,
+    /// From enqueue to dispatch: the time spent in the fair queue.
+    pub queue_wait_ns: Nanos,
+    /// Cost in flight just before this completion was released.
+    pub in_flight_ns: Nanos,
+    /// Cost that was in flight when this piece was dispatched: the work queued
+    /// at the device ahead of it.
+    pub ahead_ns: Nanos,
+    /// The part of `ahead_ns` that other classes had in flight: the work ahead
+    /// of it that the budget could have kept back for it. The rest was its own
+    /// class's, which no budget can take away without taking it from the class.
+    pub ahead_other_ns: Nanos,
+    /// Whether its class still had pieces waiting in the fair queue when it was
+    /// dispatched: the class asks for more than it gets, so its latency is its
+    /// own queue's, and the latency target is not its promise (see
+    /// [`crate::controller`], "whom the target protects").
+    pub class_backlogged: bool,
+    /// Pieces waiting in the fair queue at this completion: nonzero means the
+    /// budget, not the workload, was what held work back.
+    pub queued_pieces: usize,
+    /// Cost of pieces dispatched *after* this one that completed before it (a
+    /// lower bound: completions since its dispatch, less `ahead_ns`). Large on a
+    /// device that reorders its queue and starves an old piece (a disk serving
+    /// the shortest seek first); near zero on a first-come-first-served one.
+    pub overtaken_ns: Nanos,
+}
+
+/// Resizes a device's budget from what completions show. Pure: it sees time only
+/// through the samples.
+pub trait LatencyController: Send {
+    /// Called for every completed piece with the current limit; returns a new
+    /// limit, or `None` to keep it.
+    fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos>;
+
+    /// What the controller decided so far (all zero for one that never decides).
+    fn stats(&self) -> ControllerStats {
+        ControllerStats::default()
+    }
+
+    /// How long after its dispatch a piece of `direction`, dispatched now with
+    /// `ahead_ns` of cost in flight before it and costing `cost_ns`, counts as
+    /// *overdue*; `None` (the default) never calls a piece overdue. While the
+    /// oldest piece in flight is overdue, the dispatcher lets only classes with
+    /// nothing in flight dispatch: a device that reorders its queue (a disk
+    /// serving the shortest seek first) then runs out of newer work and serves
+    /// the piece it was starving.
+    fn overdue_after_ns(
+        &self,
+        direction: Direction,
+        ahead_ns: Nanos,
+        cost_ns: Nanos,
+    ) -> Option<Nanos> {
+        let _ = (direction, ahead_ns, cost_ns);
+        None
+    }
+
+    /// The limit a dispatcher starts from, given the one derived from its
+    /// profile (the default keeps it). A controller that distrusts the profile
+    /// (an uncalibrated guess) may start smaller and grow, as TCP's slow start
+    /// does: work dispatched before the first completion cannot be recalled.
+    fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
+        derived_ns
+    }
+}
+
+impl<T: LatencyController + ?Sized> LatencyController for Box<T> {
+    fn on_completion(&mut self, sample: &CompletionSample, limit_ns: Nanos) -> Option<Nanos> {
+        (**self).on_completion(sample, limit_ns)
+    }
+
+    fn stats(&self) -> ControllerStats {
+        (**self).stats()
+    }
+
+    fn overdue_after_ns(
+        &self,
+        direction: Direction,
+        ahead_ns: Nanos,
+        cost_ns: Nanos,
+    ) -> Option<Nanos> {
+        (**self).overdue_after_ns(direction, ahead_ns, cost_ns)
+    }
+
+    fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
+        (**self).start_limit_ns(derived_ns)
+    }
+}
+
+/// A controller that never changes the budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedBudget;
+
+impl LatencyController for FixedBudget {
+    fn on_completion(&mut self, _sample: &CompletionSample, _limit_ns: Nanos) -> Option<Nanos> {
+        None
+    }
+}
+
+/// Which policy sizes a device's in-flight budget: the one list of them that
+/// the engine, the simulator and the command line share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ControllerChoice {
+    /// [`FixedBudget`]: the budget the profile and latency target derive.
+    Fixed,
+    /// [`AdaptiveBudget`]: resized online from what completions show.
+    Adaptive,
+}
+
+impl ControllerChoice {
+    /// Every choice, in the order the command line lists them.
+    pub const ALL: [Self; 2] = [Self::Fixed, Self::Adaptive];
+
+    /// The choice's name on the command line and in files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fixed => "fixed",
+            Self::Adaptive => "adaptive",
+        }
+    }
+
+    /// The controller for a device with `profile`.
+    pub fn build(self, profile: &DeviceProfile) -> Box<dyn LatencyController> {
+        match self {
+            Self::Fixed => Box::new(FixedBudget),
+            Self::Adaptive => Box::new(AdaptiveBudget::for_profile(profile)),
+        }
+    }
+}
+
+impl std::fmt::Display for ControllerChoice {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ControllerChoice {
+    type Err = String;
+
+    /// Parses a name; the error lists the names there are.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|choice| choice.name() == name)
+            .ok_or_else(|| format!("unknown controller {name:?}: use fixed or adaptive"))
+    }
+}
 
 /// Shortest window: 10 ms, long enough to average over many completions of a
 /// fast device, short enough to react to a slowdown in well under a second.
@@ -1142,19 +1318,25 @@ impl LatencyController for AdaptiveBudget {
         }
         self.now_ns = sample.now;
         if sample.direction == Direction::Read {
-            window.reads += 1;
             self.last_read_ns = Some(sample.now);
+        }
+        // Only reads of classes that ask for less than they get are promised
+        // the target (module docs, "whom the target protects").
+        if sample.direction == Direction::Read && !sample.class_backlogged {
+            let window = &mut self.window;
+            window.reads += 1;
             let latency_ns = sample.queue_wait_ns + sample.device_time_ns;
             if latency_ns > self.config.latency_target_ns {
                 window.over_target_reads += 1;
             }
             // Only the device's part can say the budget is too large: time
             // waited in the fair queue says it is full (module docs,
-            // "congested").
+            // "congested"); and only other classes' work ahead could have
+            // been kept back for it.
             if sample.device_time_ns > self.config.latency_target_ns {
                 window
                     .late_candidates
-                    .push((sample.device_time_ns, sample.ahead_ns));
+                    .push((sample.device_time_ns, sample.ahead_other_ns));
             }
             self.note_starvation(sample, latency_ns, limit_ns);
         }
@@ -1341,6 +1523,8 @@ mod tests {
             queue_wait_ns: 0,
             in_flight_ns: 100_000,
             ahead_ns,
+            ahead_other_ns: ahead_ns,
+            class_backlogged: false,
             queued_pieces: 1,
             overtaken_ns: 0,
         }
@@ -1445,6 +1629,8 @@ mod tests {
                 queue_wait_ns: 0,
                 in_flight_ns: limit,
                 ahead_ns: limit,
+                ahead_other_ns: limit,
+                class_backlogged: false,
                 queued_pieces: 5,
                 overtaken_ns: 0,
             };
@@ -1491,6 +1677,8 @@ mod tests {
                 queue_wait_ns: 0,
                 in_flight_ns: 6_000_000,
                 ahead_ns: if write { 6_000_000 } else { 3_200_000 },
+                ahead_other_ns: if write { 6_000_000 } else { 3_200_000 },
+                class_backlogged: false,
                 queued_pieces: 8,
                 overtaken_ns: 0,
             };

@@ -36,8 +36,8 @@
 //! Class handles carry a generation, so a handle to a removed class is rejected
 //! even after its slot is reused.
 
-use crate::budget::{self, Budget, CompletionSample, FixedBudget, LatencyController};
-use crate::controller::ControllerStats;
+use crate::budget::{self, Budget};
+use crate::controller::{CompletionSample, ControllerStats, FixedBudget, LatencyController};
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
 use crate::profile::{CostModel, DeviceProfile, ProfileError};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};
@@ -219,6 +219,7 @@ struct ClassSlot {
     live: bool,
     retiring: bool,
     in_flight_pieces: usize,
+    in_flight_ns: Nanos,
     completed_requests: u64,
     dispatched_pieces: u64,
 }
@@ -250,6 +251,8 @@ struct InFlightPiece {
     dispatched_at: Nanos,
     queue_wait_ns: Nanos,
     ahead_ns: Nanos,
+    ahead_other_ns: Nanos,
+    class_backlogged: bool,
     /// The dispatcher's completed cost when the piece was dispatched.
     completed_before_ns: u128,
     /// When the piece becomes overdue, if the controller says.
@@ -464,6 +467,7 @@ impl<C: LatencyController> Dispatcher<C> {
             live: true,
             retiring: false,
             in_flight_pieces: 0,
+            in_flight_ns: 0,
             completed_requests: 0,
             dispatched_pieces: 0,
         });
@@ -638,11 +642,19 @@ impl<C: LatencyController> Dispatcher<C> {
         piece: QueuedPiece,
     ) -> DispatchedPiece {
         let ahead_ns = self.budget.in_flight_ns();
+        let ahead_other_ns = ahead_ns - self.classes.slots[class_index].in_flight_ns;
+        // Backlogged: at least a budget of its own work still waits behind it.
+        let class_backlogged = self.queue.queued_ns(class_index) >= self.budget.limit_ns();
         let direction = self.requests.slots[piece.request_slot as usize].direction;
-        let overdue_at = self
-            .controller
-            .overdue_after_ns(direction, ahead_ns, cost_ns)
-            .map(|after_ns| now.saturating_add(after_ns));
+        // A read of a backlogged class is served after its own class's queue
+        // anyway: the device reordering it starves no one the target protects.
+        let overdue_at = if class_backlogged && direction == Direction::Read {
+            None
+        } else {
+            self.controller
+                .overdue_after_ns(direction, ahead_ns, cost_ns)
+                .map(|after_ns| now.saturating_add(after_ns))
+        };
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
         request.last_dispatched_at = now;
@@ -651,6 +663,7 @@ impl<C: LatencyController> Dispatcher<C> {
         debug_assert_eq!(class.index(), class_index);
         let class_slot = &mut self.classes.slots[class_index];
         class_slot.in_flight_pieces += 1;
+        class_slot.in_flight_ns += cost_ns;
         class_slot.dispatched_pieces += 1;
         let slot = self.in_flight.insert_with(|old| InFlightPiece {
             generation: old.map_or(0, |slot| slot.generation.wrapping_add(1)),
@@ -660,6 +673,8 @@ impl<C: LatencyController> Dispatcher<C> {
             dispatched_at: now,
             queue_wait_ns,
             ahead_ns,
+            ahead_other_ns,
+            class_backlogged,
             completed_before_ns: self.completed_ns,
             overdue_at,
         });
@@ -700,6 +715,8 @@ impl<C: LatencyController> Dispatcher<C> {
             queue_wait_ns: piece.queue_wait_ns,
             in_flight_ns: self.budget.in_flight_ns(),
             ahead_ns: piece.ahead_ns,
+            ahead_other_ns: piece.ahead_other_ns,
+            class_backlogged: piece.class_backlogged,
             queued_pieces: self.queue.len(),
             overtaken_ns: Nanos::try_from(overtaken_ns).unwrap_or(Nanos::MAX),
         };
@@ -710,14 +727,16 @@ impl<C: LatencyController> Dispatcher<C> {
         {
             self.set_budget_ns(limit_ns);
         }
-        Ok(self.finish_piece(piece.request_slot))
+        Ok(self.finish_piece(piece.request_slot, piece.cost_ns))
     }
 
-    fn finish_piece(&mut self, request_slot: u32) -> Option<Completion> {
+    fn finish_piece(&mut self, request_slot: u32, cost_ns: Nanos) -> Option<Completion> {
         let request = &mut self.requests.slots[request_slot as usize];
         request.pieces_remaining -= 1;
         let class_index = request.class.index();
-        self.classes.slots[class_index].in_flight_pieces -= 1;
+        let class_slot = &mut self.classes.slots[class_index];
+        class_slot.in_flight_pieces -= 1;
+        class_slot.in_flight_ns -= cost_ns;
         let completion = if request.pieces_remaining == 0 {
             let completion = Completion {
                 request: request.id,
@@ -997,8 +1016,14 @@ mod tests {
         let mut config = DispatcherConfig::new(profile());
         config.budget_ns = Some(1_000 * NANOS_PER_MICROSECOND);
         let mut dispatcher = Dispatcher::with_controller(config, OverdueAfter(500)).unwrap();
+        // A third class keeps a read in flight throughout, dispatched first,
+        // so it is the oldest piece in flight until the end.
+        let other = dispatcher.add_class(100).unwrap();
         let reads = dispatcher.add_class(100).unwrap();
         let writes = dispatcher.add_class(100).unwrap();
+        dispatcher
+            .enqueue(0, request(1000, other, Direction::Read, 4096))
+            .unwrap();
         for id in 0..20 {
             dispatcher
                 .enqueue(0, request(id, writes, Direction::Write, 65_536))
@@ -1006,7 +1031,13 @@ mod tests {
         }
         let mut out = Vec::new();
         dispatcher.dispatch(0, &mut out);
-        let mut from_zero: VecDeque<u64> = out.iter().map(|piece| piece.token).collect();
+        let mut from_zero: VecDeque<u64> = out
+            .iter()
+            .filter(|piece| piece.class == writes)
+            .map(|piece| piece.token)
+            .collect();
+        let other_read = out.iter().find(|piece| piece.class == other).unwrap();
+        from_zero.push_back(other_read.token);
         // Before anything is overdue, a completion lets the next write go.
         dispatcher
             .complete(400, from_zero.pop_front().unwrap())

@@ -102,6 +102,8 @@ struct ClassQueue<T> {
     shares: u32,
     vtime: u64,
     items: VecDeque<(u64, T)>,
+    /// The summed cost of `items`.
+    queued_ns: u64,
     /// Device time charged to this class since it was created.
     charged_ns: u64,
     live: bool,
@@ -146,6 +148,7 @@ impl<T> FairQueue<T> {
                 shares: SHARES_MIN,
                 vtime: 0,
                 items: VecDeque::new(),
+                queued_ns: 0,
                 charged_ns: 0,
                 live: false,
             });
@@ -156,6 +159,7 @@ impl<T> FairQueue<T> {
             shares,
             vtime: self.virtual_now,
             items: VecDeque::new(),
+            queued_ns: 0,
             charged_ns: 0,
             live: true,
         };
@@ -206,6 +210,7 @@ impl<T> FairQueue<T> {
             self.backlogged.push(Reverse((class.vtime, index)));
         }
         class.items.push_back((cost_ns, item));
+        class.queued_ns += cost_ns;
         self.len += 1;
     }
 
@@ -234,6 +239,7 @@ impl<T> FairQueue<T> {
         let class = &mut self.classes[index];
         let (cost_ns, item) = class.items.pop_front().expect("split of an empty class");
         let (first, second) = split(cost_ns, item);
+        class.queued_ns = class.queued_ns - cost_ns + first.0 + second.0;
         class.items.push_front(second);
         class.items.push_front(first);
         self.len += 1;
@@ -245,6 +251,7 @@ impl<T> FairQueue<T> {
         let Reverse((key, index)) = self.backlogged.pop()?;
         let class = &mut self.classes[index];
         let (cost_ns, item) = class.items.pop_front().expect("backlogged class is empty");
+        class.queued_ns -= cost_ns;
         debug_assert_eq!(key, class.vtime);
         self.virtual_now = self.virtual_now.max(key);
         class.vtime = key + cost_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
@@ -288,7 +295,12 @@ impl<T> FairQueue<T> {
         self.classes[index].items.len()
     }
 
-    /// Device time charged to a class since it was added.
+    /// The summed cost of a class's queued items.
+    pub fn queued_ns(&self, index: usize) -> u64 {
+        self.classes[index].queued_ns
+    }
+
+    /// Device time charged to the class since it was created.
     pub fn charged_ns(&self, index: usize) -> u64 {
         self.classes[index].charged_ns
     }
@@ -302,6 +314,7 @@ impl<T> FairQueue<T> {
     pub fn drain_class(&mut self, index: usize) -> Vec<T> {
         let class = &mut self.classes[index];
         let drained: Vec<T> = class.items.drain(..).map(|(_, item)| item).collect();
+        class.queued_ns = 0;
         self.len -= drained.len();
         self.backlogged
             .retain(|Reverse((_, queued))| *queued != index);

@@ -13,9 +13,10 @@
 //!   nanoseconds of device time.
 //! - [`fair_queue`]: weighted fair queueing by cost/shares between classes, with
 //!   bounded credit for classes that wake from idle.
-//! - [`budget`]: the per-device **in-flight budget** in cost units, and the hook a
-//!   latency controller uses to resize it.
-//! - [`controller`]: the **adaptive latency controller** that resizes the budget
+//! - [`budget`]: the per-device **in-flight budget** in cost units.
+//! - [`controller`]: the hook a latency controller uses to resize the budget
+//!   ([`LatencyController`], [`ControllerChoice`]), and the **adaptive
+//!   latency controller** that resizes it
 //!   from completions: the smallest budget that sustains throughput while reads
 //!   meet the latency target, found without a profile.
 //! - [`dispatcher`]: one per device; splits oversize requests, queues them in the
@@ -34,8 +35,11 @@ pub mod fair_queue;
 pub mod profile;
 pub mod request;
 
-pub use budget::{Budget, CompletionSample, FixedBudget, LatencyController};
-pub use controller::{AdaptiveBudget, AdaptiveConfig, ControllerStats, Situation};
+pub use budget::Budget;
+pub use controller::{
+    AdaptiveBudget, AdaptiveConfig, CompletionSample, ControllerChoice, ControllerStats,
+    FixedBudget, LatencyController, Situation,
+};
 pub use dispatcher::{
     ClassError, ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
     DispatcherStats, EnqueueError,

@@ -1037,6 +1037,8 @@ proptest! {
                 queue_wait_ns: gap_ns / 4,
                 in_flight_ns: limit,
                 ahead_ns,
+                ahead_other_ns: ahead_ns,
+                class_backlogged: false,
                 queued_pieces,
                 overtaken_ns: ahead_ns / 3,
             };

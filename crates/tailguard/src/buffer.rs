@@ -142,6 +142,20 @@ impl AlignedBuffer {
         self.len == 0
     }
 
+    /// The length the buffer was allocated with: the most that
+    /// [`AlignedBuffer::restore_len`] gives back.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Undoes every [`AlignedBuffer::truncate`]: the visible length becomes
+    /// the allocated length again (after a short read, to reuse the buffer
+    /// for a full one). The bytes past the old length are whatever the buffer
+    /// last held, never uninitialised memory.
+    pub fn restore_len(&mut self) {
+        self.len = self.capacity;
+    }
+
     /// The alignment of the start address, in bytes.
     pub fn alignment(&self) -> usize {
         self.alignment
@@ -466,6 +480,20 @@ mod tests {
         assert!(buf.is_empty());
         // Dropping a truncated buffer frees with the original layout.
         drop(buf);
+    }
+
+    #[test]
+    fn restore_len_undoes_truncation_and_keeps_contents() {
+        let mut buf = AlignedBuffer::from_slice(&[9; 16], 64).unwrap();
+        buf.truncate(3);
+        buf[0] = 1;
+        buf.restore_len();
+        assert_eq!(buf.len(), 16);
+        assert_eq!(buf.capacity(), 16);
+        assert_eq!(&buf[..4], &[1, 9, 9, 9]);
+        let mut empty = AlignedBuffer::new(0, 64).unwrap();
+        empty.restore_len();
+        assert!(empty.is_empty());
     }
 
     #[test]

@@ -97,8 +97,8 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use tailguard_core::{
-    AdaptiveBudget, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
-    DispatcherConfig, FixedBudget, IoRequest, LatencyController, Nanos, RequestId,
+    ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
+    LatencyController, Nanos, RequestId,
 };
 
 /// The `tracing` target of budget changes ([`ControllerChoice::Adaptive`]).
@@ -110,25 +110,10 @@ pub const CONTROLLER_TARGET: &str = "tailguard::controller";
 /// atomic load per registered file per sweep.
 pub const FILE_SWEEP_INTERVAL_NS: Nanos = 1_000_000;
 
-/// Which policy sizes each device's in-flight budget.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ControllerChoice {
-    /// The budget the profile derives, unchanged (the core's `FixedBudget`).
-    #[default]
-    Fixed,
-    /// The core's `AdaptiveBudget`: resized online from what completions show.
-    /// Every change is logged at target [`CONTROLLER_TARGET`].
-    Adaptive,
-}
-
-impl ControllerChoice {
-    fn controller_for(self, profile: &DeviceProfile) -> Box<dyn LatencyController> {
-        match self {
-            Self::Fixed => Box::new(FixedBudget),
-            Self::Adaptive => Box::new(AdaptiveBudget::for_profile(profile)),
-        }
-    }
-}
+/// Which policy sizes each device's in-flight budget: the core's one list.
+/// [`ControllerChoice::Adaptive`] logs every change at target
+/// [`CONTROLLER_TARGET`].
+pub use tailguard_core::ControllerChoice;
 
 /// A device's dispatcher, with the budget policy chosen at run time.
 type DeviceDispatcher = Dispatcher<Box<dyn LatencyController>>;
@@ -357,6 +342,8 @@ pub(crate) struct Engine {
     /// this short vector beats hashing on every request.
     device_ids: Vec<DeviceId>,
     classes: Vec<ClassStats>,
+    /// Whether each class number may take requests (false once removed).
+    live_classes: Vec<bool>,
     requests: Slab<RequestRecord>,
     pieces: Slab<PieceRecord>,
     shutting_down: bool,
@@ -385,6 +372,7 @@ impl Engine {
             devices: Vec::new(),
             device_ids: Vec::new(),
             classes: Vec::new(),
+            live_classes: Vec::new(),
             requests: Slab::new(),
             pieces: Slab::new(),
             shutting_down: false,
@@ -475,10 +463,14 @@ impl Engine {
             } => {
                 debug_assert_eq!(class as usize, self.classes.len());
                 self.classes.push(ClassStats::new(name, shares));
+                self.live_classes.push(true);
             }
             Message::SetShares { class, shares } => self.set_shares(class, shares),
             Message::FileClosed { fd } => self.release_if_closed(fd),
             Message::RemoveClass { class } => {
+                if let Some(live) = self.live_classes.get_mut(class as usize) {
+                    *live = false;
+                }
                 for device in &mut self.devices {
                     if let Some(id) = device
                         .classes
@@ -508,7 +500,7 @@ impl Engine {
         let build = |profile: &DeviceProfile| {
             Dispatcher::with_controller(
                 DispatcherConfig::new(profile.clone()),
-                self.controller.controller_for(profile),
+                self.controller.build(profile),
             )
         };
         let dispatcher = match build(&profile) {
@@ -550,6 +542,18 @@ impl Engine {
     }
 
     fn enqueue(&mut self, now: Nanos, message: IoMessage) {
+        // The API refuses such requests before they are sent; a class
+        // removed by another thread meanwhile still must not reach (and
+        // re-create itself in) a dispatcher.
+        if !self
+            .live_classes
+            .get(message.class as usize)
+            .copied()
+            .unwrap_or(false)
+        {
+            refuse(message);
+            return;
+        }
         if let Some(file) = &message.file {
             self.track_file(file);
         }
@@ -1174,6 +1178,26 @@ pub(crate) fn monotonic_ns() -> Nanos {
     debug_assert_eq!(status, 0, "CLOCK_MONOTONIC is always available");
     // A monotonic reading is non-negative (time since boot).
     (now.tv_sec as Nanos) * 1_000_000_000 + now.tv_nsec as Nanos
+}
+
+/// Answers a request naming a class this engine does not have (removed)
+/// without running it.
+fn refuse(mut message: IoMessage) {
+    let error = || {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the request's class was removed; add_class makes a new one",
+        )
+    };
+    match message.reply {
+        Reply::Data(responder) => {
+            let buffer = message.buffer.take().expect("data requests carry a buffer");
+            responder.send((Err(error()), buffer));
+        }
+        Reply::Unit(responder) => {
+            responder.send(Err(error()));
+        }
+    }
 }
 
 fn engine_stopped() -> io::Error {

@@ -92,3 +92,9 @@ pub static DEFAULT_DISK_PROFILE: LazyLock<DeviceProfile> = LazyLock::new(|| Devi
     max_request_bytes: 1024 * 1024,
     latency_target_us: 50_000,
 });
+
+pub mod pool;
+pub mod stream;
+mod unaligned;
+pub use pool::BufferPool;
+pub use stream::{ReaderOptions, StreamReader, StreamWriter, WriterOptions};

@@ -33,6 +33,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -55,6 +56,8 @@ pub struct SchedulerBuilder {
     waiters_run_engine: bool,
     eager_submit: bool,
     registered_files: u32,
+    #[cfg(feature = "fault-injection")]
+    faults: Option<backend::fault::FaultInjector>,
 }
 
 impl Default for SchedulerBuilder {
@@ -70,6 +73,8 @@ impl Default for SchedulerBuilder {
             waiters_run_engine: true,
             eager_submit: true,
             registered_files: backend::DEFAULT_FILE_SLOTS,
+            #[cfg(feature = "fault-injection")]
+            faults: None,
         }
     }
 }
@@ -162,6 +167,15 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Wraps the backend in a fault injector that follows `injector` (see
+    /// [`backend::fault`]): for tests of what the engine does when the device
+    /// fails, stalls or vanishes. Only with the `fault-injection` feature.
+    #[cfg(feature = "fault-injection")]
+    pub fn fault_injection(mut self, injector: backend::fault::FaultInjector) -> Self {
+        self.faults = Some(injector);
+        self
+    }
+
     /// Starts the engine thread.
     pub fn build(self) -> io::Result<Scheduler> {
         for (device, profile) in &self.profiles {
@@ -183,12 +197,23 @@ impl SchedulerBuilder {
         };
         let controller = self.controller;
         let eager_submit = self.eager_submit;
+        #[cfg(feature = "fault-injection")]
+        let faults = self.faults.clone();
+        let open = move || {
+            let backend = backend::open_backend_with(config, options)?;
+            #[cfg(feature = "fault-injection")]
+            let backend = match &faults {
+                Some(injector) => injector.wrap(backend)?,
+                None => backend,
+            };
+            Ok::<_, io::Error>(backend)
+        };
         let thread = std::thread::Builder::new()
             .name("tailguard-engine".into())
             .spawn(move || {
                 // The backend is created on the engine thread: an io_uring ring
                 // set up with SINGLE_ISSUER must be used by the thread that made it.
-                match backend::open_backend_with(config, options) {
+                match open() {
                     Ok(backend) => {
                         let shared = Shared::new(
                             Engine::new(backend, handoff, controller, eager_submit),
@@ -362,6 +387,7 @@ impl Scheduler {
             scheduler: self.clone(),
             number,
             name: name.to_string(),
+            live: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -374,6 +400,9 @@ impl Scheduler {
     /// A request that does nothing, through a dispatcher like any other: for
     /// measuring the engine's own overhead.
     pub fn nop(&self, class: &IoClass) -> IoFuture<io::Result<()>> {
+        if let Err(error) = class.check_usable_on(self) {
+            return IoFuture::ready(Err(error));
+        }
         let (responder, mut future) = Responder::new(engine::stopped);
         let message = IoMessage {
             class: class.number,
@@ -515,6 +544,8 @@ pub struct IoClass {
     scheduler: Scheduler,
     number: ClassNumber,
     name: String,
+    /// Shared by every clone; false once the class is removed.
+    live: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for IoClass {
@@ -527,6 +558,35 @@ impl std::fmt::Debug for IoClass {
 }
 
 impl IoClass {
+    /// Fails unless the class is live and `scheduler` made it: requests name
+    /// a class of the scheduler that opened their file.
+    fn check_usable_on(&self, scheduler: &Scheduler) -> io::Result<()> {
+        if !Arc::ptr_eq(&self.scheduler.inner, &scheduler.inner) {
+            return Err(invalid_input(format!(
+                "class `{}` belongs to another Scheduler; name a class made by the \
+                 add_class of the scheduler this file was opened with",
+                self.name.escape_debug()
+            )));
+        }
+        self.check_live()
+    }
+
+    fn check_live(&self) -> io::Result<()> {
+        if self.live.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(self.removed_error())
+        }
+    }
+
+    fn removed_error(&self) -> io::Error {
+        invalid_input(format!(
+            "class `{}` was removed; its clones can make no more requests (add_class \
+             makes a new class)",
+            self.name.escape_debug()
+        ))
+    }
+
     /// The class's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -534,6 +594,7 @@ impl IoClass {
 
     /// Changes the shares; requests dispatched from now on use them.
     pub fn set_shares(&self, shares: u32) -> io::Result<()> {
+        self.check_live()?;
         check_shares(shares)?;
         self.scheduler.inner.send(Message::SetShares {
             class: self.number,
@@ -541,9 +602,12 @@ impl IoClass {
         })
     }
 
-    /// Removes the class. Requests already submitted complete; the handle (and
-    /// its clones) must not be used afterwards.
+    /// Removes the class. Requests already submitted complete; requests,
+    /// share changes and removal through its clones fail from now on.
     pub fn remove(self) -> io::Result<()> {
+        if !self.live.swap(false, Ordering::AcqRel) {
+            return Err(self.removed_error());
+        }
         self.scheduler
             .inner
             .registry
@@ -723,6 +787,23 @@ impl File {
         self.alignment
     }
 
+    /// The path the file was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The scheduler the file was opened through (for
+    /// [`Scheduler::block_on`] of this file's requests).
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// The open file itself, for metadata calls that do not go through the
+    /// scheduler (`metadata`, `set_len`).
+    pub fn std_file(&self) -> &std::fs::File {
+        self.handle()
+    }
+
     /// Reads `buffer.len()` bytes at `offset` into `buffer`. The result is the
     /// byte count (short at the end of the file) or the error, with the buffer.
     pub fn read_at(
@@ -761,6 +842,9 @@ impl File {
         buffer: AlignedBuffer,
         offset: u64,
     ) -> IoFuture<BufResult> {
+        if let Err(error) = class.check_usable_on(&self.scheduler) {
+            return IoFuture::ready((Err(error), buffer));
+        }
         if let Err(error) = check_alignment(
             buffer.as_ptr() as usize,
             buffer.len() as u64,
@@ -794,6 +878,9 @@ impl File {
     }
 
     fn sync_request(&self, kind: IoKind, class: &IoClass) -> IoFuture<io::Result<()>> {
+        if let Err(error) = class.check_usable_on(&self.scheduler) {
+            return IoFuture::ready(Err(error));
+        }
         let (responder, mut future) = Responder::new(engine::stopped);
         let message = IoMessage {
             class: class.number,
@@ -859,6 +946,33 @@ mod tests {
             "later requests are refused"
         );
         assert!(scheduler.stats().is_err());
+    }
+
+    #[test]
+    fn the_engine_refuses_a_class_it_does_not_have_and_lives_on() {
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .build()
+            .unwrap();
+        let class = scheduler.add_class("c", 1).unwrap();
+        // Past the API's checks (as a class removed by another thread after
+        // they passed would be): the engine answers instead of panicking.
+        let (responder, mut future) = Responder::new(engine::stopped);
+        let message = IoMessage {
+            class: 99,
+            device: NULL_DEVICE,
+            file: None,
+            kind: IoKind::Nop,
+            buffer: None,
+            offset: 0,
+            submitted_at_ns: engine::monotonic_ns(),
+            reply: Reply::Unit(responder),
+        };
+        assert!(scheduler.inner.send_io(message, &mut future).is_ok());
+        let error = future.wait().unwrap_err();
+        assert!(error.to_string().contains("removed"), "{error}");
+        scheduler.nop(&class).wait().unwrap();
+        assert_eq!(scheduler.stats().unwrap().class("c").unwrap().ops, 1);
     }
 
     #[test]

@@ -138,7 +138,7 @@ fn devices(info: &DeviceInfo, alignment: DirectIoAlignment, error: &AlignmentErr
         BackendKind::IoUring | BackendKind::Threads => {}
         _ => {}
     }
-    match ControllerChoice::default() {
+    match ControllerChoice::Fixed {
         ControllerChoice::Fixed | ControllerChoice::Adaptive => {}
     }
 }

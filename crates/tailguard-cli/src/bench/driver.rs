@@ -42,11 +42,13 @@
 //! `last_completion_s`). Ctrl-C ends it early: in-flight requests are waited
 //! for (their buffers belong to the kernel until then), queued ones dropped.
 
-use crate::bench::report::BenchRun;
+use crate::bench::job::{JobOptions, SyncKind};
+use crate::bench::report::{BenchRun, DirectionStats};
+use crate::bench::shape::{check_verified, fill_verified, is_verified_block, reshape, ShapeState};
 use crate::bench::target::{interrupted, Plan};
 use crate::bench::{BenchError, Mode};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -63,8 +65,8 @@ use tailguard::{
     SchedulerBuilder, StatsSnapshot,
 };
 use tailguard_core::Nanos;
-use tailguard_sim::report::{ClassAccumulator, RunReport};
-use tailguard_sim::scenario::{Arrival, Scenario};
+use tailguard_sim::report::{ClassAccumulator, ClassReport, RunReport};
+use tailguard_sim::scenario::{derive_seed, Arrival, Scenario};
 use tailguard_sim::workload::{RequestTemplate, Workload};
 
 /// Submission queue entries for the rings and most ops in flight in the pools.
@@ -81,16 +83,25 @@ struct Request {
     token: u64,
     class: usize,
     file: usize,
-    write: bool,
+    kind: RequestKind,
     offset: u64,
-    buffer: AlignedBuffer,
+    /// The data buffer (reads and writes; `None` for syncs).
+    buffer: Option<AlignedBuffer>,
+}
+
+/// What a request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RequestKind {
+    Read,
+    Write,
+    Sync(SyncKind),
 }
 
 /// A finished request.
 struct Done {
     token: u64,
     result: io::Result<usize>,
-    buffer: AlignedBuffer,
+    buffer: Option<AlignedBuffer>,
     at: Instant,
 }
 
@@ -127,11 +138,9 @@ fn concurrency(scenario: &Scenario) -> usize {
     total.clamp(1, 256) as usize
 }
 
-/// Runs the scenario once in `mode` against `plan`'s files, and calls
-/// `progress` with the run's elapsed time every [`PROGRESS_INTERVAL`] or so.
 /// How `tailguard` mode configures its scheduler (bench's and demo's
 /// `--profile` and `--latency-target-us`).
-#[derive(Clone, Debug, Default, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct SchedulerSettings {
     /// A device profile file for `tailguard` mode: what `tailguard tune` wrote
     /// (TOML), or Seastar's io_properties.yaml. Default: the built-in guess for
@@ -145,8 +154,8 @@ pub struct SchedulerSettings {
     /// How `tailguard` mode sizes each device's in-flight budget: `fixed` (from
     /// the profile and the latency target) or `adaptive` (resized online from
     /// completion times; see the README's "online latency controller").
-    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = ["fixed", "adaptive"])]
-    pub controller: String,
+    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = parse_controller)]
+    pub controller: ControllerChoice,
     /// When `tailguard` mode hands requests to the kernel: `each` as it is
     /// dispatched (the library's default), or `per-turn`, all of an engine
     /// turn's in one system call.
@@ -174,6 +183,25 @@ pub struct SchedulerSettings {
     pub metrics_linger_s: u64,
 }
 
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            profile: None,
+            latency_target_us: None,
+            controller: ControllerChoice::Fixed,
+            submit: String::new(),
+            driver: String::new(),
+            metrics_listen: None,
+            metrics_linger_s: 0,
+        }
+    }
+}
+
+/// `--controller`'s parser: the core's names (`fixed`, `adaptive`).
+fn parse_controller(name: &str) -> Result<ControllerChoice, String> {
+    name.parse()
+}
+
 impl SchedulerSettings {
     /// The scheduler builder these settings describe.
     fn builder(&self) -> io::Result<SchedulerBuilder> {
@@ -184,9 +212,7 @@ impl SchedulerSettings {
         if self.submit == "per-turn" {
             builder = builder.eager_submit(false);
         }
-        if self.controller == "adaptive" {
-            builder = builder.controller(ControllerChoice::Adaptive);
-        }
+        builder = builder.controller(self.controller);
         if let Some(target_us) = self.latency_target_us {
             builder = builder.latency_target(Duration::from_micros(target_us));
         }
@@ -204,13 +230,30 @@ pub fn run(
     seed: u64,
     progress: &mut dyn FnMut(Nanos),
 ) -> Result<BenchRun, BenchError> {
+    run_with_options(scenario, plan, mode, settings, seed, progress, &[])
+}
+
+/// [`run`], with bench's per-job options (aligned with `scenario.jobs`; a
+/// shorter slice leaves the rest at their defaults): a job with
+/// `io_bytes_per_instance` stops each instance once it has submitted that
+/// many bytes, and its class's rates count over the time it actually ran.
+pub fn run_with_options(
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+    settings: &SchedulerSettings,
+    seed: u64,
+    progress: &mut dyn FnMut(Nanos),
+    job_options: &[JobOptions],
+) -> Result<BenchRun, BenchError> {
     let threads = concurrency(scenario);
     let mut executor: Box<dyn Executor> = match mode {
         Mode::Tailguard => Box::new(SchedulerExecutor::new(scenario, plan, settings, threads)?),
         Mode::KernelDirect => Box::new(BackendExecutor::new(plan, true, threads)?),
         Mode::KernelBuffered => Box::new(BackendExecutor::new(plan, false, threads)?),
     };
-    let result = drive(scenario, plan, mode, seed, executor.as_mut(), progress);
+    let result = Driver::new(scenario, plan, mode, seed, job_options)
+        .and_then(|driver| driver.drive(executor.as_mut(), progress));
     if result.is_err() {
         executor.abandon_queued();
     }
@@ -225,188 +268,722 @@ pub fn run(
             break;
         }
     }
-    let report = result?;
+    let Outcome {
+        report,
+        directions,
+        written,
+    } = result?;
     let stats = executor
         .scheduler_stats()
         .transpose()
         .map_err(|error| BenchError::usage(format!("tailguard: its statistics: {error}")))?;
-    Ok(BenchRun::new(report, stats.as_ref()))
+    drop(executor);
+    verify_written(scenario, plan, mode, &written)?;
+    end_fsync(scenario, plan, mode, job_options)?;
+    let mut run = BenchRun::new(report, stats.as_ref());
+    run.directions = directions;
+    Ok(run)
 }
 
 struct Pending {
     template: RequestTemplate,
     class: usize,
     submitted_ns: Nanos,
+    /// Where the request went (the template's place, or reshaped).
+    offset_bytes: u64,
+    length_bytes: u64,
+    /// Whether it counts in the report (submitted after its job's ramp).
+    measured: bool,
 }
 
-fn drive(
+/// What a timer does when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    /// The instance starts.
+    Start,
+    /// An open-loop arrival.
+    Arrival,
+    /// A closed-loop instance's think time after a completion has passed.
+    Think,
+}
+
+/// A timer: (when, instance, what).
+type Timer = Reverse<(Nanos, usize, TimerKind)>;
+
+/// A block written with a verify pattern: (job, offset, length).
+pub type WrittenBlock = (usize, u64, u64);
+
+/// What one drive produced.
+struct Outcome {
+    report: RunReport,
+    directions: Vec<DirectionStats>,
+    /// Blocks verify jobs wrote, for the read-back check.
+    written: Vec<WrittenBlock>,
+}
+
+/// One run's state: the workload, its timers, the requests in flight, and
+/// what the classes measured.
+struct Driver<'a> {
+    scenario: &'a Scenario,
+    plan: &'a Plan,
+    mode: Mode,
+    seed: u64,
+    workload: Workload,
+    accumulators: Vec<ClassAccumulator>,
+    /// Class index -> accumulator index (classes without jobs have none).
+    row_of: Vec<usize>,
+    /// Per accumulator row: when its requests begin to count (after ramp).
+    measure_from_ns: Vec<Nanos>,
+    timers: BinaryHeap<Timer>,
+    /// Free buffers by length.
+    buffers: HashMap<usize, Vec<AlignedBuffer>>,
+    pending: HashMap<u64, Pending>,
+    next_token: u64,
+    generated: Vec<RequestTemplate>,
+    /// Per instance: bytes submitted so far.
+    instance_bytes: Vec<u64>,
+    /// Per instance: writes submitted so far (for `sync_every_writes`).
+    instance_writes: Vec<u64>,
+    /// Syncs in flight: token -> job.
+    pending_syncs: HashMap<u64, usize>,
+    /// Per job: its options (bound, ramp, think time, shape, verify).
+    job_options: Vec<JobOptions>,
+    /// Per instance: its job (instances are numbered job by job).
+    instance_job: Vec<usize>,
+    /// Per instance of a shaped job: its shaping state.
+    shape_states: Vec<Option<ShapeState>>,
+    /// Per accumulator row: reads and writes, for fio's JSON.
+    directions: Vec<[DirectionStats; 2]>,
+    /// Blocks verify jobs wrote, by (file, offset): (job, length). A later
+    /// write that overlaps earlier ones replaces them.
+    written: BTreeMap<(usize, u64), (usize, u64)>,
+    /// The longest block in `written`.
+    written_max_bytes: u64,
+    start: Instant,
+}
+
+impl<'a> Driver<'a> {
+    fn new(
+        scenario: &'a Scenario,
+        plan: &'a Plan,
+        mode: Mode,
+        seed: u64,
+        job_options: &[JobOptions],
+    ) -> Result<Self, BenchError> {
+        let workload = Workload::new(scenario, seed);
+        let duration_ns = scenario.duration_ns;
+        let timers = workload
+            .start_times()
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, start)| start < duration_ns)
+            .map(|(instance, start)| Reverse((start, instance, TimerKind::Start)))
+            .collect();
+        let job_options: Vec<JobOptions> = (0..scenario.jobs.len())
+            .map(|job| job_options.get(job).cloned().unwrap_or_default())
+            .collect();
+        let (accumulators, row_of, measure_from_ns) =
+            accumulators(scenario, &plan.device_name, &job_options);
+        let mut directions = Vec::new();
+        for (class, &row) in row_of.iter().enumerate() {
+            if row != usize::MAX {
+                let name = &scenario.classes[class].name;
+                directions.push([
+                    DirectionStats::new(name, false),
+                    DirectionStats::new(name, true),
+                ]);
+            }
+        }
+        let instance_job: Vec<usize> = scenario
+            .jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(index, job)| std::iter::repeat_n(index, job.numjobs as usize))
+            .collect();
+        let shape_states = instance_job
+            .iter()
+            .enumerate()
+            .map(|(instance, &job)| {
+                (!job_options[job].shape.is_plain())
+                    .then(|| ShapeState::new(derive_seed(seed, 7, instance)))
+            })
+            .collect();
+        Ok(Self {
+            buffers: buffers(scenario, &job_options)?,
+            instance_bytes: vec![0; workload.instance_count()],
+            instance_writes: vec![0; workload.instance_count()],
+            pending_syncs: HashMap::new(),
+            measure_from_ns,
+            shape_states,
+            directions,
+            instance_job,
+            scenario,
+            plan,
+            mode,
+            seed,
+            workload,
+            accumulators,
+            row_of,
+            timers,
+            pending: HashMap::new(),
+            next_token: 0,
+            generated: Vec::new(),
+            job_options,
+            written: BTreeMap::new(),
+            written_max_bytes: 0,
+            start: Instant::now(),
+        })
+    }
+
+    fn ns_at(&self, instant: Instant) -> Nanos {
+        instant.saturating_duration_since(self.start).as_nanos() as Nanos
+    }
+
+    /// Whether the instance has submitted all the bytes its job may.
+    fn exhausted(&self, instance: usize) -> bool {
+        let limit = self.job_options[self.instance_job[instance]].io_bytes_per_instance;
+        limit.is_some_and(|limit| self.instance_bytes[instance] >= limit)
+    }
+
+    fn drive(
+        mut self,
+        executor: &mut dyn Executor,
+        progress: &mut dyn FnMut(Nanos),
+    ) -> Result<Outcome, BenchError> {
+        let mut done = Vec::new();
+        self.start = Instant::now();
+        let mut next_progress = self.start;
+        loop {
+            if interrupted() {
+                return Err(BenchError::interrupted());
+            }
+            let instant = Instant::now();
+            if instant >= next_progress {
+                progress(self.ns_at(instant));
+                next_progress = instant + PROGRESS_INTERVAL;
+            }
+            self.fire_timers(self.ns_at(instant));
+            self.submit_generated(executor)?;
+            if self.timers.is_empty() && self.pending.is_empty() && self.pending_syncs.is_empty() {
+                break;
+            }
+            let mut deadline = Instant::now() + POLL_INTERVAL;
+            if let Some(&Reverse((when, _, _))) = self.timers.peek() {
+                deadline = deadline.min(self.start + Duration::from_nanos(when));
+            }
+            done.clear();
+            executor.wait(deadline, &mut done)?;
+            for finished in done.drain(..) {
+                self.complete(finished)?;
+            }
+        }
+        Ok(self.finish())
+    }
+
+    /// Runs the timers due by `now`: instance starts, open-loop arrivals and
+    /// the ends of think times.
+    fn fire_timers(&mut self, now: Nanos) {
+        while let Some(&Reverse((when, instance, kind))) = self.timers.peek() {
+            if when > now {
+                break;
+            }
+            self.timers.pop();
+            if self.exhausted(instance) {
+                continue;
+            }
+            let generated = &mut self.generated;
+            let next = match kind {
+                TimerKind::Start => self.workload.on_start(when, instance, generated),
+                TimerKind::Arrival => self.workload.on_timer(when, instance, generated),
+                TimerKind::Think => {
+                    self.workload.on_completion(when, instance, generated);
+                    None
+                }
+            };
+            let next = match kind {
+                TimerKind::Think => next,
+                _ => self.even_arrival(instance, when, kind == TimerKind::Start, next),
+            };
+            if let Some(next) = next {
+                self.timers
+                    .push(Reverse((next, instance, TimerKind::Arrival)));
+            }
+        }
+    }
+
+    /// The next arrival of an open-loop instance: `poisson` (the generator's)
+    /// or, for a job with even arrivals, one interval after `when` (the
+    /// first arrival at the start itself), while before the job's stop.
+    fn even_arrival(
+        &self,
+        instance: usize,
+        when: Nanos,
+        first: bool,
+        poisson: Option<Nanos>,
+    ) -> Option<Nanos> {
+        let job = self.instance_job[instance];
+        let spec = &self.scenario.jobs[job];
+        let Arrival::OpenLoop { rate_iops } = spec.arrival else {
+            return poisson;
+        };
+        if !self.job_options[job].even_arrivals {
+            return poisson;
+        }
+        let interval_ns = (1e9 / rate_iops).round().max(1.0) as Nanos;
+        let next = if first { when } else { when + interval_ns };
+        (next < spec.stop_ns).then_some(next)
+    }
+
+    /// Hands the generated requests to the executor (dropping those of
+    /// instances that have moved their bytes).
+    fn submit_generated(&mut self, executor: &mut dyn Executor) -> Result<(), BenchError> {
+        let mut generated = std::mem::take(&mut self.generated);
+        for template in generated.drain(..) {
+            if self.exhausted(template.instance) {
+                continue;
+            }
+            let job = &self.scenario.jobs[template.job];
+            let (offset_bytes, length_bytes) = match &mut self.shape_states[template.instance] {
+                Some(state) => {
+                    let shape = &self.job_options[template.job].shape;
+                    reshape(shape, state, job, template.offset_bytes)
+                }
+                None => (template.offset_bytes, template.length_bytes),
+            };
+            // The last request of a bounded instance moves only what is left
+            // (a whole number of the job's blocks, as bounds are).
+            let length_bytes = match self.job_options[template.job].io_bytes_per_instance {
+                Some(limit) => length_bytes.min(limit - self.instance_bytes[template.instance]),
+                None => length_bytes,
+            };
+            self.instance_bytes[template.instance] += length_bytes;
+            let class = job.class;
+            let write = job.pattern.direction() == tailguard_core::Direction::Write;
+            let length = length_bytes as usize;
+            let mut buffer = match self.buffers.get_mut(&length).and_then(Vec::pop) {
+                Some(buffer) => buffer,
+                None => new_buffer(length)?,
+            };
+            if write && self.job_options[template.job].verify {
+                let seed = derive_seed(self.seed, offset_bytes, self.next_token as usize);
+                fill_verified(&mut buffer, offset_bytes, seed);
+            }
+            let token = self.next_token;
+            self.next_token += 1;
+            let submitted_ns = self.ns_at(Instant::now());
+            let row = self.row_of[class];
+            let measured = submitted_ns >= self.measure_from_ns[row];
+            if measured {
+                self.accumulators[row].on_submit(submitted_ns);
+            }
+            executor.submit(Request {
+                token,
+                class,
+                file: self.plan.job_file[template.job],
+                kind: if write {
+                    RequestKind::Write
+                } else {
+                    RequestKind::Read
+                },
+                offset: offset_bytes - self.plan.job_base[template.job],
+                buffer: Some(buffer),
+            })?;
+            let pending = Pending {
+                template,
+                class,
+                submitted_ns,
+                offset_bytes,
+                length_bytes,
+                measured,
+            };
+            self.pending.insert(token, pending);
+            if write {
+                self.sync_after_write(executor, template.instance, template.job)?;
+            }
+        }
+        self.generated = generated;
+        Ok(())
+    }
+
+    /// Counts an instance's write and, every `sync_every_writes`, submits a
+    /// sync of its file (not counted in the report, and not a slot of the
+    /// job's queue depth).
+    fn sync_after_write(
+        &mut self,
+        executor: &mut dyn Executor,
+        instance: usize,
+        job: usize,
+    ) -> Result<(), BenchError> {
+        let every = self.job_options[job].sync_every_writes;
+        if every == 0 {
+            return Ok(());
+        }
+        self.instance_writes[instance] += 1;
+        if self.instance_writes[instance] % u64::from(every) != 0 {
+            return Ok(());
+        }
+        let token = self.next_token;
+        self.next_token += 1;
+        executor.submit(Request {
+            token,
+            class: self.scenario.jobs[job].class,
+            file: self.plan.job_file[job],
+            kind: RequestKind::Sync(self.job_options[job].sync_kind),
+            offset: 0,
+            buffer: None,
+        })?;
+        self.pending_syncs.insert(token, job);
+        Ok(())
+    }
+
+    /// Records a completion and lets its instance generate the next request
+    /// (after its think time, if it has one).
+    fn complete(&mut self, finished: Done) -> Result<(), BenchError> {
+        if let Some(job) = self.pending_syncs.remove(&finished.token) {
+            return finished.result.map(|_| ()).map_err(|error| {
+                BenchError::usage(format!(
+                    "{}: job `{}`: a sync of {} failed: {error}",
+                    self.mode.name(),
+                    self.scenario.jobs[job].name,
+                    self.plan.files[self.plan.job_file[job]].display()
+                ))
+            });
+        }
+        let Some(request) = self.pending.remove(&finished.token) else {
+            return Ok(());
+        };
+        let Some(buffer) = finished.buffer else {
+            return Ok(());
+        };
+        let template = request.template;
+        let write = template.direction == tailguard_core::Direction::Write;
+        let bytes = finished
+            .result
+            .map_err(|error| self.failure(&request, &error.to_string()))?;
+        if self.job_options[template.job].verify {
+            self.check_block(&request, &buffer, write)?;
+        }
+        let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
+        if request.measured {
+            let row = self.row_of[request.class];
+            let intended_ns = template.intended_at.min(request.submitted_ns);
+            self.accumulators[row].on_complete(
+                completed_ns,
+                intended_ns,
+                request.submitted_ns,
+                bytes as u64,
+            );
+            self.directions[row][usize::from(write)].record(
+                intended_ns,
+                request.submitted_ns,
+                completed_ns,
+                bytes as u64,
+            );
+        }
+        self.buffers.entry(buffer.len()).or_default().push(buffer);
+        let think_ns = self.job_options[template.job].think_ns;
+        let closed = matches!(
+            self.scenario.jobs[template.job].arrival,
+            Arrival::ClosedLoop { .. }
+        );
+        if think_ns > 0 && closed {
+            let when = completed_ns + think_ns;
+            self.timers
+                .push(Reverse((when, template.instance, TimerKind::Think)));
+        } else {
+            self.workload
+                .on_completion(completed_ns, template.instance, &mut self.generated);
+        }
+        Ok(())
+    }
+
+    /// A verify job's block: a write is remembered for the read-back check;
+    /// a read of a block bench wrote with a pattern must check out.
+    fn check_block(
+        &mut self,
+        request: &Pending,
+        buffer: &AlignedBuffer,
+        write: bool,
+    ) -> Result<(), BenchError> {
+        if write {
+            self.remember_written(request);
+            return Ok(());
+        }
+        if is_verified_block(buffer, request.length_bytes) {
+            check_verified(buffer, request.offset_bytes)
+                .map_err(|problem| self.failure(request, &format!("verify: {problem}")))?;
+        }
+        Ok(())
+    }
+
+    /// Records a verify job's completed write, dropping the blocks it
+    /// overlaps (their data is no longer what they wrote).
+    fn remember_written(&mut self, request: &Pending) {
+        let job = request.template.job;
+        let file = self.plan.job_file[job];
+        let (start, end) = (
+            request.offset_bytes,
+            request.offset_bytes + request.length_bytes,
+        );
+        let overlapped: Vec<(usize, u64)> = self
+            .written
+            .range((file, start.saturating_sub(self.written_max_bytes))..(file, end))
+            .filter(|(&(_, offset), &(_, length))| offset + length > start)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in overlapped {
+            self.written.remove(&key);
+        }
+        self.written
+            .insert((file, start), (job, request.length_bytes));
+        self.written_max_bytes = self.written_max_bytes.max(request.length_bytes);
+    }
+
+    /// The error for a request that failed (or read back wrong).
+    fn failure(&self, request: &Pending, problem: &str) -> BenchError {
+        let plan = self.plan;
+        let job = request.template.job;
+        BenchError::usage(format!(
+            "{}: job `{}`: a {} of {} bytes at offset {} of {} failed: {problem}",
+            self.mode.name(),
+            self.scenario.jobs[job].name,
+            if request.template.direction == tailguard_core::Direction::Write {
+                "write"
+            } else {
+                "read"
+            },
+            request.length_bytes,
+            request.offset_bytes - plan.job_base[job],
+            plan.files[plan.job_file[job]].display()
+        ))
+    }
+
+    /// The report. A class whose jobs are all size-bounded counts its rates
+    /// over the time it ran (its measured start to its last completion), and
+    /// has no worst 0.5 s rate (its window was not known in advance); a run
+    /// with such jobs lasts until its last completion.
+    fn finish(mut self) -> Outcome {
+        let mut classes: Vec<ClassReport> = self
+            .accumulators
+            .iter()
+            .map(ClassAccumulator::finish)
+            .collect();
+        let mut last_completion_s = 0.0f64;
+        for (class, &row) in self.row_of.iter().enumerate() {
+            if row == usize::MAX {
+                continue;
+            }
+            last_completion_s = last_completion_s.max(classes[row].last_completion_s);
+            let bounded = (0..self.scenario.jobs.len())
+                .filter(|&job| self.scenario.jobs[job].class == class)
+                .all(|job| self.job_options[job].io_bytes_per_instance.is_some());
+            if bounded {
+                rate_over_active_time(&mut classes[row], self.measure_from_ns[row]);
+            }
+        }
+        let bounded = self
+            .job_options
+            .iter()
+            .any(|o| o.io_bytes_per_instance.is_some());
+        let duration_s = self.scenario.duration_ns as f64 / 1e9;
+        let directions = self.direction_stats(&classes);
+        let report = RunReport {
+            policy: self.mode.name().to_string(),
+            seed: self.seed,
+            duration_s: if bounded {
+                duration_s.min(last_completion_s)
+            } else {
+                duration_s
+            },
+            classes,
+        };
+        Outcome {
+            report,
+            directions,
+            written: self
+                .written
+                .iter()
+                .map(|(&(_, offset), &(job, length))| (job, offset, length))
+                .collect(),
+        }
+    }
+
+    /// The directions that did I/O, with their active time: from the
+    /// class's measured start to its last completion, at most to its jobs'
+    /// stop.
+    fn direction_stats(&mut self, classes: &[ClassReport]) -> Vec<DirectionStats> {
+        let mut out = Vec::new();
+        let mut rows = std::mem::take(&mut self.directions).into_iter();
+        for (class, &row) in self.row_of.iter().enumerate() {
+            if row == usize::MAX {
+                continue;
+            }
+            let Some(pair) = rows.next() else {
+                break;
+            };
+            let jobs = self.scenario.jobs.iter().filter(|job| job.class == class);
+            let stop_ns = jobs.map(|job| job.stop_ns).max().unwrap_or(0);
+            let last_ns = (classes[row].last_completion_s * 1e9) as u64;
+            for mut stats in pair {
+                if stats.ops > 0 {
+                    stats.active_ns = last_ns
+                        .min(stop_ns)
+                        .saturating_sub(self.measure_from_ns[row])
+                        .max(1);
+                    out.push(stats);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Fsyncs the file of every job with `end_fsync`, once each.
+fn end_fsync(
     scenario: &Scenario,
     plan: &Plan,
     mode: Mode,
-    seed: u64,
-    executor: &mut dyn Executor,
-    progress: &mut dyn FnMut(Nanos),
-) -> Result<RunReport, BenchError> {
-    let mut workload = Workload::new(scenario, seed);
-    let duration_ns = scenario.duration_ns;
-    let mut accumulators: Vec<ClassAccumulator> = scenario
-        .classes
-        .iter()
-        .enumerate()
-        .filter_map(|(class, spec)| {
-            let jobs = scenario.jobs.iter().filter(|job| job.class == class);
-            let start = jobs.clone().map(|job| job.start_ns).min()?;
-            let stop = jobs.map(|job| job.stop_ns).max()?;
-            Some((spec, start, stop))
-        })
-        .map(|(spec, start, stop)| {
-            ClassAccumulator::new(spec.name.clone(), plan.device_name.clone(), stop - start)
-                .starting_at(start)
-        })
-        .collect();
-    // Class index -> accumulator index (classes without jobs have none).
-    let mut row_of = vec![usize::MAX; scenario.classes.len()];
-    for (row, accumulator_class) in scenario
-        .classes
-        .iter()
-        .enumerate()
-        .filter(|(class, _)| scenario.jobs.iter().any(|job| job.class == *class))
-        .map(|(class, _)| class)
-        .enumerate()
-    {
-        row_of[accumulator_class] = row;
+    job_options: &[JobOptions],
+) -> Result<(), BenchError> {
+    let mut done: Vec<usize> = Vec::new();
+    for (job, options) in job_options.iter().enumerate() {
+        let file = plan.job_file[job];
+        if !options.end_fsync || done.contains(&file) {
+            continue;
+        }
+        done.push(file);
+        let path = &plan.files[file];
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .and_then(|handle| handle.sync_all())
+            .map_err(|error| {
+                BenchError::usage(format!(
+                    "{}: job `{}`: end_fsync of {}: {error}",
+                    mode.name(),
+                    scenario.jobs[job].name,
+                    path.display()
+                ))
+            })?;
     }
-    // (when, instance, is_start)
-    let mut timers: BinaryHeap<Reverse<(Nanos, usize, bool)>> = workload
-        .start_times()
-        .into_iter()
-        .enumerate()
-        .filter(|&(_, start)| start < duration_ns)
-        .map(|(instance, start)| Reverse((start, instance, true)))
-        .collect();
-    // Buffers for what the jobs put in flight at once, allocated and touched
-    // before the clock starts: faulting in a burst's memory mid-run would make the
-    // driver late for every other job.
+    Ok(())
+}
+
+/// Reads back every block verify jobs wrote (O_DIRECT where the file takes
+/// it, else through the page cache) and checks it; the error names the
+/// first bad block.
+fn verify_written(
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+    written: &[WrittenBlock],
+) -> Result<(), BenchError> {
+    if written.is_empty() {
+        return Ok(());
+    }
+    let mut files: HashMap<usize, std::fs::File> = HashMap::new();
+    let mut buffers: HashMap<usize, AlignedBuffer> = HashMap::new();
+    let failed = |job: usize, offset: u64, problem: String| {
+        BenchError::usage(format!(
+            "{}: job `{}`: verify: the block written at offset {offset} of {}: {problem}",
+            mode.name(),
+            scenario.jobs[job].name,
+            plan.files[plan.job_file[job]].display()
+        ))
+    };
+    for &(job, offset, length) in written {
+        let index = plan.job_file[job];
+        let file = match files.entry(index) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                let path = &plan.files[index];
+                let opened = open_plain(path, true).or_else(|_| open_plain(path, false));
+                entry.insert(opened.map_err(|error| failed(job, offset, error.to_string()))?)
+            }
+        };
+        let buffer = match buffers.entry(length as usize) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(new_buffer(length as usize)?)
+            }
+        };
+        let at = offset - plan.job_base[job];
+        std::os::unix::fs::FileExt::read_exact_at(&*file, buffer, at)
+            .map_err(|error| failed(job, offset, error.to_string()))?;
+        check_verified(buffer, offset).map_err(|problem| failed(job, offset, problem))?;
+    }
+    eprintln!(
+        "tailguard bench: {}: verify: {} written blocks read back and checked",
+        mode.name(),
+        written.len()
+    );
+    Ok(())
+}
+
+/// Recomputes a size-bounded class's rates over `start_ns` to its last
+/// completion.
+fn rate_over_active_time(row: &mut ClassReport, start_ns: Nanos) {
+    let active_s = (row.last_completion_s - start_ns as f64 / 1e9).max(1e-9);
+    let round3 = |value: f64| (value * 1e3).round() / 1e3;
+    row.iops = round3(row.ops as f64 / active_s);
+    row.mb_per_s = round3(row.bytes as f64 / active_s / 1e6);
+    row.worst_500ms_iops = None;
+}
+
+/// One accumulator per class that has jobs, measuring from its jobs' first
+/// start plus their longest ramp to their last stop; the class -> accumulator
+/// index map; and per accumulator, when it starts measuring.
+fn accumulators(
+    scenario: &Scenario,
+    device_name: &str,
+    job_options: &[JobOptions],
+) -> (Vec<ClassAccumulator>, Vec<usize>, Vec<Nanos>) {
+    let mut accumulators = Vec::new();
+    let mut row_of = vec![usize::MAX; scenario.classes.len()];
+    let mut measure_from_ns = Vec::new();
+    for (class, spec) in scenario.classes.iter().enumerate() {
+        let jobs = (0..scenario.jobs.len()).filter(|&job| scenario.jobs[job].class == class);
+        let (Some(start), Some(stop), Some(ramp)) = (
+            jobs.clone().map(|job| scenario.jobs[job].start_ns).min(),
+            jobs.clone().map(|job| scenario.jobs[job].stop_ns).max(),
+            jobs.map(|job| job_options[job].ramp_ns).max(),
+        ) else {
+            continue;
+        };
+        let from = (start + ramp).min(stop.saturating_sub(1));
+        row_of[class] = accumulators.len();
+        measure_from_ns.push(from);
+        accumulators.push(
+            ClassAccumulator::new(spec.name.clone(), device_name.to_string(), stop - from)
+                .starting_at(from),
+        );
+    }
+    (accumulators, row_of, measure_from_ns)
+}
+
+/// Buffers for what the jobs put in flight at once, allocated and touched
+/// before the clock starts: faulting in a burst's memory mid-run would make
+/// the driver late for every other job.
+fn buffers(
+    scenario: &Scenario,
+    job_options: &[JobOptions],
+) -> Result<HashMap<usize, Vec<AlignedBuffer>>, BenchError> {
     let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
-    for job in &scenario.jobs {
+    for (job, options) in scenario.jobs.iter().zip(job_options) {
         let per_instance = match job.arrival {
             Arrival::ClosedLoop { queue_depth } => u64::from(queue_depth),
             Arrival::Burst { burst_bytes } => burst_bytes.div_ceil(job.block_size_bytes),
             Arrival::OpenLoop { .. } => 4,
         };
-        let length = job.block_size_bytes as usize;
-        for _ in 0..per_instance * u64::from(job.numjobs) {
-            let buffer = new_buffer(length)?;
-            buffers.entry(length).or_default().push(buffer);
-        }
-    }
-    let mut pending: HashMap<u64, Pending> = HashMap::new();
-    let mut next_token = 0u64;
-    let mut generated = Vec::new();
-    let mut done = Vec::new();
-    let start = Instant::now();
-    let ns_at = |instant: Instant| instant.saturating_duration_since(start).as_nanos() as Nanos;
-    let mut next_progress = start;
-    loop {
-        if interrupted() {
-            return Err(BenchError::interrupted());
-        }
-        let instant = Instant::now();
-        if instant >= next_progress {
-            progress(ns_at(instant));
-            next_progress = instant + PROGRESS_INTERVAL;
-        }
-        let now = ns_at(instant);
-        while let Some(&Reverse((when, instance, is_start))) = timers.peek() {
-            if when > now {
-                break;
-            }
-            timers.pop();
-            let next = if is_start {
-                workload.on_start(when, instance, &mut generated)
-            } else {
-                workload.on_timer(when, instance, &mut generated)
-            };
-            if let Some(next) = next {
-                timers.push(Reverse((next, instance, false)));
+        for length in options.shape.sizes(job.block_size_bytes) {
+            let length = length as usize;
+            for _ in 0..per_instance * u64::from(job.numjobs) {
+                let buffer = new_buffer(length)?;
+                buffers.entry(length).or_default().push(buffer);
             }
         }
-        for template in generated.drain(..) {
-            let job = workload.job_of(template.instance);
-            let length = template.length_bytes as usize;
-            let buffer = match buffers.get_mut(&length).and_then(Vec::pop) {
-                Some(buffer) => buffer,
-                None => new_buffer(length)?,
-            };
-            let token = next_token;
-            next_token += 1;
-            let submitted_at = Instant::now();
-            accumulators[row_of[job.class]].on_submit(ns_at(submitted_at));
-            executor.submit(Request {
-                token,
-                class: job.class,
-                file: plan.job_file[template.job],
-                write: job.pattern.direction() == tailguard_core::Direction::Write,
-                offset: template.offset_bytes - plan.job_base[template.job],
-                buffer,
-            })?;
-            pending.insert(
-                token,
-                Pending {
-                    template,
-                    class: job.class,
-                    submitted_ns: ns_at(submitted_at),
-                },
-            );
-        }
-        if timers.is_empty() && pending.is_empty() {
-            break;
-        }
-        let mut deadline = Instant::now() + POLL_INTERVAL;
-        if let Some(&Reverse((when, _, _))) = timers.peek() {
-            deadline = deadline.min(start + Duration::from_nanos(when));
-        }
-        done.clear();
-        executor.wait(deadline, &mut done)?;
-        for finished in done.drain(..) {
-            let Some(request) = pending.remove(&finished.token) else {
-                continue;
-            };
-            let template = request.template;
-            let bytes = finished.result.map_err(|error| {
-                BenchError::usage(format!(
-                    "{}: a {} of {} bytes at offset {} of {} failed: {error}",
-                    mode.name(),
-                    if template.direction == tailguard_core::Direction::Write {
-                        "write"
-                    } else {
-                        "read"
-                    },
-                    template.length_bytes,
-                    template.offset_bytes - plan.job_base[template.job],
-                    plan.files[plan.job_file[template.job]].display()
-                ))
-            })?;
-            let completed_ns = ns_at(finished.at).max(request.submitted_ns);
-            accumulators[row_of[request.class]].on_complete(
-                completed_ns,
-                template.intended_at.min(request.submitted_ns),
-                request.submitted_ns,
-                bytes as u64,
-            );
-            buffers
-                .entry(finished.buffer.len())
-                .or_default()
-                .push(finished.buffer);
-            workload.on_completion(completed_ns, template.instance, &mut generated);
-        }
     }
-    Ok(RunReport {
-        policy: mode.name().to_string(),
-        seed,
-        duration_s: duration_ns as f64 / 1e9,
-        classes: accumulators.iter().map(ClassAccumulator::finish).collect(),
-    })
+    Ok(buffers)
 }
 
 fn new_buffer(length: usize) -> Result<AlignedBuffer, BenchError> {
@@ -442,8 +1019,14 @@ impl DriverChoice {
     }
 }
 
+/// A request's future: a read or write, or a sync.
+enum SlotFuture {
+    Data(IoFuture<BufResult>),
+    Sync(IoFuture<io::Result<()>>),
+}
+
 /// A request's future and the waker that reports its token.
-type Slot = (IoFuture<BufResult>, Waker);
+type Slot = (SlotFuture, Waker);
 
 /// The `tailguard` mode: requests through a [`Scheduler`].
 struct SchedulerExecutor {
@@ -555,9 +1138,16 @@ fn poll_token(futures: &mut HashMap<u64, Slot>, token: u64, out: &mut Vec<Done>)
     let Some((future, waker)) = futures.get_mut(&token) else {
         return; // done already: a late wake-up
     };
-    if let Poll::Ready((result, buffer)) =
-        std::pin::Pin::new(future).poll(&mut Context::from_waker(waker))
-    {
+    let mut context = Context::from_waker(waker);
+    let polled = match future {
+        SlotFuture::Data(future) => std::pin::Pin::new(future)
+            .poll(&mut context)
+            .map(|(result, buffer)| (result, Some(buffer))),
+        SlotFuture::Sync(future) => std::pin::Pin::new(future)
+            .poll(&mut context)
+            .map(|result| (result.map(|()| 0), None)),
+    };
+    if let Poll::Ready((result, buffer)) = polled {
         futures.remove(&token);
         out.push(Done {
             token,
@@ -631,10 +1221,18 @@ impl Executor for SchedulerExecutor {
     fn submit(&mut self, request: Request) -> Result<(), BenchError> {
         let file = &self.files[request.file];
         let class = &self.classes[request.class];
-        let future = if request.write {
-            file.write_at(class, request.buffer, request.offset)
-        } else {
-            file.read_at(class, request.buffer, request.offset)
+        let future = match (request.kind, request.buffer) {
+            (RequestKind::Write, Some(buffer)) => {
+                SlotFuture::Data(file.write_at(class, buffer, request.offset))
+            }
+            (RequestKind::Read, Some(buffer)) => {
+                SlotFuture::Data(file.read_at(class, buffer, request.offset))
+            }
+            (RequestKind::Sync(SyncKind::Fsync), _) => SlotFuture::Sync(file.fsync(class)),
+            (RequestKind::Sync(SyncKind::Fdatasync), _) => SlotFuture::Sync(file.fdatasync(class)),
+            (_, None) => {
+                return Err(BenchError::usage("a read or write without a buffer"));
+            }
         };
         let waker = Waker::from(Arc::new(TokenWaker {
             token: request.token,
@@ -774,8 +1372,9 @@ struct BackendExecutor {
     alarm: Alarm,
     /// Ops the backend handed back (queue full), pushed on the next wait.
     backlog: VecDeque<Op>,
-    /// Buffers of ops pushed or in the backlog: the kernel's until reaped.
-    buffers: HashMap<u64, AlignedBuffer>,
+    /// Ops pushed or in the backlog, with their buffers (none for syncs):
+    /// the kernel's until reaped.
+    buffers: HashMap<u64, Option<AlignedBuffer>>,
     /// Per file: the descriptor for writes (O_DIRECT in kernel-direct only).
     files: Vec<std::fs::File>,
     /// Per file: the descriptor for reads (always O_DIRECT where it opens).
@@ -878,20 +1477,25 @@ impl BackendExecutor {
 
 impl Executor for BackendExecutor {
     fn submit(&mut self, mut request: Request) -> Result<(), BenchError> {
+        let (pointer, length) = match &mut request.buffer {
+            Some(buffer) => (buffer.as_mut_ptr(), buffer.len() as u32),
+            None => (std::ptr::null_mut(), 0),
+        };
         let op = Op {
             user_data: request.token,
-            fd: if request.write {
-                self.files[request.file].as_raw_fd()
-            } else {
+            fd: if request.kind == RequestKind::Read {
                 self.read_files[request.file].as_raw_fd()
-            },
-            kind: if request.write {
-                OpKind::Write
             } else {
-                OpKind::Read
+                self.files[request.file].as_raw_fd()
             },
-            buffer: request.buffer.as_mut_ptr(),
-            length: request.buffer.len() as u32,
+            kind: match request.kind {
+                RequestKind::Read => OpKind::Read,
+                RequestKind::Write => OpKind::Write,
+                RequestKind::Sync(SyncKind::Fsync) => OpKind::Fsync,
+                RequestKind::Sync(SyncKind::Fdatasync) => OpKind::Fdatasync,
+            },
+            buffer: pointer,
+            length,
             offset: request.offset,
         };
         // Moving the buffer moves its handle, not the memory the op points to.
@@ -917,7 +1521,7 @@ impl Executor for BackendExecutor {
         let at = Instant::now();
         for result in self.results.drain(..) {
             let Some(buffer) = self.buffers.remove(&result.user_data) else {
-                continue;
+                continue; // not ours
             };
             out.push(Done {
                 token: result.user_data,

@@ -18,6 +18,17 @@
 //! file every job has a region of its own; the fio import puts the read and
 //! write halves of one mixed fio job into one shared region, as fio does
 //! (see [`BenchJob::job_region`]).
+//!
+//! Three optional job keys are bench's own and never reach the scenario
+//! ([`JobOptions`]): `io_size` makes a job *size-bounded* (each instance stops
+//! once it has moved that many bytes, or at `stop_s`, whichever comes first;
+//! a job file whose jobs are all size-bounded may leave `stop_s` and
+//! `duration_s` at a generous cap), `group` runs jobs in groups one after
+//! another (group 0 first, each group starting when the one before has
+//! finished, its jobs' `start_s`/`stop_s` counted from the group's start,
+//! each group reported on its own), and `target` runs one job on a target of
+//! its own (a directory, regular file or block device; `--target` on the
+//! command line overrides every job's).
 
 use std::path::{Path, PathBuf};
 use tailguard_sim::scenario::{Scenario, ScenarioError};
@@ -27,7 +38,7 @@ use tailguard_sim::ConfigError;
 const TOP_KEYS: [&str; 5] = ["duration_s", "seed", "target", "class", "job"];
 
 /// Keys a `[[job]]` table may have (those of a sim job).
-const JOB_KEYS: [&str; 14] = [
+const JOB_KEYS: [&str; 17] = [
     "name",
     "class",
     "device",
@@ -42,7 +53,58 @@ const JOB_KEYS: [&str; 14] = [
     "sync",
     "offset",
     "size",
+    "io_size",
+    "group",
+    "target",
 ];
+
+/// What bench adds to a scenario job: how much it moves, when it runs, where.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Bytes each instance moves before it stops (`None`: it runs until its
+    /// `stop_s`). fio's `size`/`io_size` times `loops` for a job without
+    /// `time_based`.
+    pub io_bytes_per_instance: Option<u64>,
+    /// The group the job runs in; groups run one after another in ascending
+    /// order (fio's `stonewall`).
+    pub group: usize,
+    /// The job's own target, overriding [`BenchJob::target`].
+    pub target: Option<PathBuf>,
+    /// How long after its start the job's requests begin to count in the
+    /// report (fio's `ramp_time`); 0: from the start.
+    pub ramp_ns: u64,
+    /// How long each instance of a closed-loop job waits after a completion
+    /// before it submits the next request (fio's `thinktime`); 0: at once.
+    pub think_ns: u64,
+    /// How requests are shaped beyond the scenario's pattern and block size
+    /// (fio's `bssplit`, `bsrange`, `percentage_random`, `rw=...:N`).
+    pub shape: crate::bench::shape::Shape,
+    /// Whether writes carry a checksummed pattern that reads check, and the
+    /// job's written blocks are read back and checked when its group ends
+    /// (fio's `verify`).
+    pub verify: bool,
+    /// After every this many writes an instance issues a sync of its file
+    /// (fio's `fsync=N`, `fdatasync=N`); 0: never.
+    pub sync_every_writes: u32,
+    /// What that sync is.
+    pub sync_kind: SyncKind,
+    /// Whether the job's file is fsynced when its group ends (fio's
+    /// `end_fsync`).
+    pub end_fsync: bool,
+    /// Whether an open-loop job's arrivals are evenly spaced at its rate
+    /// (fio's default `rate_process=linear`) rather than Poisson.
+    pub even_arrivals: bool,
+}
+
+/// A request that makes written data durable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncKind {
+    /// `fsync`: data and metadata.
+    #[default]
+    Fsync,
+    /// `fdatasync`: data and what is needed to read it back.
+    Fdatasync,
+}
 
 /// The name of the one device every job runs on.
 pub const TARGET_DEVICE: &str = "target";
@@ -58,6 +120,8 @@ pub struct BenchJob {
     /// region share its data file (directory target) or its stretch of the
     /// device; the region spans the union of their `offset..offset + size`.
     pub job_region: Vec<usize>,
+    /// Per job: its [`JobOptions`] (all default for a plain job file).
+    pub job_options: Vec<JobOptions>,
 }
 
 impl BenchJob {
@@ -121,6 +185,7 @@ impl BenchJob {
                 "the job file has no [[job]]; add at least one",
             ));
         };
+        let mut options = Vec::with_capacity(jobs.len());
         for (index, job) in jobs.iter_mut().enumerate() {
             let toml::Value::Table(job) = job else {
                 return Err(ConfigError::new(
@@ -134,6 +199,9 @@ impl BenchJob {
                     format!("unknown key; use one of: {}", JOB_KEYS.join(", ")),
                 ));
             }
+            options.push(take_job_options(job).map_err(|(key, message)| {
+                ConfigError::new(format!("job[{index}].{key}"), message)
+            })?);
             if !job.contains_key("size") {
                 return Err(ConfigError::new(
                     format!("job[{index}].size"),
@@ -164,12 +232,104 @@ impl BenchJob {
             scenario,
             target,
             job_region,
+            job_options: options,
         })
+    }
+
+    /// The groups, in the order they run: per group, the indices of its jobs.
+    pub fn groups(&self) -> Vec<Vec<usize>> {
+        let mut numbers: Vec<usize> = self.options().map(|options| options.group).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        numbers
+            .iter()
+            .map(|&group| {
+                (0..self.scenario.jobs.len())
+                    .filter(|&job| self.options_of(job).group == group)
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The job's options (the default when `job_options` is shorter).
+    pub fn options_of(&self, job: usize) -> JobOptions {
+        self.job_options.get(job).cloned().unwrap_or_default()
+    }
+
+    fn options(&self) -> impl Iterator<Item = JobOptions> + '_ {
+        (0..self.scenario.jobs.len()).map(|job| self.options_of(job))
+    }
+
+    /// The scenario of one group (`jobs` from [`BenchJob::groups`]): its jobs
+    /// only, lasting until the last of them stops.
+    pub fn group_scenario(&self, jobs: &[usize]) -> Scenario {
+        let mut scenario = self.scenario.clone();
+        scenario.jobs = jobs
+            .iter()
+            .map(|&job| self.scenario.jobs[job].clone())
+            .collect();
+        scenario.duration_ns = scenario
+            .jobs
+            .iter()
+            .map(|job| job.stop_ns)
+            .max()
+            .unwrap_or(scenario.duration_ns);
+        scenario
     }
 
     /// The number of data regions.
     pub fn region_count(&self) -> usize {
         self.job_region.iter().max().map_or(0, |last| last + 1)
+    }
+}
+
+/// Removes bench's own keys (`io_size`, `group`, `target`) from a job table;
+/// an error is (key, message).
+fn take_job_options(job: &mut toml::Table) -> Result<JobOptions, (&'static str, String)> {
+    let io_bytes_per_instance = match job.remove("io_size") {
+        None => None,
+        Some(value) => Some(bytes_value(&value).filter(|bytes| *bytes > 0).ok_or((
+            "io_size",
+            format!(
+                "`{value}` is not a size; give the bytes each instance moves before it stops, \
+                 e.g. io_size = \"1g\""
+            ),
+        ))?),
+    };
+    let group = match job.remove("group") {
+        None => 0,
+        Some(toml::Value::Integer(group)) if group >= 0 => group as usize,
+        Some(other) => {
+            return Err((
+                "group",
+                format!("`{other}` is not a group number; give 0, 1, 2, ... (groups run in order)"),
+            ))
+        }
+    };
+    let target = match job.remove("target") {
+        None => None,
+        Some(toml::Value::String(path)) if !path.is_empty() => Some(PathBuf::from(path)),
+        Some(other) => {
+            return Err((
+                "target",
+                format!("`{other}` is not a path; e.g. target = \"/mnt/ssd/bench\""),
+            ))
+        }
+    };
+    Ok(JobOptions {
+        io_bytes_per_instance,
+        group,
+        target,
+        ..JobOptions::default()
+    })
+}
+
+/// A byte count: an integer or a size string ("4k", "1g").
+fn bytes_value(value: &toml::Value) -> Option<u64> {
+    match value {
+        toml::Value::Integer(bytes) => u64::try_from(*bytes).ok(),
+        toml::Value::String(text) => tailguard_sim::scenario::parse_bytes(text).ok(),
+        _ => None,
     }
 }
 
@@ -187,5 +347,35 @@ mod tests {
         assert_eq!(job.target, Some(PathBuf::from("/tmp/x")));
         assert_eq!(job.scenario.devices.len(), 1);
         assert_eq!(job.scenario.jobs[0].region_bytes, 1 << 20);
+        assert_eq!(job.job_options, [JobOptions::default()]);
+    }
+
+    #[test]
+    fn bench_keys_set_job_options_and_groups() {
+        let job = BenchJob::from_toml(
+            "duration_s = 10\n[[class]]\nname = \"r\"\nshares = 10\n\
+             [[job]]\nclass = \"r\"\npattern = \"seqread\"\nblock_size = \"4k\"\nsize = \"1m\"\n\
+             io_size = \"2m\"\ngroup = 1\ntarget = \"/dev/null\"\n\
+             [[job]]\nclass = \"r\"\npattern = \"randread\"\nblock_size = \"4k\"\nsize = \"1m\"\n\
+             stop_s = 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            job.job_options[0],
+            JobOptions {
+                io_bytes_per_instance: Some(2 << 20),
+                group: 1,
+                target: Some(PathBuf::from("/dev/null")),
+                ..JobOptions::default()
+            }
+        );
+        assert_eq!(job.groups(), [vec![1], vec![0]]);
+        assert_eq!(job.group_scenario(&[1]).duration_ns, 2_000_000_000);
+        let error = BenchJob::from_toml(
+            "duration_s = 1\n[[class]]\nname = \"r\"\nshares = 1\n[[job]]\nclass = \"r\"\n\
+             pattern = \"seqread\"\nblock_size = \"4k\"\nsize = \"1m\"\ngroup = -1\n",
+        )
+        .unwrap_err();
+        assert_eq!(error.key, "job[0].group");
     }
 }

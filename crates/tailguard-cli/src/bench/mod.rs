@@ -2,9 +2,13 @@
 //! modes (through tailguard, and plain kernel I/O direct or buffered).
 //!
 //! - [`job`]: the job file (a sim scenario with a `target` instead of devices).
-//! - [`fio`]: `--fio FILE`, a subset of fio job files mapped onto the same job.
+//! - [`fio`]: `--fio FILE`, fio job files mapped onto the same job (groups,
+//!   size-bounded jobs, several files and targets).
 //! - [`target`]: checking the target, laying out and removing data files, Ctrl-C.
 //! - [`driver`]: the real-time run loop and the three modes.
+//! - [`shape`]: request sizes and offsets beyond a job's pattern (fio's
+//!   `bssplit`, `percentage_random`, ...) and the checksummed blocks of
+//!   `verify`.
 //! - [`report`]: bench's JSON and table, with the driver's lateness named as
 //!   such and the scheduler's own queue wait and device time.
 //!
@@ -21,6 +25,7 @@ pub mod driver;
 pub mod fio;
 pub mod job;
 pub mod report;
+pub mod shape;
 pub mod target;
 
 /// The ways of doing the I/O that bench compares.
@@ -86,6 +91,18 @@ impl BenchError {
     }
 }
 
+/// What `tailguard bench` prints (`--output-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// The table, histograms and timeline.
+    #[default]
+    Table,
+    /// Bench's JSON (as `--json`).
+    Json,
+    /// fio's JSON schema ([`report::to_fio_json`]).
+    FioJson,
+}
+
 /// `tailguard bench` arguments.
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("workload").required(true).args(["jobs", "fio"])))]
@@ -93,8 +110,9 @@ pub struct BenchArguments {
     /// The job file (TOML, like a sim scenario with `target = "PATH"` instead of
     /// devices; see the README's "tailguard bench"). Or give --fio.
     pub jobs: Option<PathBuf>,
-    /// Import the workload from a fio job file instead (a documented subset of
-    /// fio's options; see the README's "Importing fio job files").
+    /// Import the workload from a fio job file instead (every option mapped,
+    /// emulated, ignored with a note or refused with why: see the README's
+    /// "Importing fio job files").
     #[arg(long, value_name = "FILE")]
     pub fio: Option<PathBuf>,
     /// The directory (data files are laid out in it and removed at the end),
@@ -111,9 +129,14 @@ pub struct BenchArguments {
     pub repeat: u32,
     /// Print JSON instead of a table: an array with one run object per mode per
     /// repetition, in run order, with the mode in "policy" (the fields: see
-    /// the README's "tailguard bench").
+    /// the README's "tailguard bench"). The same as --output-format json.
     #[arg(long)]
     pub json: bool,
+    /// What to print: `table` (the default), `json` (as --json), or
+    /// `fio-json` (fio's JSON schema, so scripts built around fio's output
+    /// read bench's runs; one --mode gives fio's one-run shape).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "table")]
+    pub output_format: OutputFormat,
     /// Allow a block device as the target. Bench writes to it: the data on the
     /// device is destroyed. Refused while it is mounted or otherwise in use.
     #[arg(long)]
@@ -130,32 +153,31 @@ pub struct BenchArguments {
 /// Runs `tailguard bench`.
 pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
     target::watch_interrupts();
-    let modes = if arguments.mode.is_empty() {
-        Mode::ALL.to_vec()
-    } else {
-        arguments
-            .mode
-            .iter()
-            .map(|name| {
-                Mode::parse(name).ok_or_else(|| {
-                    BenchError::usage(format!(
-                        "unknown mode `{name}` in --mode; use one of: tailguard, kernel-direct, \
-                         kernel-buffered"
-                    ))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?
-    };
+    let modes = parse_modes(arguments)?;
     if arguments.repeat == 0 {
         return Err(BenchError::usage("--repeat 0 runs nothing; give 1 or more"));
     }
+    let format = match (arguments.json, arguments.output_format) {
+        (true, OutputFormat::FioJson) => {
+            return Err(BenchError::usage(
+                "--json and --output-format fio-json ask for two formats; give one",
+            ))
+        }
+        (true, _) => OutputFormat::Json,
+        (false, format) => format,
+    };
     let (mut job, source, source_argument) = load_job(arguments)?;
-    let target_path = arguments
-        .target
-        .clone()
-        .or(job.target.clone())
-        .ok_or_else(|| {
-            BenchError::usage(format!(
+    if arguments.target.is_some() {
+        // --target overrides every job's own target, not only the file's.
+        for options in &mut job.job_options {
+            options.target = None;
+        }
+    }
+    let default_target = arguments.target.clone().or(job.target.clone());
+    let untargeted =
+        (0..job.scenario.jobs.len()).any(|index| job.options_of(index).target.is_none());
+    if default_target.is_none() && untargeted {
+        return Err(BenchError::usage(format!(
             "{}: no target; {} or pass --target PATH (a directory, an existing regular file, or \
              a block device with --allow-device)",
             source.display(),
@@ -164,83 +186,197 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
             } else {
                 "add target = \"PATH\" to the job file"
             }
-        ))
-        })?;
+        )));
+    }
+    let target_shown = shown_targets(&job, default_target.as_deref());
     let mut layout = target::Layout::default();
-    let plan = target::prepare(
+    let plan = target::prepare_jobs(
         &mut job,
-        &target_path,
+        default_target.as_deref(),
         arguments.allow_device,
         modes.iter().any(|mode| mode.direct()),
         &mut layout,
     )?;
-    let scenario = &job.scenario;
-    let mut runs: Vec<report::BenchRun> = Vec::new();
-    let run_count = arguments.repeat as usize * modes.len();
-    let progress = Progress::new("tailguard bench");
-    for repetition in 0..arguments.repeat {
-        for &mode in &modes {
-            target::settle(&plan)?;
-            let bar = progress.start_run(
-                &format!("run {}/{run_count}: {}", runs.len() + 1, mode.name()),
-                scenario.duration_ns,
-            );
-            let mut run = driver::run(
-                scenario,
-                &plan,
-                mode,
-                &arguments.scheduler,
-                scenario.seed,
-                &mut |elapsed_ns| bar.tick(elapsed_ns),
-            )?;
-            drop(bar);
-            if !arguments.json && arguments.repeat > 1 {
-                run.report.policy = format!("{} #{}", mode.name(), repetition + 1);
-            }
-            runs.push(run);
-        }
-    }
+    let runs = run_modes(&job, &plan, &modes, arguments, format)?;
     drop(layout);
-    let reports: Vec<RunReport> = runs.iter().map(|run| run.report.clone()).collect();
     let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
     let command = format!(
-        "tailguard bench {} --target {} --mode {} --repeat {}",
+        "tailguard bench {} {}--mode {} --repeat {}",
         source_argument,
-        target_path.display(),
+        arguments
+            .target
+            .as_ref()
+            .map_or_else(String::new, |path| format!("--target {} ", path.display())),
         mode_names.join(","),
         arguments.repeat
     );
+    let header = format!(
+        "{} — target {} (device {}), {}, seed {} (reproduce: {command})",
+        source.display(),
+        target_shown,
+        plan.device_name,
+        describe_duration(&job),
+        job.scenario.seed,
+    );
+    write_results(arguments, format, &source, &header, &command, &runs)
+}
+
+/// The modes `--mode` names (all three by default).
+fn parse_modes(arguments: &BenchArguments) -> Result<Vec<Mode>, BenchError> {
+    if arguments.mode.is_empty() {
+        return Ok(Mode::ALL.to_vec());
+    }
+    arguments
+        .mode
+        .iter()
+        .map(|name| {
+            Mode::parse(name).ok_or_else(|| {
+                BenchError::usage(format!(
+                    "unknown mode `{name}` in --mode; use one of: tailguard, kernel-direct, \
+                     kernel-buffered"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The targets the jobs run on, for the report's header.
+fn shown_targets(job: &job::BenchJob, default_target: Option<&std::path::Path>) -> String {
+    let mut shown: Vec<String> = Vec::new();
+    for index in 0..job.scenario.jobs.len() {
+        let path = job.options_of(index).target;
+        let path = path.as_deref().or(default_target);
+        if let Some(path) = path.map(|path| path.display().to_string()) {
+            if !shown.contains(&path) {
+                shown.push(path);
+            }
+        }
+    }
+    shown.join(", ")
+}
+
+/// How long a run lasts: a time, or "until N bytes" for size-bounded jobs.
+fn describe_duration(job: &job::BenchJob) -> String {
+    let seconds = job.scenario.duration_ns as f64 / 1e9;
+    let groups = job.groups().len();
+    let bounded = job
+        .job_options
+        .iter()
+        .any(|o| o.io_bytes_per_instance.is_some());
+    let mut text = if bounded {
+        format!("size-bounded jobs (at most {seconds} s)")
+    } else {
+        format!("{seconds} s per run")
+    };
+    if groups > 1 {
+        text.push_str(&format!(", {groups} groups run one after another"));
+    }
+    text
+}
+
+/// Every run: per repetition, per mode (interleaved), each group in order.
+fn run_modes(
+    job: &job::BenchJob,
+    plan: &target::Plan,
+    modes: &[Mode],
+    arguments: &BenchArguments,
+    format: OutputFormat,
+) -> Result<Vec<report::BenchRun>, BenchError> {
+    let groups = job.groups();
+    let mut runs: Vec<report::BenchRun> = Vec::new();
+    let run_count = arguments.repeat as usize * modes.len() * groups.len();
+    let progress = Progress::new("tailguard bench");
+    for repetition in 0..arguments.repeat {
+        for &mode in modes {
+            target::settle(plan)?;
+            for (group, jobs) in groups.iter().enumerate() {
+                let scenario = job.group_scenario(jobs);
+                let group_plan = plan.of_jobs(jobs);
+                let options: Vec<job::JobOptions> =
+                    jobs.iter().map(|&index| job.options_of(index)).collect();
+                let mut label = format!("run {}/{run_count}: {}", runs.len() + 1, mode.name());
+                if groups.len() > 1 {
+                    label.push_str(&format!(" group {group}"));
+                }
+                let bar = progress.start_run(&label, scenario.duration_ns);
+                let mut run = driver::run_with_options(
+                    &scenario,
+                    &group_plan,
+                    mode,
+                    &arguments.scheduler,
+                    scenario.seed,
+                    &mut |elapsed_ns| bar.tick(elapsed_ns),
+                    &options,
+                )?;
+                drop(bar);
+                run.group = group;
+                if format == OutputFormat::Table && (arguments.repeat > 1 || groups.len() > 1) {
+                    run.report.policy =
+                        run_label(mode, repetition, arguments.repeat, group, groups.len());
+                }
+                runs.push(run);
+            }
+        }
+    }
+    Ok(runs)
+}
+
+/// A run's name in the table: the mode, its repetition, its group.
+fn run_label(mode: Mode, repetition: u32, repeat: u32, group: usize, groups: usize) -> String {
+    let mut label = mode.name().to_string();
+    if repeat > 1 {
+        label.push_str(&format!(" #{}", repetition + 1));
+    }
+    if groups > 1 {
+        label.push_str(&format!(" g{group}"));
+    }
+    label
+}
+
+/// Prints the runs (table or JSON) and writes the HTML report.
+fn write_results(
+    arguments: &BenchArguments,
+    format: OutputFormat,
+    source: &std::path::Path,
+    header: &str,
+    command: &str,
+    runs: &[report::BenchRun],
+) -> Result<(), BenchError> {
+    let reports: Vec<RunReport> = runs.iter().map(|run| run.report.clone()).collect();
     if let Some(path) = &arguments.report {
         let notes = [
             format!("Command: {command}"),
-            format!(
-                "Target {} (device {}), {} s per run, seed {}, modes interleaved in run order.",
-                target_path.display(),
-                plan.device_name,
-                scenario.duration_ns as f64 / 1e9,
-                scenario.seed
-            ),
+            format!("{header}; modes interleaved in run order."),
         ];
         let title = format!("tailguard bench: {}", source.display());
         crate::html::write(path, &title, &notes, &reports).map_err(BenchError::usage)?;
         eprintln!("tailguard bench: wrote {}", path.display());
     }
-    if arguments.json {
-        let text = report::to_json(&runs).map_err(|error| BenchError::usage(error.to_string()))?;
+    let text = match format {
+        OutputFormat::Table => None,
+        OutputFormat::Json => Some(report::to_json(runs)),
+        OutputFormat::FioJson => Some(report::to_fio_json(runs)),
+    };
+    if let Some(text) = text {
+        let text = text.map_err(|error| BenchError::usage(error.to_string()))?;
         println!("{text}");
-    } else {
-        println!(
-            "{} — target {} (device {}), {} s per run, seed {} (reproduce: {command})",
-            source.display(),
-            target_path.display(),
-            plan.device_name,
-            scenario.duration_ns as f64 / 1e9,
-            scenario.seed,
-        );
-        println!("{}", report::render_table(&runs));
-        println!("{}", crate::render::render_histograms(&reports));
-        println!("{}", crate::render::render_timeline(&reports));
+        return Ok(());
     }
+    println!("{header}");
+    let groups = runs.iter().map(|run| run.group).max().unwrap_or(0) + 1;
+    for group in 0..groups {
+        let of_group: Vec<report::BenchRun> = runs
+            .iter()
+            .filter(|run| run.group == group)
+            .cloned()
+            .collect();
+        if groups > 1 {
+            println!("group {group}:");
+        }
+        println!("{}", report::render_table(&of_group));
+    }
+    println!("{}", crate::render::render_histograms(&reports));
+    println!("{}", crate::render::render_timeline(&reports));
     Ok(())
 }
 

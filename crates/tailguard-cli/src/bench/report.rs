@@ -103,6 +103,73 @@ pub struct BenchRun {
     pub report: RunReport,
     /// Aligned with `report.classes`.
     pub scheduler: Vec<Option<SchedulerClassReport>>,
+    /// The group of jobs it ran (fio's `stonewall` groups; 0 when the job
+    /// file has one group).
+    pub group: usize,
+    /// Per class and direction that did I/O, the driver's histograms (for
+    /// `--output-format fio-json`); empty when the driver kept none.
+    pub directions: Vec<DirectionStats>,
+}
+
+/// The driver's own histograms of a direction's times, in nanoseconds (fio's
+/// output needs the standard deviation, which the scheduler's histograms do
+/// not keep).
+pub type DirectionHistogram = hdrhistogram::Histogram<u64>;
+
+/// What one class did in one direction during a run, as fio reports a job's
+/// `read` or `write` section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DirectionStats {
+    /// The class.
+    pub class: String,
+    /// Writes (else reads).
+    pub write: bool,
+    /// Requests completed.
+    pub ops: u64,
+    /// Bytes completed.
+    pub bytes: u64,
+    /// From the class's start to its last completion in this direction, at
+    /// most to its jobs' stop: fio's `runtime`.
+    pub active_ns: u64,
+    /// Intended start to the hand-over to the mode (fio's `slat_ns`).
+    pub slat_ns: DirectionHistogram,
+    /// Hand-over to completion (fio's `clat_ns`).
+    pub clat_ns: DirectionHistogram,
+    /// Intended start to completion (fio's `lat_ns`).
+    pub lat_ns: DirectionHistogram,
+}
+
+impl DirectionStats {
+    /// Empty statistics for a class's direction.
+    pub fn new(class: &str, write: bool) -> Self {
+        let histogram = || {
+            DirectionHistogram::new_with_bounds(1, 86_400_000_000_000, 3)
+                .expect("valid histogram bounds")
+        };
+        Self {
+            class: class.to_string(),
+            write,
+            ops: 0,
+            bytes: 0,
+            active_ns: 0,
+            slat_ns: histogram(),
+            clat_ns: histogram(),
+            lat_ns: histogram(),
+        }
+    }
+
+    /// Records one completed request's times (nanoseconds from the run's
+    /// start) and bytes.
+    pub fn record(&mut self, intended_ns: u64, submitted_ns: u64, completed_ns: u64, bytes: u64) {
+        self.ops += 1;
+        self.bytes += bytes;
+        let add = |histogram: &mut DirectionHistogram, value: u64| {
+            histogram.saturating_record(value.max(1));
+        };
+        add(&mut self.slat_ns, submitted_ns.saturating_sub(intended_ns));
+        add(&mut self.clat_ns, completed_ns.saturating_sub(submitted_ns));
+        add(&mut self.lat_ns, completed_ns.saturating_sub(intended_ns));
+    }
 }
 
 impl BenchRun {
@@ -117,7 +184,12 @@ impl BenchRun {
                     .map(SchedulerClassReport::of)
             })
             .collect();
-        Self { report, scheduler }
+        Self {
+            report,
+            scheduler,
+            group: 0,
+            directions: Vec::new(),
+        }
     }
 }
 
@@ -127,6 +199,8 @@ impl BenchRun {
 pub struct BenchRunJson<'a> {
     /// The mode.
     pub policy: &'a str,
+    /// The group of jobs (0 when there is one group).
+    pub group: usize,
     /// The seed.
     pub seed: u64,
     /// Seconds of the run.
@@ -209,6 +283,7 @@ impl<'a> BenchRunJson<'a> {
     pub fn new(run: &'a BenchRun) -> Self {
         Self {
             policy: &run.report.policy,
+            group: run.group,
             seed: run.report.seed,
             duration_s: run.report.duration_s,
             classes: run
@@ -226,6 +301,125 @@ impl<'a> BenchRunJson<'a> {
 pub fn to_json(runs: &[BenchRun]) -> serde_json::Result<String> {
     let views: Vec<BenchRunJson> = runs.iter().map(BenchRunJson::new).collect();
     serde_json::to_string_pretty(&views)
+}
+
+/// The percentiles fio reports by default, as its JSON keys them.
+pub const FIO_PERCENTILES: [f64; 17] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95,
+    99.99,
+];
+
+/// The runs in fio's JSON schema (`--output-format fio-json`): one object
+/// with `jobs[]`, one entry per class per run in run order, each with fio's
+/// `jobname`, `groupid`, `job_runtime` and `read`/`write`/`trim` sections
+/// (`io_bytes`, `io_kbytes`, `bw_bytes`, `bw` in KiB/s, `iops`, `runtime` in
+/// ms, `total_ios`, and `slat_ns`/`clat_ns`/`lat_ns` with `min`, `max`,
+/// `mean`, `stddev`, `N` and a `percentile` map keyed like fio's
+/// `"99.000000"`). `slat_ns` is the driver's lateness, `clat_ns` hand-over to
+/// completion, `lat_ns` intended start to completion. Each entry also names
+/// its bench mode (`tailguard_mode`), so one mode gives fio's one-run shape.
+pub fn to_fio_json(runs: &[BenchRun]) -> serde_json::Result<String> {
+    let mut jobs = Vec::new();
+    for run in runs {
+        let mode = run.report.policy.split(' ').next().unwrap_or_default();
+        for row in &run.report.classes {
+            let section = |write: bool| {
+                run.directions
+                    .iter()
+                    .find(|stats| stats.class == row.name && stats.write == write)
+                    .map_or_else(empty_fio_section, fio_section)
+            };
+            let runtime_ms = run
+                .directions
+                .iter()
+                .filter(|stats| stats.class == row.name)
+                .map(|stats| stats.active_ns / 1_000_000)
+                .max()
+                .unwrap_or(0);
+            jobs.push(serde_json::json!({
+                "jobname": row.name,
+                "groupid": run.group,
+                "error": 0,
+                "eta": 0,
+                "elapsed": (runtime_ms as f64 / 1e3).ceil() as u64,
+                "job options": { "name": row.name },
+                "tailguard_mode": mode,
+                "tailguard_device": row.device,
+                "read": section(false),
+                "write": section(true),
+                "trim": empty_fio_section(),
+                "job_runtime": runtime_ms,
+            }));
+        }
+    }
+    let timestamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    serde_json::to_string_pretty(&serde_json::json!({
+        "fio version": concat!("tailguard-bench-", env!("CARGO_PKG_VERSION")),
+        "timestamp": timestamp,
+        "global options": {},
+        "jobs": jobs,
+        "disk_util": [],
+    }))
+}
+
+/// fio's `read`/`write` section for one direction.
+fn fio_section(stats: &DirectionStats) -> serde_json::Value {
+    let runtime_ms = stats.active_ns / 1_000_000;
+    let seconds = stats.active_ns as f64 / 1e9;
+    let bw_bytes = (stats.bytes as f64 / seconds) as u64;
+    serde_json::json!({
+        "io_bytes": stats.bytes,
+        "io_kbytes": stats.bytes / 1024,
+        "bw_bytes": bw_bytes,
+        "bw": bw_bytes / 1024,
+        "iops": stats.ops as f64 / seconds,
+        "runtime": runtime_ms,
+        "total_ios": stats.ops,
+        "short_ios": 0,
+        "drop_ios": 0,
+        "slat_ns": fio_latency(&stats.slat_ns),
+        "clat_ns": fio_latency(&stats.clat_ns),
+        "lat_ns": fio_latency(&stats.lat_ns),
+    })
+}
+
+/// A section for a direction without I/O: zeros, as fio writes.
+fn empty_fio_section() -> serde_json::Value {
+    let empty = DirectionHistogram::new(3).expect("valid histogram");
+    serde_json::json!({
+        "io_bytes": 0, "io_kbytes": 0, "bw_bytes": 0, "bw": 0, "iops": 0.0, "runtime": 0,
+        "total_ios": 0, "short_ios": 0, "drop_ios": 0,
+        "slat_ns": fio_latency(&empty),
+        "clat_ns": fio_latency(&empty),
+        "lat_ns": fio_latency(&empty),
+    })
+}
+
+/// fio's latency object: min, max, mean, stddev, N and the percentile map.
+fn fio_latency(histogram: &DirectionHistogram) -> serde_json::Value {
+    let count = histogram.len();
+    let mut value = serde_json::json!({
+        "min": if count == 0 { 0 } else { histogram.min() },
+        "max": histogram.max(),
+        "mean": if count == 0 { 0.0 } else { histogram.mean() },
+        "stddev": if count == 0 { 0.0 } else { histogram.stdev() },
+        "N": count,
+    });
+    if count > 0 {
+        let percentiles: serde_json::Map<String, serde_json::Value> = FIO_PERCENTILES
+            .iter()
+            .map(|&percentile| {
+                (
+                    format!("{percentile:.6}"),
+                    histogram.value_at_quantile(percentile / 100.0).into(),
+                )
+            })
+            .collect();
+        value["percentile"] = percentiles.into();
+    }
+    value
 }
 
 const GROUP_COLUMNS: [&str; 11] = [

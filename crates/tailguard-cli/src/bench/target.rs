@@ -24,8 +24,12 @@
 //!   starting on a 1 MiB boundary, and filled like files; the jobs' offsets are
 //!   rewritten to point into their region. Nothing is removed afterwards: the
 //!   data the device held before is gone.
+//!
+//! Jobs may run on different targets ([`JobOptions::target`]):
+//! [`prepare_jobs`] prepares each distinct target for its own jobs, as above,
+//! and merges the plans (files of every target, device names joined by `+`).
 
-use crate::bench::job::BenchJob;
+use crate::bench::job::{BenchJob, JobOptions};
 use crate::bench::BenchError;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -108,6 +112,20 @@ pub struct Plan {
     pub device_name: String,
     /// O_DIRECT alignment, when a direct mode will run.
     pub alignment: Option<DirectIoAlignment>,
+}
+
+impl Plan {
+    /// The plan of some of its jobs (`jobs`, indices into it), in that order:
+    /// the same files, so groups of one job file share their layout.
+    pub fn of_jobs(&self, jobs: &[usize]) -> Plan {
+        Plan {
+            files: self.files.clone(),
+            job_file: jobs.iter().map(|&job| self.job_file[job]).collect(),
+            job_base: jobs.iter().map(|&job| self.job_base[job]).collect(),
+            device_name: self.device_name.clone(),
+            alignment: self.alignment,
+        }
+    }
 }
 
 fn usage(message: String) -> BenchError {
@@ -225,6 +243,96 @@ pub fn prepare(
         )));
     }
     Ok(plan)
+}
+
+/// Prepares every job's target: its own ([`JobOptions::target`]) or
+/// `default_target`; each distinct target is prepared with [`prepare`] for
+/// the jobs on it, and the plans are merged. A job with neither gets an error
+/// naming it.
+pub fn prepare_jobs(
+    job: &mut BenchJob,
+    default_target: Option<&Path>,
+    allow_device: bool,
+    direct: bool,
+    layout: &mut Layout,
+) -> Result<Plan, BenchError> {
+    let mut targets: Vec<(PathBuf, Vec<usize>)> = Vec::new();
+    for index in 0..job.scenario.jobs.len() {
+        let path = match (job.options_of(index).target, default_target) {
+            (Some(path), _) => path,
+            (None, Some(path)) => path.to_path_buf(),
+            (None, None) => {
+                return Err(usage(format!(
+                    "job `{}` has no target; give it one (target = \"PATH\" in its [[job]], \
+                     filename= in a fio job) or pass --target PATH",
+                    job.scenario.jobs[index].name
+                )))
+            }
+        };
+        match targets.iter_mut().find(|(known, _)| *known == path) {
+            Some((_, jobs)) => jobs.push(index),
+            None => targets.push((path, vec![index])),
+        }
+    }
+    if let [(path, _)] = targets.as_slice() {
+        return prepare(job, &path.clone(), allow_device, direct, layout);
+    }
+    let mut merged = Plan {
+        files: Vec::new(),
+        job_file: vec![0; job.scenario.jobs.len()],
+        job_base: vec![0; job.scenario.jobs.len()],
+        device_name: String::new(),
+        alignment: None,
+    };
+    let mut devices: Vec<String> = Vec::new();
+    for (path, jobs) in &targets {
+        let mut part = sub_job(job, jobs);
+        let plan = prepare(&mut part, path, allow_device, direct, layout)?;
+        for (position, &index) in jobs.iter().enumerate() {
+            job.scenario.jobs[index] = part.scenario.jobs[position].clone();
+            merged.job_file[index] = merged.files.len() + plan.job_file[position];
+            merged.job_base[index] = plan.job_base[position];
+        }
+        merged.files.extend(plan.files);
+        merged.alignment = merged.alignment.or(plan.alignment);
+        if !devices.contains(&plan.device_name) {
+            devices.push(plan.device_name);
+        }
+    }
+    merged.device_name = devices.join("+");
+    Ok(merged)
+}
+
+/// The bench job of some of `job`'s jobs, with their regions renumbered.
+fn sub_job(job: &BenchJob, jobs: &[usize]) -> BenchJob {
+    let mut scenario = job.scenario.clone();
+    scenario.jobs = jobs
+        .iter()
+        .map(|&index| job.scenario.jobs[index].clone())
+        .collect();
+    let mut regions: Vec<usize> = Vec::new();
+    let job_region = jobs
+        .iter()
+        .map(|&index| {
+            let region = job.job_region[index];
+            regions
+                .iter()
+                .position(|&known| known == region)
+                .unwrap_or_else(|| {
+                    regions.push(region);
+                    regions.len() - 1
+                })
+        })
+        .collect();
+    BenchJob {
+        scenario,
+        target: None,
+        job_region,
+        job_options: jobs
+            .iter()
+            .map(|&index| job.options_of(index))
+            .collect::<Vec<JobOptions>>(),
+    }
 }
 
 /// Opens `path` with O_DIRECT (creating and removing it with `probe`) and

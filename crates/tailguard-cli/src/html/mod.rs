@@ -8,8 +8,10 @@
 //! names, notes) goes through [`svg::escape`].
 //!
 //! Layout: the title and the caller's notes (the command that produced it, the
-//! target, a verdict), a summary table with one row per class and run, then per
-//! class three charts with one line per run:
+//! target, a verdict), the caller's extra sections (the demo's trade-off chart
+//! from [`frontier`], which also makes `tailguard frontier`'s own page), a
+//! summary table with one row per class and run, then per class three charts
+//! with one line per run:
 //!
 //! - latency percentile curves, percentiles on a "nines" axis (50, 90, 99, 99.9,
 //!   ... evenly spaced) and latency on a log axis; each curve stops at the
@@ -19,6 +21,7 @@
 //! - the slowest latency per second (log); a second with nothing completed is a
 //!   gap in the line.
 
+pub mod frontier;
 pub mod svg;
 
 use std::fmt::Write as _;
@@ -31,19 +34,34 @@ use crate::render::{class_keys, human_count};
 /// The highest percentile a percentile chart ever shows.
 const PERCENTILE_MAX: f64 = 99.999;
 
+/// The pages' style sheet.
+pub const STYLE: &str =
+    "body { font-family: sans-serif; margin: 2em auto; max-width: 1320px; color: #222; }\n\
+     table { border-collapse: collapse; margin: 1em 0; }\n\
+     th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }\n\
+     th:first-child, td:first-child, td:nth-child(2) { text-align: left; }\n\
+     .charts { display: flex; flex-wrap: wrap; gap: 12px; }\n\
+     code { background: #f4f4f4; padding: 1px 4px; }\n";
+
 /// Renders the page.
 pub fn render(title: &str, notes: &[String], reports: &[RunReport]) -> String {
-    let mut out = page_start(
-        title,
-        "body { font-family: sans-serif; margin: 2em auto; max-width: 1320px; color: #222; }\n\
-         table { border-collapse: collapse; margin: 1em 0; }\n\
-         th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }\n\
-         th:first-child, td:first-child, td:nth-child(2) { text-align: left; }\n\
-         .charts { display: flex; flex-wrap: wrap; gap: 12px; }\n\
-         code { background: #f4f4f4; padding: 1px 4px; }\n",
-    );
+    render_with_sections(title, notes, &[], reports)
+}
+
+/// Renders the page with `sections` (trusted HTML, such as
+/// [`frontier::section`]) between the notes and the summary table.
+pub fn render_with_sections(
+    title: &str,
+    notes: &[String],
+    sections: &[String],
+    reports: &[RunReport],
+) -> String {
+    let mut out = page_start(title, STYLE);
     for note in notes {
         let _ = writeln!(out, "<p>{}</p>", escape(note));
+    }
+    for section in sections {
+        out.push_str(section);
     }
     out.push_str(&summary_table(reports));
     for (class, device) in class_keys(reports) {
@@ -97,7 +115,12 @@ pub fn write(
     notes: &[String],
     reports: &[RunReport],
 ) -> Result<(), String> {
-    std::fs::write(path, render(title, notes, reports)).map_err(|error| {
+    write_text(path, &render(title, notes, reports))
+}
+
+/// Writes a rendered page to `path`.
+pub fn write_text(path: &Path, page: &str) -> Result<(), String> {
+    std::fs::write(path, page).map_err(|error| {
         format!(
             "cannot write the report {}: {error}; give --report a path in a writable directory",
             path.display()

@@ -24,20 +24,17 @@ use crate::device::DeviceRequest;
 use crate::ConfigError;
 use serde::Deserialize;
 use tailguard_core::{
-    AdaptiveBudget, ClassId, DeviceProfile, DispatchedPiece, Dispatcher, DispatcherConfig,
-    FixedBudget, IoRequest, LatencyController, Nanos, RequestId, NANOS_PER_MICROSECOND,
+    ClassId, DeviceProfile, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
+    LatencyController, Nanos, RequestId, NANOS_PER_MICROSECOND,
 };
 
-/// Which latency controller each dispatcher uses.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ControllerChoice {
-    /// [`AdaptiveBudget`]: the budget follows the device. The default: every
-    /// seed scenario meets its criteria with it (`tests/seed_scenarios.rs`).
-    #[default]
-    Adaptive,
-    /// [`FixedBudget`]: the budget stays what the profile derives.
-    Fixed,
+/// Which latency controller each dispatcher uses: the core's one list.
+pub use tailguard_core::ControllerChoice;
+
+/// The simulator's default controller: [`ControllerChoice::Adaptive`], with
+/// which every seed scenario meets its criteria (`tests/seed_scenarios.rs`).
+fn default_controller() -> ControllerChoice {
+    ControllerChoice::Adaptive
 }
 
 /// Which profile each dispatcher starts from.
@@ -52,15 +49,26 @@ pub enum ProfileChoice {
 }
 
 /// Parameters of the `tailguard` policy.
-#[derive(Clone, Debug, Default, Deserialize, serde::Serialize)]
+#[derive(Clone, Debug, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TailguardParameters {
     /// Overrides every device's budget, in microseconds of device time.
     pub budget_us: Option<u64>,
     /// The latency controller.
+    #[serde(default = "default_controller")]
     pub controller: ControllerChoice,
     /// The profile dispatchers start from.
     pub profile: ProfileChoice,
+}
+
+impl Default for TailguardParameters {
+    fn default() -> Self {
+        Self {
+            budget_us: None,
+            controller: default_controller(),
+            profile: ProfileChoice::default(),
+        }
+    }
 }
 
 type DeviceDispatcher = Dispatcher<Box<dyn LatencyController>>;
@@ -93,10 +101,7 @@ impl TailguardPolicy {
                         device.profile.latency_target_us,
                     ),
                 };
-                let controller: Box<dyn LatencyController> = match parameters.controller {
-                    ControllerChoice::Adaptive => Box::new(AdaptiveBudget::for_profile(&profile)),
-                    ControllerChoice::Fixed => Box::new(FixedBudget),
-                };
+                let controller = parameters.controller.build(&profile);
                 let mut config = DispatcherConfig::new(profile);
                 config.budget_ns = parameters
                     .budget_us

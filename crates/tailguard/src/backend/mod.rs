@@ -12,6 +12,8 @@
 //! - [`threads`]: a pool of threads doing `pread`/`pwrite`/`fsync`, for kernels or
 //!   containers without io_uring (ENOSYS, EPERM from seccomp or
 //!   `kernel.io_uring_disabled`, ENOMEM from RLIMIT_MEMLOCK).
+//! - `fault` (with the `fault-injection` feature): wraps either of them and
+//!   injects errors, short transfers, stalls and disappearance, for tests.
 //!
 //! [`open_backend`] picks one: `auto` tries io_uring and falls back to threads,
 //! logging the reason once; the choice can be forced by configuration or by the
@@ -31,6 +33,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod threads;
 pub mod uring;
 

@@ -1,0 +1,344 @@
+//! Measuring the points: one bench run per point per round, interleaved.
+//!
+//! The workload is by default the demo's: [`READERS`] closed-loop 4 KiB random
+//! readers at queue depth 1 on the read file, in a latency class (their count,
+//! request size and depth are [`Workload`] fields), and (except in the solo
+//! point) one sequential writer on the write file, in a background class, both
+//! from the start of the run. A static point runs everything kernel O_DIRECT
+//! (bench's `kernel-direct` mode) with the writer at the point's depth and
+//! size; a tailguard point runs everything through the scheduler with the
+//! writer at [`TAILGUARD_WRITE_QUEUE_DEPTH`] requests of
+//! [`TAILGUARD_WRITE_BYTES`], so the scheduler, not the writer, decides how
+//! much of it is in flight. Each run is [`driver::run`] on the caller's
+//! [`Plan`] (the read file first, the write file second), after
+//! [`target::settle`], exactly as `tailguard bench` runs one mode.
+//!
+//! The disk's write rate comes from the device's own counters
+//! (`/sys/block/DEVICE/stat`, sectors written, read before and after the run),
+//! so it counts what reached the disk whoever sent it; where the target has no
+//! such counters (tmpfs) the writer's own rate stands in.
+//!
+//! Every round runs every point once; round `r` starts `r * points / rounds`
+//! places further into the list, so no point always runs first, last, or right
+//! after the same neighbour while the device drifts.
+
+use crate::bench::driver::{self, SchedulerSettings};
+use crate::bench::job::BenchJob;
+use crate::bench::target::{self, Plan};
+use crate::bench::{BenchError, Mode};
+use crate::frontier::grid::{Setting, Variant};
+use crate::progress::Progress;
+use serde::Serialize;
+use std::fmt::Write as _;
+use tailguard::ControllerChoice;
+use tailguard_sim::report::{ClassReport, RunReport};
+
+/// The demo's readers: closed-loop instances.
+pub const READERS: u32 = 16;
+/// The demo's readers' request size.
+pub const READ_REQUEST_BYTES: u64 = 4096;
+/// The demo's readers' queue depth, each.
+pub const READ_QUEUE_DEPTH: u32 = 1;
+/// The read class's name.
+pub const READ_CLASS: &str = "reads";
+/// The write class's name.
+pub const WRITE_CLASS: &str = "writes";
+/// The read class's shares in tailguard points: the latency class.
+pub const READ_SHARES: u32 = 400;
+/// The write class's shares in tailguard points: the background class.
+pub const WRITE_SHARES: u32 = 100;
+/// Writes the writer keeps in flight in tailguard points: more than any budget
+/// lets through, so the scheduler sets the write depth, as a bulk writer that
+/// always has writes queued needs.
+pub const TAILGUARD_WRITE_QUEUE_DEPTH: u32 = 16;
+/// The writer's request size in tailguard points (the scheduler splits it into
+/// pieces as its budget says).
+pub const TAILGUARD_WRITE_BYTES: u64 = 1 << 20;
+
+/// What every point runs: the readers, file sizes and the length of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Workload {
+    /// Closed-loop random readers (each a job instance).
+    pub readers: u32,
+    /// Each read's size, in bytes.
+    pub read_request_bytes: u64,
+    /// Reads each reader keeps in flight.
+    pub read_queue_depth: u32,
+    /// The readers' file, in bytes.
+    pub read_bytes: u64,
+    /// The writer's file, in bytes (it wraps around at the end).
+    pub write_bytes: u64,
+    /// Seconds of each run.
+    pub duration_s: f64,
+}
+
+impl Workload {
+    /// The demo's readers on files of these sizes, runs of `duration_s`.
+    pub fn with_demo_readers(read_bytes: u64, write_bytes: u64, duration_s: f64) -> Self {
+        Self {
+            readers: READERS,
+            read_request_bytes: READ_REQUEST_BYTES,
+            read_queue_depth: READ_QUEUE_DEPTH,
+            read_bytes,
+            write_bytes,
+            duration_s,
+        }
+    }
+
+    /// The workload in words: `16 closed-loop random readers of 4k at queue
+    /// depth 1 on a 512 MiB file beside a sequential writer on a 512 MiB file`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} closed-loop random readers of {} at queue depth {} on a {} MiB file beside a \
+             sequential writer on a {} MiB file",
+            self.readers,
+            crate::frontier::grid::size_label(self.read_request_bytes),
+            self.read_queue_depth,
+            self.read_bytes >> 20,
+            self.write_bytes >> 20
+        )
+    }
+
+    /// The bench job of `setting`: the readers, and the writer unless solo.
+    pub fn job(&self, setting: &Setting) -> Result<BenchJob, BenchError> {
+        let mut text = format!(
+            "duration_s = {}\nseed = 1\n\
+             [[class]]\nname = \"{READ_CLASS}\"\nshares = {READ_SHARES}\n\
+             [[job]]\nname = \"readers\"\nclass = \"{READ_CLASS}\"\npattern = \"randread\"\n\
+             block_size = {}\nqueue_depth = {}\nnumjobs = {}\nsize = {}\n",
+            self.duration_s,
+            self.read_request_bytes,
+            self.read_queue_depth,
+            self.readers,
+            self.read_bytes
+        );
+        let writer = match *setting {
+            Setting::Solo => None,
+            Setting::Static {
+                queue_depth,
+                request_bytes,
+            } => Some((queue_depth, request_bytes)),
+            Setting::Tailguard(_) => Some((TAILGUARD_WRITE_QUEUE_DEPTH, TAILGUARD_WRITE_BYTES)),
+        };
+        if let Some((queue_depth, request_bytes)) = writer {
+            let _ = write!(
+                text,
+                "[[class]]\nname = \"{WRITE_CLASS}\"\nshares = {WRITE_SHARES}\n\
+                 [[job]]\nname = \"writer\"\nclass = \"{WRITE_CLASS}\"\npattern = \"seqwrite\"\n\
+                 block_size = {request_bytes}\nqueue_depth = {queue_depth}\nsize = {}\n",
+                self.write_bytes
+            );
+        }
+        BenchJob::from_toml(&text)
+            .map_err(|error| BenchError::usage(format!("the frontier's job: {error}")))
+    }
+}
+
+/// The bench mode a point runs in.
+pub fn mode(setting: &Setting) -> Mode {
+    match setting {
+        Setting::Solo | Setting::Static { .. } => Mode::KernelDirect,
+        Setting::Tailguard(_) => Mode::Tailguard,
+    }
+}
+
+/// The scheduler settings of a tailguard point: `base` with the variant's
+/// change.
+pub fn scheduler_settings(base: &SchedulerSettings, setting: &Setting) -> SchedulerSettings {
+    let mut settings = base.clone();
+    match setting {
+        Setting::Tailguard(Variant::Adaptive) => settings.controller = ControllerChoice::Adaptive,
+        Setting::Tailguard(Variant::LatencyTarget { target_us }) => {
+            settings.latency_target_us = Some(*target_us);
+        }
+        _ => {}
+    }
+    settings
+}
+
+/// One run's raw measures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sample {
+    /// The round (from 0).
+    pub round: u32,
+    /// Its place in the round's order (from 0).
+    pub order: usize,
+    /// Bytes the disk wrote per second during the run, 10^6/s (`None`: the
+    /// target has no device counters).
+    pub disk_write_mb_per_s: Option<f64>,
+    /// The writer's own completed bytes per second, 10^6/s (0 when solo).
+    pub writer_mb_per_s: f64,
+    /// The readers' mean completions per second.
+    pub read_iops: f64,
+    /// The readers' lowest completions per second over 0.5 s windows.
+    pub read_worst_500ms_iops: Option<f64>,
+    /// The readers' p99.99 latency, µs.
+    pub read_p9999_us: f64,
+    /// The readers' max latency, µs.
+    pub read_max_us: f64,
+}
+
+impl Sample {
+    /// The measures of a run's report; `None` when it has no reads.
+    pub fn of(
+        report: &RunReport,
+        round: u32,
+        order: usize,
+        disk_write_mb_per_s: Option<f64>,
+    ) -> Option<Self> {
+        let class = |name: &str| -> Option<&ClassReport> {
+            report.classes.iter().find(|row| row.name == name)
+        };
+        let reads = class(READ_CLASS)?;
+        Some(Self {
+            round,
+            order,
+            disk_write_mb_per_s,
+            writer_mb_per_s: class(WRITE_CLASS).map_or(0.0, |row| row.mb_per_s),
+            read_iops: reads.iops,
+            read_worst_500ms_iops: reads.worst_500ms_iops,
+            read_p9999_us: reads.latency_us.p9999,
+            read_max_us: reads.latency_us.max,
+        })
+    }
+}
+
+/// The order of round `round` of `rounds` over `count` points: the list
+/// rotated by `round * count / rounds`.
+pub fn round_order(count: usize, round: u32, rounds: u32) -> Vec<usize> {
+    let shift = (round as usize * count)
+        .checked_div(rounds.max(1) as usize)
+        .unwrap_or(0);
+    (0..count).map(|index| (index + shift) % count).collect()
+}
+
+/// Runs every point `rounds` times, interleaved, on `plan`; per point, its
+/// samples in round order.
+pub fn measure(
+    settings: &[Setting],
+    workload: &Workload,
+    plan: &Plan,
+    base: &SchedulerSettings,
+    rounds: u32,
+    progress: &Progress,
+) -> Result<Vec<Vec<Sample>>, BenchError> {
+    let jobs = settings
+        .iter()
+        .map(|setting| workload.job(setting))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); settings.len()];
+    let total = settings.len() * rounds as usize;
+    let mut started = 0;
+    for round in 0..rounds {
+        for (order, index) in round_order(settings.len(), round, rounds)
+            .into_iter()
+            .enumerate()
+        {
+            started += 1;
+            let setting = &settings[index];
+            let scenario = &jobs[index].scenario;
+            target::settle(plan)?;
+            let bar = progress.start_run(
+                &format!(
+                    "run {started}/{total} (round {}): {}",
+                    round + 1,
+                    setting.name()
+                ),
+                scenario.duration_ns,
+            );
+            let sectors_before = disk_sectors_written(&plan.device_name);
+            let clock = std::time::Instant::now();
+            let run = driver::run(
+                scenario,
+                plan,
+                mode(setting),
+                &scheduler_settings(base, setting),
+                scenario.seed,
+                &mut |elapsed| bar.tick(elapsed),
+            )?;
+            let elapsed_s = clock.elapsed().as_secs_f64();
+            drop(bar);
+            let disk = disk_write_rate(
+                sectors_before,
+                disk_sectors_written(&plan.device_name),
+                elapsed_s,
+            );
+            let sample = Sample::of(&run.report, round, order, disk).ok_or_else(|| {
+                BenchError::usage(format!("{}: the run completed no reads", setting.name()))
+            })?;
+            samples[index].push(sample);
+        }
+    }
+    Ok(samples)
+}
+
+/// Sectors (512 bytes) written to the whole disk `device` since boot, from
+/// `/sys/block/DEVICE/stat`; `None` for pseudo-devices (tmpfs) and the like.
+pub fn disk_sectors_written(device: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/sys/block/{device}/stat")).ok()?;
+    text.split_whitespace().nth(6)?.parse().ok()
+}
+
+/// MB (10^6 bytes) per second written between two counter readings.
+pub fn disk_write_rate(before: Option<u64>, after: Option<u64>, elapsed_s: f64) -> Option<f64> {
+    match (before, after) {
+        (Some(before), Some(after)) if elapsed_s > 0.0 => {
+            Some(after.saturating_sub(before) as f64 * 512.0 / 1e6 / elapsed_s)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontier::grid::Variant;
+
+    #[test]
+    fn rounds_rotate_so_no_point_always_runs_first() {
+        assert_eq!(round_order(4, 0, 2), [0, 1, 2, 3]);
+        assert_eq!(round_order(4, 1, 2), [2, 3, 0, 1]);
+        let firsts: Vec<usize> = (0..3).map(|round| round_order(6, round, 3)[0]).collect();
+        assert_eq!(firsts, [0, 2, 4]);
+        for round in 0..5 {
+            let mut order = round_order(3, round, 5);
+            order.sort_unstable();
+            assert_eq!(order, [0, 1, 2], "every point once per round");
+        }
+    }
+
+    #[test]
+    fn each_setting_gets_its_writer_and_mode() {
+        let workload = Workload::with_demo_readers(8 << 20, 16 << 20, 2.0);
+        let solo = workload.job(&Setting::Solo).unwrap().scenario;
+        assert_eq!(solo.jobs.len(), 1);
+        assert_eq!(solo.jobs[0].numjobs, READERS);
+        let fixed = Setting::Static {
+            queue_depth: 2,
+            request_bytes: 256 << 10,
+        };
+        let scenario = workload.job(&fixed).unwrap().scenario;
+        assert_eq!(scenario.jobs.len(), 2);
+        assert_eq!(scenario.jobs[1].block_size_bytes, 256 << 10);
+        assert_eq!(scenario.jobs[1].region_bytes, 16 << 20);
+        assert_eq!(mode(&fixed), Mode::KernelDirect);
+        let guarded = Setting::Tailguard(Variant::LatencyTarget { target_us: 500 });
+        let scenario = workload.job(&guarded).unwrap().scenario;
+        assert_eq!(scenario.jobs[1].block_size_bytes, TAILGUARD_WRITE_BYTES);
+        assert_eq!(mode(&guarded), Mode::Tailguard);
+        let base = SchedulerSettings::default();
+        assert_eq!(
+            scheduler_settings(&base, &guarded).latency_target_us,
+            Some(500)
+        );
+        let adaptive = scheduler_settings(&base, &Setting::Tailguard(Variant::Adaptive));
+        assert_eq!(adaptive.controller, ControllerChoice::Adaptive);
+    }
+
+    #[test]
+    fn the_disk_rate_needs_both_readings() {
+        assert_eq!(disk_write_rate(Some(0), Some(2_000_000), 2.0), Some(512.0));
+        assert_eq!(disk_write_rate(None, Some(5), 1.0), None);
+        assert_eq!(disk_write_rate(Some(5), Some(9), 0.0), None);
+    }
+}

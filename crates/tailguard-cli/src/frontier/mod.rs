@@ -1,0 +1,475 @@
+//! `tailguard frontier [DIR]`: the read/write trade-off curve of static
+//! settings and of tailguard, measured side by side on one disk.
+//!
+//! A latency class (by default the demo's 16 readers of 4 KiB at queue depth
+//! 1; `--readers`, `--read-size`, `--read-depth` change it) runs
+//! beside a bulk class (one sequential writer) in many ways: every static
+//! setting of a grid (kernel O_DIRECT, no scheduler, the writer at a fixed
+//! queue depth and request size), tailguard with the command line's scheduler
+//! settings, with the adaptive controller, and at each of a sweep of read
+//! latency targets, and the readers alone as the reference. Each point reports
+//! the disk's write rate (its own counters) against the readers' worst 0.5 s
+//! rate and mean rate over solo, p99.99 and max. The static points' Pareto
+//! frontier is marked, and each tailguard point is set against the best
+//! static setting writing at its rate (±10%): that is what tailguard buys, or
+//! costs, on this disk.
+//!
+//! - [`grid`]: the points and the flags that pick them;
+//! - [`measure`]: the workload and the interleaved rounds of bench runs;
+//! - [`analysis`]: medians, the Pareto frontier, matching and ties;
+//! - [`result`]: the per-point summaries (also the `--json` output) and the
+//!   terminal table; the chart is [`crate::html::frontier`].
+//!
+//! `tailguard demo` runs a small frontier with the same engine ([`trace`]) for
+//! its verdict.
+
+pub mod analysis;
+pub mod grid;
+pub mod measure;
+pub mod result;
+
+use crate::bench::driver::{self, SchedulerSettings};
+use crate::bench::target::{self, Plan};
+use crate::bench::BenchError;
+use crate::progress::Progress;
+use grid::{Grid, Setting};
+use measure::Workload;
+use result::FrontierResult;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Seconds per point by default.
+pub const DURATION_S_DEFAULT: f64 = 5.0;
+/// Seconds per point with `--quick`.
+pub const DURATION_S_QUICK: f64 = 3.0;
+/// MiB of each file (the readers' and the writer's) by default.
+pub const FILE_MIB_DEFAULT: u64 = 1024;
+/// MiB of each file with `--quick`.
+pub const FILE_MIB_QUICK: u64 = 512;
+/// Seconds a run costs beyond its duration (settling the files, opening the
+/// scheduler), for the time estimate.
+const RUN_OVERHEAD_S: f64 = 0.5;
+const MIB: u64 = 1 << 20;
+
+/// `tailguard frontier` arguments.
+#[derive(Debug, clap::Args)]
+pub struct FrontierArguments {
+    /// Where to lay out the read file and the write file (removed at the end);
+    /// default: the current directory. Put it on the disk to measure.
+    pub dir: Option<PathBuf>,
+    /// A small grid with short runs: static queue depths 1,2 x sizes
+    /// 128k,256k,1m; latency targets 500us,2ms; 3 s per point; 512 MiB files.
+    #[arg(long)]
+    pub quick: bool,
+    /// Static writer queue depths, comma-separated (default 1,2,4,8).
+    #[arg(long, value_delimiter = ',', value_parser = grid::parse_depth, value_name = "QD,...")]
+    pub depths: Vec<u32>,
+    /// Static writer request sizes, comma-separated (default
+    /// 64k,128k,256k,512k,1m).
+    #[arg(long, value_delimiter = ',', value_parser = grid::parse_size, value_name = "SIZE,...")]
+    pub sizes: Vec<u64>,
+    /// Tailguard read latency targets to sweep, comma-separated (default
+    /// 250us,500us,1ms,2ms,4ms), or `none`.
+    #[arg(long, value_delimiter = ',', value_parser = parse_target_or_none, value_name = "LATENCY,...")]
+    pub latency_targets: Vec<u64>,
+    /// Leave out the point of tailguard with the adaptive controller.
+    #[arg(long)]
+    pub no_adaptive: bool,
+    /// Rounds: every point runs once per round, the order rotated each round;
+    /// the table shows medians with min-max.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
+    /// Length of each point's run: `5s`, `1500ms` or seconds (1 s to 10 min;
+    /// default 5 s, --quick 3 s).
+    #[arg(long, value_parser = parse_duration_s, value_name = "DURATION")]
+    pub duration: Option<f64>,
+    /// Closed-loop random readers of the latency class (default 16, the
+    /// demo's).
+    #[arg(long, default_value_t = measure::READERS, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub readers: u32,
+    /// Each read's size (default 4k).
+    #[arg(long, value_parser = grid::parse_size, value_name = "SIZE", default_value = "4k")]
+    pub read_size: u64,
+    /// Reads each reader keeps in flight (default 1).
+    #[arg(long, default_value_t = measure::READ_QUEUE_DEPTH, value_parser = grid::parse_depth)]
+    pub read_depth: u32,
+    /// Size of the read file and of the write file, MiB (default 1024,
+    /// --quick 512).
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub size_mib: Option<u64>,
+    /// Also write the result as JSON to FILE (`-`: standard output, instead of
+    /// the table).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write an HTML page with the trade-off chart to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+    /// How the tailguard points configure their scheduler (the adaptive and
+    /// latency-target points change one setting of these).
+    #[command(flatten)]
+    pub scheduler: driver::SchedulerSettings,
+}
+
+/// A `--latency-targets` value, `none` as 0 (dropped later).
+fn parse_target_or_none(text: &str) -> Result<u64, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        Ok(0)
+    } else {
+        grid::parse_latency_target(text)
+    }
+}
+
+/// A `--duration` value in seconds.
+pub fn parse_duration_s(text: &str) -> Result<f64, String> {
+    let trimmed = text.trim();
+    let (number, scale) = if let Some(number) = trimmed.strip_suffix("ms") {
+        (number, 1e-3)
+    } else if let Some(number) = trimmed.strip_suffix('s') {
+        (number, 1.0)
+    } else {
+        (trimmed, 1.0)
+    };
+    let seconds = number
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("`{text}` is not a duration; write e.g. 5s or 1500ms"))?
+        * scale;
+    if !(1.0..=600.0).contains(&seconds) {
+        return Err(format!(
+            "--duration {text} is out of range; give 1s to 600s per point"
+        ));
+    }
+    Ok(seconds)
+}
+
+impl FrontierArguments {
+    /// The grid the flags pick.
+    pub fn grid(&self) -> Grid {
+        let mut grid = Grid::standard(self.quick);
+        if !self.depths.is_empty() {
+            grid.depths = self.depths.clone();
+        }
+        if !self.sizes.is_empty() {
+            grid.sizes_bytes = self.sizes.clone();
+        }
+        if !self.latency_targets.is_empty() {
+            grid.latency_targets_us = self
+                .latency_targets
+                .iter()
+                .copied()
+                .filter(|&target| target > 0)
+                .collect();
+        }
+        grid.adaptive = !self.no_adaptive;
+        grid
+    }
+
+    /// The workload the flags pick.
+    pub fn workload(&self) -> Workload {
+        let mib = self.size_mib.unwrap_or(if self.quick {
+            FILE_MIB_QUICK
+        } else {
+            FILE_MIB_DEFAULT
+        });
+        Workload {
+            readers: self.readers,
+            read_request_bytes: self.read_size,
+            read_queue_depth: self.read_depth,
+            read_bytes: mib * MIB,
+            write_bytes: mib * MIB,
+            duration_s: self.duration.unwrap_or(if self.quick {
+                DURATION_S_QUICK
+            } else {
+                DURATION_S_DEFAULT
+            }),
+        }
+    }
+
+    /// The command that reproduces the run, with the grid spelled out.
+    fn command_line(&self, grid: &Grid, workload: &Workload) -> String {
+        let mut command = String::from("tailguard frontier");
+        if let Some(dir) = &self.dir {
+            let _ = write!(command, " {}", dir.display());
+        }
+        let join = |values: Vec<String>| {
+            if values.is_empty() {
+                "none".to_string()
+            } else {
+                values.join(",")
+            }
+        };
+        let _ = write!(
+            command,
+            " --depths {} --sizes {} --latency-targets {}{} --rounds {} --duration {}s \
+             --size-mib {}",
+            join(grid.depths.iter().map(u32::to_string).collect()),
+            join(
+                grid.sizes_bytes
+                    .iter()
+                    .map(|&b| grid::size_label(b))
+                    .collect()
+            ),
+            join(
+                grid.latency_targets_us
+                    .iter()
+                    .map(|&t| grid::target_label(t))
+                    .collect()
+            ),
+            if grid.adaptive { "" } else { " --no-adaptive" },
+            self.rounds,
+            workload.duration_s,
+            workload.read_bytes / MIB
+        );
+        if (self.readers, self.read_size, self.read_depth)
+            != (
+                measure::READERS,
+                measure::READ_REQUEST_BYTES,
+                measure::READ_QUEUE_DEPTH,
+            )
+        {
+            let _ = write!(
+                command,
+                " --readers {} --read-size {} --read-depth {}",
+                self.readers,
+                grid::size_label(self.read_size),
+                self.read_depth
+            );
+        }
+        let settings = &self.scheduler;
+        if let Some(profile) = &settings.profile {
+            let _ = write!(command, " --profile {}", profile.display());
+        }
+        if let Some(target_us) = settings.latency_target_us {
+            let _ = write!(command, " --latency-target-us {target_us}");
+        }
+        for (flag, value, default) in [
+            ("--controller", settings.controller.name(), "fixed"),
+            ("--submit", settings.submit.as_str(), "each"),
+            ("--driver", settings.driver.as_str(), "block-on"),
+        ] {
+            if value != default {
+                let _ = write!(command, " {flag} {value}");
+            }
+        }
+        command
+    }
+}
+
+/// Measures `settings` (which must include [`Setting::Solo`]) on `plan` over
+/// `rounds` interleaved rounds and summarises them.
+pub fn trace(
+    settings: &[Setting],
+    workload: &Workload,
+    plan: &Plan,
+    base: &SchedulerSettings,
+    rounds: u32,
+    progress: &Progress,
+    command: String,
+) -> Result<FrontierResult, BenchError> {
+    let samples = measure::measure(settings, workload, plan, base, rounds, progress)?;
+    FrontierResult::build(
+        command,
+        plan.device_name.clone(),
+        *workload,
+        settings,
+        &samples,
+    )
+    .map_err(BenchError::usage)
+}
+
+/// Runs `tailguard frontier`.
+pub fn run(arguments: &FrontierArguments) -> Result<(), BenchError> {
+    target::watch_interrupts();
+    let base = arguments.dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    if !base.is_dir() {
+        return Err(BenchError::usage(format!(
+            "{} is not a directory; give an existing directory on the disk to measure \
+             (tailguard frontier DIR), or none for the current one",
+            base.display()
+        )));
+    }
+    let grid = arguments.grid();
+    let settings = grid.points();
+    let workload = arguments.workload();
+    let command = arguments.command_line(&grid, &workload);
+    let runs = settings.len() * arguments.rounds as usize;
+    eprintln!(
+        "tailguard frontier: {} points ({} static, {} tailguard, solo) x {} round(s) of {} s: \
+         about {:.0} s, after laying out two {} MiB files in {}",
+        settings.len(),
+        settings.iter().filter(|point| point.is_static()).count(),
+        settings.iter().filter(|point| point.is_tailguard()).count(),
+        arguments.rounds,
+        workload.duration_s,
+        runs as f64 * (workload.duration_s + RUN_OVERHEAD_S),
+        workload.read_bytes / MIB,
+        base.display()
+    );
+    let mut layout = target::Layout::default();
+    let mut job = workload.job(&Setting::Tailguard(grid::Variant::Default))?;
+    let plan = target::prepare(&mut job, &base, false, true, &mut layout)?;
+    let progress = Progress::new("tailguard frontier");
+    let result = trace(
+        &settings,
+        &workload,
+        &plan,
+        &arguments.scheduler,
+        arguments.rounds,
+        &progress,
+        command,
+    )?;
+    drop(layout);
+    write_outputs(arguments, &result, &base)
+}
+
+/// The table (unless JSON goes to standard output), the JSON and the page.
+fn write_outputs(
+    arguments: &FrontierArguments,
+    result: &FrontierResult,
+    base: &Path,
+) -> Result<(), BenchError> {
+    let json_to_stdout = arguments.json.as_deref() == Some(Path::new("-"));
+    if !json_to_stdout {
+        println!(
+            "tailguard frontier on {} (device {}): {}, {} s per point (reproduce: {})",
+            base.display(),
+            result.device,
+            result.workload.describe(),
+            result.workload.duration_s,
+            result.command
+        );
+        println!("{}", result::render_table(result));
+    }
+    if let Some(path) = &arguments.json {
+        let text = serde_json::to_string_pretty(result)
+            .map_err(|error| BenchError::usage(error.to_string()))?;
+        if json_to_stdout {
+            println!("{text}");
+        } else {
+            std::fs::write(path, text + "\n").map_err(|error| {
+                BenchError::usage(format!(
+                    "cannot write {}: {error}; give --json a path in a writable directory",
+                    path.display()
+                ))
+            })?;
+            eprintln!("tailguard frontier: wrote {}", path.display());
+        }
+    }
+    if let Some(path) = &arguments.report {
+        let notes = [
+            format!("Command: {}", result.command),
+            format!(
+                "Device {}: {}; {} s per point, {} round(s), \
+                 points interleaved. Static points: readers and writer kernel O_DIRECT, the writer \
+                 at the point's queue depth and request size. Tailguard points: both through the \
+                 scheduler, the writer keeping {} requests of 1 MiB queued.",
+                result.device,
+                result.workload.describe(),
+                result.workload.duration_s,
+                result.rounds,
+                measure::TAILGUARD_WRITE_QUEUE_DEPTH
+            ),
+        ];
+        let page = crate::html::frontier::page("tailguard frontier", &notes, result);
+        crate::html::write_text(path, &page).map_err(BenchError::usage)?;
+        eprintln!("tailguard frontier: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        arguments: FrontierArguments,
+    }
+
+    fn parse(flags: &[&str]) -> Result<FrontierArguments, clap::Error> {
+        Wrapper::try_parse_from(std::iter::once("frontier").chain(flags.iter().copied()))
+            .map(|wrapper| wrapper.arguments)
+    }
+
+    #[test]
+    fn grid_flags_pick_a_subset() {
+        let arguments = parse(&[
+            "/tmp",
+            "--depths",
+            "1,2",
+            "--sizes",
+            "128k,1m",
+            "--latency-targets",
+            "250us,2ms",
+            "--rounds",
+            "3",
+            "--duration",
+            "1500ms",
+        ])
+        .unwrap();
+        let grid = arguments.grid();
+        assert_eq!(grid.depths, [1, 2]);
+        assert_eq!(grid.sizes_bytes, [128 << 10, 1 << 20]);
+        assert_eq!(grid.latency_targets_us, [250, 2_000]);
+        assert!(grid.adaptive);
+        assert_eq!(arguments.workload().duration_s, 1.5);
+        assert_eq!(arguments.rounds, 3);
+        // 1 solo + 4 static + default + adaptive + 2 targets.
+        assert_eq!(grid.points().len(), 9);
+        assert_eq!(arguments.workload().readers, measure::READERS);
+        assert_eq!(arguments.workload().read_request_bytes, 4096);
+        let other = parse(&["--readers", "4", "--read-size", "16k", "--read-depth", "8"]).unwrap();
+        let workload = other.workload();
+        assert_eq!(
+            (
+                workload.readers,
+                workload.read_request_bytes,
+                workload.read_queue_depth
+            ),
+            (4, 16 << 10, 8)
+        );
+        let job = workload.job(&Setting::Solo).unwrap().scenario;
+        assert_eq!(job.jobs[0].numjobs, 4);
+        assert_eq!(job.jobs[0].block_size_bytes, 16 << 10);
+        assert!(other
+            .command_line(&other.grid(), &workload)
+            .contains("--readers 4 --read-size 16k --read-depth 8"));
+        let command = arguments.command_line(&grid, &arguments.workload());
+        assert!(
+            command.contains("--depths 1,2 --sizes 128k,1m --latency-targets 250us,2ms"),
+            "{command}"
+        );
+    }
+
+    #[test]
+    fn quick_and_defaults_and_none() {
+        let quick = parse(&["--quick"]).unwrap();
+        assert_eq!(quick.grid(), Grid::standard(true));
+        assert_eq!(quick.workload().duration_s, DURATION_S_QUICK);
+        assert_eq!(quick.workload().read_bytes, FILE_MIB_QUICK * MIB);
+        let full = parse(&[]).unwrap();
+        assert_eq!(full.grid(), Grid::standard(false));
+        let bare = parse(&["--latency-targets", "none", "--no-adaptive"]).unwrap();
+        let points = bare.grid().points();
+        assert_eq!(
+            points.iter().filter(|point| point.is_tailguard()).count(),
+            1
+        );
+    }
+
+    #[test]
+    fn bad_grid_flags_are_refused_with_the_fix() {
+        for flags in [
+            &["--depths", "0"][..],
+            &["--sizes", "6k"],
+            &["--latency-targets", "soon"],
+            &["--duration", "0.2s"],
+            &["--rounds", "0"],
+        ] {
+            let error = parse(flags).unwrap_err().to_string();
+            assert!(error.contains(flags[0]), "{flags:?}: {error}");
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! A measured frontier: every point's medians over rounds, the static Pareto
+//! frontier, each tailguard point against the best static setting, and the
+//! terminal table.
+//!
+//! Ratios are taken per round against that round's solo run (the readers
+//! alone), then summarised, so a drift of the device between rounds moves
+//! numerator and denominator together. A run too short for a 0.5 s window
+//! counts its mean rate as its worst. The write rate is the disk's own (from
+//! its counters) when every run has it, else the writer's for every point, and
+//! [`FrontierResult::write_rate_source`] says which. The same structure is
+//! `--json`'s output.
+
+use crate::frontier::analysis::{self, Comparison, Position, Standing, Summary};
+use crate::frontier::grid::{Setting, Variant};
+use crate::frontier::measure::{Sample, Workload};
+use serde::Serialize;
+use std::fmt::Write as _;
+use tailguard_sim::report::human_duration;
+
+/// The whole result.
+#[derive(Clone, Debug, Serialize)]
+pub struct FrontierResult {
+    /// The command that reproduces it.
+    pub command: String,
+    /// Kernel name of the target's device.
+    pub device: String,
+    /// Rounds run (every point once per round).
+    pub rounds: u32,
+    /// The readers, file sizes and run length.
+    pub workload: Workload,
+    /// Where the write rates come from.
+    pub write_rate_source: WriteRateSource,
+    /// The same-rate window, a fraction of the tailguard point's write rate.
+    pub match_tolerance: f64,
+    /// Worst-rate differences (over solo) below this are ties.
+    pub tie_tolerance: f64,
+    /// Every point, in grid order.
+    pub points: Vec<PointResult>,
+}
+
+/// Where a frontier's write rates come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriteRateSource {
+    /// The device's own counters (`/sys/block/DEVICE/stat`).
+    Disk,
+    /// The writer's completed bytes (the target has no device counters).
+    Writer,
+}
+
+/// One point's summary.
+#[derive(Clone, Debug, Serialize)]
+pub struct PointResult {
+    /// What the point runs.
+    #[serde(skip)]
+    pub setting: Setting,
+    /// Its name (`direct QD1 128k`, `tailguard 500us`).
+    pub name: String,
+    /// `solo`, `static` or `tailguard`.
+    pub kind: &'static str,
+    /// The static writer's queue depth.
+    pub queue_depth: Option<u32>,
+    /// The static writer's request size.
+    pub request_bytes: Option<u64>,
+    /// A tailguard variant's latency target, µs.
+    pub latency_target_us: Option<u64>,
+    /// Whether a tailguard point runs the adaptive controller by itself
+    /// (beyond what the command line's settings say).
+    pub adaptive: bool,
+    /// Write rate, 10^6 bytes/s.
+    pub write_mb_per_s: Summary,
+    /// The readers' worst 0.5 s rate over their solo rate.
+    pub worst_500ms_over_solo: Summary,
+    /// The readers' mean rate over their solo rate.
+    pub mean_over_solo: Summary,
+    /// The readers' p99.99 latency, µs.
+    pub read_p9999_us: Summary,
+    /// The readers' max latency, µs.
+    pub read_max_us: Summary,
+    /// Static points: whether on the Pareto frontier of the static points.
+    pub on_static_frontier: bool,
+    /// Tailguard points: against the best static setting.
+    pub versus_static: Option<VersusStatic>,
+    /// The raw measures of each round.
+    pub samples: Vec<Sample>,
+}
+
+/// A tailguard point against the static settings.
+#[derive(Clone, Debug, Serialize)]
+pub struct VersusStatic {
+    /// beats, ties, loses or unmatched.
+    pub standing: Standing,
+    /// The static point compared with.
+    pub static_point: Option<String>,
+    /// Its median write rate.
+    pub static_write_mb_per_s: Option<f64>,
+    /// Its median worst 0.5 s rate over solo.
+    pub static_worst_500ms_over_solo: Option<f64>,
+    /// Tailguard's median worst ratio minus the static point's.
+    pub worst_500ms_difference: Option<f64>,
+    /// Whether the static point writes within the tolerance (else it
+    /// dominates from a higher write rate).
+    pub same_rate: bool,
+    /// The static frontier's line at tailguard's write rate (interpolated
+    /// between its points; `None` outside their range).
+    pub frontier_worst_500ms_at_rate: Option<f64>,
+}
+
+impl FrontierResult {
+    /// Builds the result from each point's samples (per point, one per round,
+    /// in round order). `settings` must hold [`Setting::Solo`].
+    pub fn build(
+        command: String,
+        device: String,
+        workload: Workload,
+        settings: &[Setting],
+        samples: &[Vec<Sample>],
+    ) -> Result<Self, String> {
+        let solo_index = settings
+            .iter()
+            .position(|setting| *setting == Setting::Solo)
+            .ok_or("the frontier needs the solo point")?;
+        let solo = &samples[solo_index];
+        let from_disk = samples
+            .iter()
+            .flatten()
+            .all(|sample| sample.disk_write_mb_per_s.is_some());
+        let mut points = Vec::with_capacity(settings.len());
+        for (setting, runs) in settings.iter().zip(samples) {
+            points.push(summarise(setting, runs, solo, from_disk)?);
+        }
+        mark_frontier_and_compare(&mut points);
+        Ok(Self {
+            command,
+            device,
+            rounds: solo.len() as u32,
+            workload,
+            write_rate_source: if from_disk {
+                WriteRateSource::Disk
+            } else {
+                WriteRateSource::Writer
+            },
+            match_tolerance: analysis::MATCH_TOLERANCE,
+            tie_tolerance: analysis::TIE_TOLERANCE,
+            points,
+        })
+    }
+
+    /// The static points.
+    pub fn statics(&self) -> impl Iterator<Item = &PointResult> {
+        self.points.iter().filter(|point| point.setting.is_static())
+    }
+
+    /// The tailguard points.
+    pub fn tailguards(&self) -> impl Iterator<Item = &PointResult> {
+        self.points
+            .iter()
+            .filter(|point| point.setting.is_tailguard())
+    }
+}
+
+impl PointResult {
+    /// Where its medians sit on the trade-off plane.
+    pub fn position(&self) -> Position {
+        Position {
+            write_mb_per_s: self.write_mb_per_s.median,
+            worst_ratio: self.worst_500ms_over_solo.median,
+        }
+    }
+}
+
+fn summarise(
+    setting: &Setting,
+    runs: &[Sample],
+    solo: &[Sample],
+    from_disk: bool,
+) -> Result<PointResult, String> {
+    let name = setting.name();
+    let solo_iops = |sample: &Sample| {
+        solo.iter()
+            .find(|reference| reference.round == sample.round)
+            .map_or(f64::NAN, |reference| reference.read_iops)
+    };
+    let ratio = |part: f64, whole: f64| if whole > 0.0 { part / whole } else { f64::NAN };
+    let summary = |value: &dyn Fn(&Sample) -> f64| {
+        Summary::of(&runs.iter().map(value).collect::<Vec<_>>())
+            .ok_or_else(|| format!("{name}: no measure in any round"))
+    };
+    let (queue_depth, request_bytes) = match *setting {
+        Setting::Static {
+            queue_depth,
+            request_bytes,
+        } => (Some(queue_depth), Some(request_bytes)),
+        _ => (None, None),
+    };
+    Ok(PointResult {
+        setting: *setting,
+        kind: setting.kind(),
+        queue_depth,
+        request_bytes,
+        latency_target_us: match setting {
+            Setting::Tailguard(Variant::LatencyTarget { target_us }) => Some(*target_us),
+            _ => None,
+        },
+        adaptive: *setting == Setting::Tailguard(Variant::Adaptive),
+        write_mb_per_s: summary(&|sample| {
+            if from_disk {
+                sample.disk_write_mb_per_s.unwrap_or(f64::NAN)
+            } else {
+                sample.writer_mb_per_s
+            }
+        })?,
+        worst_500ms_over_solo: summary(&|sample| {
+            ratio(
+                sample.read_worst_500ms_iops.unwrap_or(sample.read_iops),
+                solo_iops(sample),
+            )
+        })?,
+        mean_over_solo: summary(&|sample| ratio(sample.read_iops, solo_iops(sample)))?,
+        read_p9999_us: summary(&|sample| sample.read_p9999_us)?,
+        read_max_us: summary(&|sample| sample.read_max_us)?,
+        on_static_frontier: false,
+        versus_static: None,
+        samples: runs.to_vec(),
+        name,
+    })
+}
+
+fn mark_frontier_and_compare(points: &mut [PointResult]) {
+    let static_indices: Vec<usize> = (0..points.len())
+        .filter(|&index| points[index].setting.is_static())
+        .collect();
+    let positions: Vec<Position> = static_indices
+        .iter()
+        .map(|&index| points[index].position())
+        .collect();
+    for (&index, on) in static_indices.iter().zip(analysis::pareto(&positions)) {
+        points[index].on_static_frontier = on;
+    }
+    for index in 0..points.len() {
+        if !points[index].setting.is_tailguard() {
+            continue;
+        }
+        let position = points[index].position();
+        let comparison: Comparison = analysis::compare(position, &positions);
+        let against = comparison.against.map(|at| &points[static_indices[at]]);
+        points[index].versus_static = Some(VersusStatic {
+            standing: comparison.standing,
+            static_point: against.map(|point| point.name.clone()),
+            static_write_mb_per_s: against.map(|point| point.write_mb_per_s.median),
+            static_worst_500ms_over_solo: against.map(|point| point.worst_500ms_over_solo.median),
+            worst_500ms_difference: comparison.worst_ratio_difference,
+            same_rate: comparison.same_rate,
+            frontier_worst_500ms_at_rate: analysis::frontier_at(
+                position.write_mb_per_s,
+                &positions,
+            ),
+        });
+    }
+}
+
+/// A summary as `median` or, over several rounds, `median [min-max]`.
+fn cell(summary: &Summary, rounds: u32, format: impl Fn(f64) -> String) -> String {
+    if rounds > 1 {
+        format!(
+            "{} [{}-{}]",
+            format(summary.median),
+            format(summary.min),
+            format(summary.max)
+        )
+    } else {
+        format(summary.median)
+    }
+}
+
+/// How a tailguard point stands, for the table: `loses to direct QD1 128k
+/// (0.92): -0.35`.
+pub fn describe_versus(versus: &VersusStatic) -> String {
+    let verb = match versus.standing {
+        Standing::Beats => "beats",
+        Standing::Ties => "ties",
+        Standing::Loses => "loses to",
+        Standing::Unmatched => {
+            return match versus.frontier_worst_500ms_at_rate {
+                Some(line) => format!(
+                    "no static setting within ±10%; the static frontier's line there: {line:.2}"
+                ),
+                None => "no static setting within ±10%, and none both faster and better for \
+                         the readers"
+                    .into(),
+            }
+        }
+    };
+    format!(
+        "{verb} {} ({:.2} at {:.0} MB/s{}): {:+.2}",
+        versus.static_point.as_deref().unwrap_or("?"),
+        versus.static_worst_500ms_over_solo.unwrap_or(f64::NAN),
+        versus.static_write_mb_per_s.unwrap_or(f64::NAN),
+        if versus.same_rate {
+            ""
+        } else {
+            ", writing more"
+        },
+        versus.worst_500ms_difference.unwrap_or(f64::NAN)
+    )
+}
+
+/// The terminal table, sorted by write rate; `*` marks the static frontier.
+pub fn render_table(result: &FrontierResult) -> String {
+    let rounds = result.rounds;
+    let mut order: Vec<&PointResult> = result.points.iter().collect();
+    order.sort_by(|a, b| a.write_mb_per_s.median.total_cmp(&b.write_mb_per_s.median));
+    let header = [
+        "point",
+        "write MB/s",
+        "worst 0.5s/solo",
+        "mean/solo",
+        "read p99.99",
+        "read max",
+        "",
+        "tailguard vs best static at the same write rate (±10%)",
+    ];
+    let rows: Vec<[String; 8]> = order
+        .iter()
+        .map(|point| {
+            [
+                point.name.clone(),
+                cell(&point.write_mb_per_s, rounds, |value| format!("{value:.0}")),
+                cell(&point.worst_500ms_over_solo, rounds, |value| {
+                    format!("{value:.2}")
+                }),
+                cell(&point.mean_over_solo, rounds, |value| format!("{value:.2}")),
+                cell(&point.read_p9999_us, rounds, human_duration),
+                cell(&point.read_max_us, rounds, human_duration),
+                if point.on_static_frontier { "*" } else { "" }.into(),
+                point
+                    .versus_static
+                    .as_ref()
+                    .map(describe_versus)
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|title| title.chars().count());
+    for row in &rows {
+        for (width, text) in widths.iter_mut().zip(row) {
+            *width = (*width).max(text.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[&str]| {
+        for (index, (text, width)) in cells.iter().zip(&widths).enumerate() {
+            let padding = width.saturating_sub(text.chars().count());
+            if index == 0 || index == cells.len() - 1 {
+                let _ = write!(out, "{text}{}  ", " ".repeat(padding));
+            } else {
+                let _ = write!(out, "{}{text}  ", " ".repeat(padding));
+            }
+        }
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out.push('\n');
+    };
+    line(&mut out, &header);
+    for row in &rows {
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        line(&mut out, &cells);
+    }
+    out.push_str(&footnote(result));
+    out
+}
+
+/// What the table's columns and marks mean.
+fn footnote(result: &FrontierResult) -> String {
+    format!(
+        "write MB/s: {}; worst 0.5 s and mean read rates over the same round's solo run; \
+         * = on the static Pareto frontier; {}\n",
+        if result.write_rate_source == WriteRateSource::Disk {
+            format!("what device {} wrote (its own counters)", result.device)
+        } else {
+            "the writer's own rate (the target has no device counters)".into()
+        },
+        if result.rounds > 1 {
+            format!("medians [min-max] of {} interleaved rounds", result.rounds)
+        } else {
+            "one round, so no spread is shown".into()
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sample with the given disk rate, mean and worst read rate.
+    fn sample(round: u32, write: f64, iops: f64, worst: f64) -> Sample {
+        Sample {
+            round,
+            order: 0,
+            disk_write_mb_per_s: Some(write),
+            writer_mb_per_s: write,
+            read_iops: iops,
+            read_worst_500ms_iops: Some(worst),
+            read_p9999_us: 4_000.0,
+            read_max_us: 9_000.0,
+        }
+    }
+
+    fn built() -> FrontierResult {
+        let settings = [
+            Setting::Solo,
+            Setting::Static {
+                queue_depth: 1,
+                request_bytes: 128 << 10,
+            },
+            Setting::Static {
+                queue_depth: 2,
+                request_bytes: 1 << 20,
+            },
+            Setting::Tailguard(Variant::Default),
+        ];
+        // Two rounds; solo reads 1000/s then 800/s.
+        let samples = vec![
+            vec![sample(0, 1.0, 1000.0, 950.0), sample(1, 1.0, 800.0, 760.0)],
+            vec![
+                sample(0, 450.0, 950.0, 900.0),
+                sample(1, 470.0, 760.0, 720.0),
+            ],
+            vec![
+                sample(0, 1800.0, 700.0, 500.0),
+                sample(1, 1700.0, 560.0, 400.0),
+            ],
+            vec![
+                sample(0, 460.0, 800.0, 600.0),
+                sample(1, 440.0, 640.0, 480.0),
+            ],
+        ];
+        FrontierResult::build("cmd".into(), "vda".into(), workload(), &settings, &samples).unwrap()
+    }
+
+    fn workload() -> Workload {
+        Workload::with_demo_readers(1 << 20, 1 << 20, 1.0)
+    }
+
+    #[test]
+    fn ratios_are_per_round_against_that_rounds_solo() {
+        let result = built();
+        assert_eq!(result.rounds, 2);
+        assert_eq!(result.write_rate_source, WriteRateSource::Disk);
+        let static_slow = &result.points[1];
+        // 900/1000 and 720/800: both 0.9.
+        assert!((static_slow.worst_500ms_over_solo.median - 0.9).abs() < 1e-9);
+        assert!((static_slow.mean_over_solo.min - 0.95).abs() < 1e-9);
+        assert_eq!(static_slow.write_mb_per_s.median, 460.0);
+        assert!(static_slow.on_static_frontier && result.points[2].on_static_frontier);
+        assert!(!result.points[3].on_static_frontier, "only static points");
+    }
+
+    #[test]
+    fn tailguard_is_matched_with_the_static_point_at_its_rate() {
+        let result = built();
+        let versus = result.points[3].versus_static.as_ref().unwrap();
+        assert_eq!(versus.static_point.as_deref(), Some("direct QD1 128k"));
+        assert_eq!(versus.standing, Standing::Loses);
+        // 0.6 against 0.9.
+        assert!((versus.worst_500ms_difference.unwrap() + 0.3).abs() < 1e-9);
+        assert!(result.points[1].versus_static.is_none());
+        assert!(describe_versus(versus).starts_with("loses to direct QD1 128k (0.90"));
+    }
+
+    #[test]
+    fn the_table_is_sorted_by_write_rate_and_marks_the_frontier() {
+        let table = render_table(&built());
+        let names: Vec<&str> = table
+            .lines()
+            .skip(1)
+            .take(4)
+            .map(|line| line.split("  ").next().unwrap().trim())
+            .collect();
+        assert_eq!(
+            names,
+            ["solo", "tailguard", "direct QD1 128k", "direct QD2 1m"],
+            "{table}"
+        );
+        let marked: Vec<&str> = table
+            .lines()
+            .skip(1)
+            .take(4)
+            .filter(|line| line.split_whitespace().any(|cell| cell == "*"))
+            .collect();
+        assert_eq!(marked.len(), 2, "{table}");
+        assert!(
+            marked.iter().all(|line| line.starts_with("direct")),
+            "{table}"
+        );
+        assert!(table.contains("[440-460]"), "min-max over rounds: {table}");
+    }
+
+    #[test]
+    fn the_json_has_one_object_per_point_with_summaries() {
+        let value = serde_json::to_value(built()).unwrap();
+        let points = value["points"].as_array().unwrap();
+        assert_eq!(points.len(), 4);
+        for point in points {
+            for key in [
+                "write_mb_per_s",
+                "worst_500ms_over_solo",
+                "mean_over_solo",
+                "read_p9999_us",
+                "read_max_us",
+            ] {
+                let summary = &point[key];
+                let (low, middle, high) = (
+                    summary["min"].as_f64().unwrap(),
+                    summary["median"].as_f64().unwrap(),
+                    summary["max"].as_f64().unwrap(),
+                );
+                assert!(low <= middle && middle <= high, "{key}: {summary}");
+            }
+            assert_eq!(point["samples"].as_array().unwrap().len(), 2);
+        }
+        assert_eq!(points[3]["versus_static"]["standing"], "loses");
+        assert_eq!(points[1]["kind"], "static");
+        assert_eq!(points[1]["request_bytes"], 131072);
+        assert_eq!(value["write_rate_source"], "disk");
+    }
+
+    #[test]
+    fn without_device_counters_the_writers_rate_stands_in() {
+        let settings = [Setting::Solo, Setting::Tailguard(Variant::Default)];
+        let mut tailguard = sample(0, 300.0, 900.0, 800.0);
+        tailguard.disk_write_mb_per_s = None;
+        let samples = vec![vec![sample(0, 0.0, 1000.0, 900.0)], vec![tailguard]];
+        let result = FrontierResult::build(
+            "cmd".into(),
+            "tmpfs".into(),
+            workload(),
+            &settings,
+            &samples,
+        )
+        .unwrap();
+        assert_eq!(result.write_rate_source, WriteRateSource::Writer);
+        assert_eq!(result.points[1].write_mb_per_s.median, 300.0);
+        assert_eq!(
+            result.points[1].versus_static.as_ref().unwrap().standing,
+            Standing::Unmatched
+        );
+    }
+}

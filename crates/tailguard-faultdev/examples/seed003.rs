@@ -1,0 +1,230 @@
+//! Seed 003 on the real kernel path: the `hdd` model's synchronous sequential
+//! 4 KiB writes at queue depth 1, against the same writes queued through
+//! tailguard.
+//!
+//! A fault device (a loop device over this crate's FUSE file) is timed by the
+//! simulator's `hdd` model in real time, write cache off. Three writers take
+//! turns, each for `--seconds`, repeated `--rounds` times (A B C A B C ...):
+//!
+//! - `sync-qd1`: `pwrite` with O_DIRECT on `/dev/loopN`, one at a time, no
+//!   tailguard (the seed's program);
+//! - `tailguard-qd1`: the same writes through tailguard, one at a time;
+//! - `tailguard-qd32`: the same writes through tailguard with 32 in flight,
+//!   tailguard given the model's own profile (as `tailguard tune` would
+//!   measure it).
+//!
+//! Each writer continues the sequential stream where the last one stopped
+//! (wrapping at the device's end), so none starts on a sector that just went
+//! by. Prints writes per second per run, min/median/max per writer, and the
+//! ratio of medians. Needs root.
+//!
+//! ```sh
+//! sudo cargo run --release -p tailguard-faultdev --example seed003 -- --seconds 3 --rounds 3
+//! ```
+
+use std::collections::VecDeque;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tailguard::{AlignedBuffer, BackendChoice, Scheduler};
+use tailguard_faultdev::{DeviceConfig, FaultDevice, Model};
+
+const BLOCK: u64 = 4096;
+const DEVICE_BYTES: u64 = 64 << 20;
+const QUEUED: usize = 32;
+
+struct Stream {
+    next_offset: u64,
+}
+
+impl Stream {
+    fn next(&mut self) -> u64 {
+        let offset = self.next_offset;
+        self.next_offset = (offset + BLOCK) % DEVICE_BYTES;
+        offset
+    }
+}
+
+fn sync_qd1(path: &Path, stream: &mut Stream, duration: Duration) -> u64 {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .expect("open the loop device");
+    let buffer = AlignedBuffer::new(BLOCK as usize, BLOCK as usize).unwrap();
+    let start = Instant::now();
+    let mut writes = 0;
+    while start.elapsed() < duration {
+        file.write_all_at(&buffer, stream.next()).expect("write");
+        writes += 1;
+    }
+    writes
+}
+
+/// `QUEUED` threads doing O_DIRECT `pwrite`s of one sequential stream (the
+/// kernel's own queueing, no tailguard): what the device path itself allows.
+fn kernel_qd32(path: &Path, stream: &mut Stream, duration: Duration) -> u64 {
+    let next = std::sync::Mutex::new(std::mem::replace(stream, Stream { next_offset: 0 }));
+    let writes = std::sync::atomic::AtomicU64::new(0);
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..QUEUED {
+            scope.spawn(|| {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(path)
+                    .expect("open the loop device");
+                let buffer = AlignedBuffer::new(BLOCK as usize, BLOCK as usize).unwrap();
+                while start.elapsed() < duration {
+                    let offset = next.lock().unwrap().next();
+                    file.write_all_at(&buffer, offset).expect("write");
+                    if start.elapsed() < duration {
+                        writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    *stream = next.into_inner().unwrap();
+    writes.into_inner()
+}
+
+fn through_tailguard(
+    scheduler: &Scheduler,
+    path: &Path,
+    stream: &mut Stream,
+    duration: Duration,
+    depth: usize,
+) -> u64 {
+    let file = scheduler.open(path).expect("open through tailguard");
+    let class = scheduler
+        .add_class(&format!("w{}", stream.next_offset), 100)
+        .unwrap();
+    let mut in_flight = VecDeque::new();
+    let start = Instant::now();
+    let mut writes = 0;
+    loop {
+        let running = start.elapsed() < duration;
+        while running && in_flight.len() < depth {
+            let buffer = AlignedBuffer::new(BLOCK as usize, BLOCK as usize).unwrap();
+            in_flight.push_back(file.write_at(&class, buffer, stream.next()));
+        }
+        let Some(oldest) = in_flight.pop_front() else {
+            break;
+        };
+        let (result, _) = oldest.wait();
+        result.expect("write");
+        // Writes finished after the window are not counted.
+        writes += u64::from(running);
+    }
+    class.remove().unwrap();
+    writes
+}
+
+fn summary(rates: &[f64]) -> (f64, f64, f64) {
+    let mut sorted = rates.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    (
+        sorted[0],
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1],
+    )
+}
+
+fn argument(name: &str, default: u64) -> u64 {
+    let arguments: Vec<String> = std::env::args().collect();
+    arguments
+        .iter()
+        .position(|argument| argument == name)
+        .and_then(|index| arguments.get(index + 1))
+        .map(|value| value.parse().expect("a whole number"))
+        .unwrap_or(default)
+}
+
+fn main() {
+    let seconds = argument("--seconds", 3);
+    let rounds = argument("--rounds", 3) as usize;
+    if let Some(reason) = FaultDevice::unavailable() {
+        eprintln!("seed003: {reason}");
+        std::process::exit(2);
+    }
+    let config = DeviceConfig {
+        model: Model::Hdd,
+        size_bytes: DEVICE_BYTES,
+        volatile_cache: false,
+        seed: 5,
+        fuse_threads: QUEUED,
+        sector_bytes: 4096,
+    };
+    let device = FaultDevice::start(config, &std::env::temp_dir()).expect("start the device");
+    let model = tailguard_sim::device::build("hdd", &toml::Table::new(), 5).unwrap();
+    let profile = model.profile();
+    let media_writes_per_s = profile.write_bandwidth / BLOCK as f64;
+    println!(
+        "device {} (direct I/O {}), hdd model: media rate {:.0} 4 KiB writes/s, one revolution {:.2} ms",
+        device.path().display(),
+        device.direct_io(),
+        media_writes_per_s,
+        60_000.0 / 7200.0
+    );
+    let scheduler = Scheduler::builder()
+        .backend(BackendChoice::Auto)
+        .default_profile(profile.clone())
+        .build()
+        .expect("scheduler");
+    let duration = Duration::from_secs(seconds);
+    let mut stream = Stream { next_offset: 0 };
+    // The same writes with a 4x latency target: a 4x larger in-flight budget.
+    let deep = Scheduler::builder()
+        .backend(BackendChoice::Auto)
+        .default_profile(profile.clone())
+        .latency_target(Duration::from_millis(4 * profile.latency_target_us / 1000))
+        .build()
+        .expect("scheduler");
+    let names = [
+        "sync-qd1",
+        "tailguard-qd1",
+        "tailguard-qd32",
+        "kernel-qd32",
+        "tailguard-qd32-4x-target",
+    ];
+    let mut rates = vec![Vec::new(); names.len()];
+    for round in 0..rounds {
+        for (index, name) in names.iter().enumerate() {
+            let writes = match index {
+                0 => sync_qd1(device.path(), &mut stream, duration),
+                1 => through_tailguard(&scheduler, device.path(), &mut stream, duration, 1),
+                2 => through_tailguard(&scheduler, device.path(), &mut stream, duration, QUEUED),
+                3 => kernel_qd32(device.path(), &mut stream, duration),
+                _ => through_tailguard(&deep, device.path(), &mut stream, duration, QUEUED),
+            };
+            let rate = writes as f64 / duration.as_secs_f64();
+            println!(
+                "round {round} {name:>15}: {rate:8.1} writes/s (model depth peak so far {})",
+                device.control().model_depth_max()
+            );
+            rates[index].push(rate);
+        }
+    }
+    println!("\n| writer | writes/s min | median | max | median / media rate |");
+    println!("|---|---|---|---|---|");
+    let medians: Vec<f64> = rates
+        .iter()
+        .zip(names)
+        .map(|(rates, name)| {
+            let (min, median, max) = summary(rates);
+            println!(
+                "| {name} | {min:.1} | {median:.1} | {max:.1} | {:.3} |",
+                median / media_writes_per_s
+            );
+            median
+        })
+        .collect();
+    println!(
+        "\ntailguard-qd32 / sync-qd1 (medians): {:.1}x; tailguard-qd1 / sync-qd1: {:.2}",
+        medians[2] / medians[0],
+        medians[1] / medians[0]
+    );
+    println!("backend: {}", scheduler.backend());
+}

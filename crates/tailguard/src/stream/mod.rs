@@ -1,0 +1,160 @@
+//! Byte streams over a [`File`]: a write-behind [`StreamWriter`] and a
+//! read-ahead [`StreamReader`], for engines that write and read the way
+//! buffered I/O lets them (any length, any alignment) while every request
+//! still goes through the scheduler, in the stream's [`IoClass`].
+//!
+//! Both keep a bounded set of aligned buffers: the writer fills one while the
+//! others are being written, and the reader consumes one while the next ones
+//! are being read. Memory is `buffer_bytes × (buffers + 1)` at most; a writer
+//! that has every buffer in flight makes its caller wait for the oldest
+//! (backpressure), never allocates more.
+//!
+//! Each type works both ways:
+//!
+//! - **blocking**: [`std::io::Write`] / [`std::io::Read`], plus `sync` and
+//!   `close`. A call that has to wait runs [`Scheduler::block_on`], so the
+//!   calling thread runs the engine itself while it waits;
+//! - **async**: [`futures_io::AsyncWrite`] / [`futures_io::AsyncRead`], plus
+//!   `*_async` methods. The `futures-io` traits are the runtime-agnostic ones
+//!   (the engine itself needs no runtime); tokio users adapt them with
+//!   `tokio_util::compat`. Do not call the blocking methods from an async
+//!   task: they block its thread.
+//!
+//! Errors are sticky: once a request of the stream fails, the call that sees
+//! it reports the original error, and every later call reports a copy that
+//! says the stream failed earlier. A failed write is never forgotten, even if
+//! the bytes it carried were accepted by an earlier call that returned `Ok`.
+//!
+//! [`File`]: crate::File
+//! [`IoClass`]: crate::IoClass
+//! [`Scheduler::block_on`]: crate::Scheduler::block_on
+
+mod reader;
+mod writer;
+
+pub use reader::{ReaderOptions, StreamReader};
+pub use writer::{StreamWriter, WriterOptions};
+
+use crate::completion::IoFuture;
+use crate::scheduler::{File, Scheduler};
+use granularity_of as granularity;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+/// The allocation alignment of stream buffers: a page, which satisfies every
+/// device's direct-I/O memory alignment in practice; a larger one is used
+/// where the device asks for it.
+const PAGE_BYTES: usize = 4096;
+
+/// The offset and length granularity of `file`'s direct I/O (1 without
+/// O_DIRECT), and the memory alignment to allocate buffers with.
+pub(crate) fn granularity_of(file: &File) -> (usize, usize) {
+    let alignment = file.alignment();
+    let block = (alignment.offset_bytes as usize).max(1);
+    let memory = (alignment.memory_bytes as usize)
+        .max(PAGE_BYTES)
+        .next_power_of_two();
+    (block, memory)
+}
+
+/// `bytes` rounded up to a multiple of `block` (at least one block).
+fn round_up(bytes: usize, block: usize) -> usize {
+    bytes.max(1).div_ceil(block) * block
+}
+
+/// A request in flight, or its result once it has come.
+enum Flight<T> {
+    Waiting(IoFuture<T>),
+    Done(T),
+}
+
+impl<T> Flight<T> {
+    /// A fresh request, polled once so that the engine thread is woken if it
+    /// sleeps (a deferred push is paid by the first pending poll, see
+    /// `crate::completion`).
+    fn start(mut future: IoFuture<T>) -> Self {
+        let mut context = Context::from_waker(Waker::noop());
+        match Pin::new(&mut future).poll(&mut context) {
+            Poll::Ready(value) => Flight::Done(value),
+            Poll::Pending => Flight::Waiting(future),
+        }
+    }
+
+    /// Ready once the result has come (then it stays `Done`).
+    fn poll_done(&mut self, context: &mut Context<'_>) -> Poll<()> {
+        if let Flight::Waiting(future) = self {
+            match Pin::new(future).poll(context) {
+                Poll::Ready(value) => *self = Flight::Done(value),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(())
+    }
+
+    /// The result; only after `poll_done` was ready.
+    fn into_result(self) -> T {
+        match self {
+            Flight::Done(value) => value,
+            Flight::Waiting(_) => unreachable!("a flight is taken only once done"),
+        }
+    }
+}
+
+/// The first error of a stream, kept for every later call.
+#[derive(Default)]
+struct StickyError {
+    /// The original, until a call has reported it.
+    original: Option<io::Error>,
+    /// What every later call reports: its kind and text.
+    copy: Option<(io::ErrorKind, String)>,
+}
+
+impl StickyError {
+    /// Records `error` unless one is recorded already (then `error` is logged:
+    /// the first is the one reported).
+    fn set(&mut self, error: io::Error) {
+        if self.copy.is_some() {
+            tracing::warn!("stream error after an earlier one: {error}");
+            return;
+        }
+        self.copy = Some((error.kind(), error.to_string()));
+        self.original = Some(error);
+    }
+
+    fn is_set(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// The error to report now, if any: the original the first time.
+    fn check(&mut self) -> io::Result<()> {
+        if let Some(original) = self.original.take() {
+            return Err(original);
+        }
+        match &self.copy {
+            Some((kind, text)) => Err(io::Error::new(
+                *kind,
+                format!("the stream failed earlier and accepts no more requests: {text}"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Runs `step` to completion from a plain thread: once with a no-op waker
+/// (most calls finish at once: a copy into a buffer), and if that is pending,
+/// under the `block_on` of the scheduler that `scheduler` names, which runs
+/// the engine meanwhile.
+fn block<S, T>(
+    state: &mut S,
+    scheduler: impl FnOnce(&S) -> Scheduler,
+    mut step: impl FnMut(&mut S, &mut Context<'_>) -> Poll<T>,
+) -> T {
+    let mut context = Context::from_waker(Waker::noop());
+    if let Poll::Ready(value) = step(state, &mut context) {
+        return value;
+    }
+    let scheduler = scheduler(state);
+    scheduler.block_on(std::future::poll_fn(|context| step(state, context)))
+}

@@ -1,0 +1,102 @@
+//! Misuse of the API as a hostile new user would try it: an `IoClass` of one
+//! `Scheduler` used on another's file, and a clone of a removed class. Each
+//! is a clear error at once, never a panic, and the scheduler keeps serving
+//! everyone else.
+//!
+//! Files live in cargo's per-test temporary directory (O_DIRECT); the
+//! thread-pool backend runs everywhere.
+
+use std::path::PathBuf;
+use tailguard::{AlignedBuffer, BackendChoice, Scheduler};
+
+const BLOCK: usize = 4096;
+
+fn scratch(name: &str) -> PathBuf {
+    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("misuse-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join(format!("{name}-{}", std::process::id()));
+    std::fs::write(&path, vec![7u8; 4 * BLOCK]).unwrap();
+    path
+}
+
+fn scheduler() -> Scheduler {
+    Scheduler::builder()
+        .backend(BackendChoice::Threads)
+        .build()
+        .unwrap()
+}
+
+fn buffer() -> AlignedBuffer {
+    AlignedBuffer::new(BLOCK, BLOCK).unwrap()
+}
+
+#[test]
+fn a_class_of_another_scheduler_is_refused_and_both_live_on() {
+    let path = scratch("foreign-class");
+    let mine = scheduler();
+    let theirs = scheduler();
+    let own = mine.add_class("own", 100).unwrap();
+    // More classes on the other scheduler than this one has: their numbers
+    // are out of this engine's range.
+    let foreign: Vec<_> = (0..5)
+        .map(|index| theirs.add_class(&format!("theirs{index}"), 100).unwrap())
+        .collect();
+    let file = mine.open(&path).unwrap();
+    for class in [&foreign[4], &foreign[0]] {
+        let (result, returned) = file.read_at(class, buffer(), 0).wait();
+        let error = result.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{error}");
+        assert!(error.to_string().contains("another Scheduler"), "{error}");
+        assert_eq!(returned.len(), BLOCK, "the buffer comes back");
+        let error = file.fdatasync(class).wait().unwrap_err();
+        assert!(error.to_string().contains("another Scheduler"), "{error}");
+        let error = mine.nop(class).wait().unwrap_err();
+        assert!(error.to_string().contains("another Scheduler"), "{error}");
+    }
+    // Both schedulers still serve their own classes.
+    let (result, data) = file.read_at(&own, buffer(), 0).wait();
+    assert_eq!(result.unwrap(), BLOCK);
+    assert!(data.iter().all(|&byte| byte == 7));
+    theirs.nop(&foreign[4]).wait().unwrap();
+    let stats = mine.stats().unwrap();
+    assert_eq!(stats.class("own").unwrap().ops, 1);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_removed_class_is_refused_through_its_clones() {
+    let path = scratch("removed-class");
+    let scheduler = scheduler();
+    let keeper = scheduler.add_class("keeper", 100).unwrap();
+    let doomed = scheduler.add_class("doomed", 100).unwrap();
+    let clone = doomed.clone();
+    let file = scheduler.open(&path).unwrap();
+    let (result, _) = file.read_at(&clone, buffer(), 0).wait();
+    assert_eq!(result.unwrap(), BLOCK, "live until removed");
+    doomed.remove().unwrap();
+    let (result, _) = file.read_at(&clone, buffer(), 0).wait();
+    let error = result.unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{error}");
+    assert!(error.to_string().contains("removed"), "{error}");
+    assert!(
+        error.to_string().contains("doomed"),
+        "names the class: {error}"
+    );
+    assert!(file.fdatasync(&clone).wait().is_err());
+    assert!(scheduler.nop(&clone).wait().is_err());
+    assert!(clone.set_shares(5).is_err(), "shares of a removed class");
+    assert!(clone.clone().remove().is_err(), "removed twice");
+    // The name is free again, and the scheduler serves everyone else.
+    let reborn = scheduler.add_class("doomed", 10).unwrap();
+    let (result, _) = file.write_at(&reborn, buffer(), 0).wait();
+    assert_eq!(result.unwrap(), BLOCK);
+    let (result, _) = file.read_at(&keeper, buffer(), 0).wait();
+    assert_eq!(result.unwrap(), BLOCK);
+    let stats = scheduler.stats().unwrap();
+    assert_eq!(
+        stats.classes.iter().map(|class| class.ops).sum::<u64>(),
+        3,
+        "refused requests never reached a dispatcher"
+    );
+    std::fs::remove_file(&path).unwrap();
+}

@@ -1,0 +1,541 @@
+//! The stream writer and reader and the unaligned positional calls, on both
+//! backends: round trips of odd-sized appends through small buffers with
+//! flushes in the middle, the async traits, bounded memory, durability
+//! through a fresh handle after `sync`, unaligned read-modify-write against a
+//! model, and errors in the middle of a stream (a file that refuses writes
+//! everywhere; a full tmpfs where the test runs as root), and the async
+//! traits on tokio, where only completions wake the task. Every test runs on
+//! its own thread under a watchdog, so a lost wake-up fails instead of hanging.
+//!
+//! Files live in cargo's per-test temporary directory, on a filesystem that
+//! supports O_DIRECT. io_uring runs skip with a printed reason where the
+//! kernel refuses io_uring.
+
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
+use tailguard::{
+    BackendChoice, OpenOptions, ReaderOptions, Scheduler, StreamReader, StreamWriter, WriterOptions,
+};
+
+/// How long any one test may take before it counts as hung.
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// Runs `test` on its own thread and fails if it takes longer than
+/// [`WATCHDOG`], so that a lost wake-up fails the run instead of hanging it.
+fn watchdog(test: fn()) {
+    let (done, finished) = mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(WATCHDOG) {
+        Ok(()) => runner.join().expect("the test thread finished"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = runner.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung for {WATCHDOG:?}"),
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stream-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    let path = directory.join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// A scheduler on each backend this machine offers.
+fn schedulers() -> Vec<(BackendChoice, Scheduler)> {
+    [BackendChoice::Threads, BackendChoice::IoUring]
+        .into_iter()
+        .filter_map(
+            |choice| match Scheduler::builder().backend(choice).build() {
+                Ok(scheduler) => Some((choice, scheduler)),
+                Err(error) if choice == BackendChoice::IoUring => {
+                    println!(
+                        "skipping io_uring: {error} ({})",
+                        tailguard::backend::refusal_reason(&error)
+                    );
+                    None
+                }
+                Err(error) => panic!("{choice:?}: {error}"),
+            },
+        )
+        .collect()
+}
+
+fn create(scheduler: &Scheduler, path: &PathBuf) -> tailguard::File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(scheduler, path)
+        .unwrap()
+}
+
+/// Deterministic bytes: a xorshift stream from `seed`.
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// Chunk lengths that cross buffer boundaries in every way: 1 byte, odd
+/// sizes, exactly a block, more than a buffer.
+const CHUNKS: [usize; 9] = [1, 7, 4096, 511, 20_000, 3, 8192, 12_345, 100];
+
+const SMALL: WriterOptions = WriterOptions {
+    buffer_bytes: 8192,
+    buffers_in_flight: 2,
+};
+
+#[test]
+fn appends_of_any_length_read_back_exactly_with_flushes_between() {
+    watchdog(appends_of_any_length_read_back_exactly_with_flushes_between_body);
+}
+
+fn appends_of_any_length_read_back_exactly_with_flushes_between_body() {
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("log", 100).unwrap();
+        let path = scratch(&format!("roundtrip-{choice:?}"));
+        let mut writer = StreamWriter::new(create(&scheduler, &path), &class, SMALL);
+        let mut expected = Vec::new();
+        for (round, length) in CHUNKS.iter().cycle().take(40).enumerate() {
+            let chunk = bytes(*length, round as u64);
+            writer.write_all(&chunk).unwrap();
+            expected.extend_from_slice(&chunk);
+            // What the writer says is written is in the file already.
+            let written = writer.written_len() as usize;
+            assert!(written <= expected.len());
+            let contents = std::fs::read(&path).unwrap();
+            assert_eq!(contents[..written], expected[..written], "{choice:?}");
+            if round % 7 == 3 {
+                // A flush in the middle writes the padded tail, which the
+                // next appends rewrite: the file holds the data, then zeros
+                // to the end of the block.
+                writer.flush().unwrap();
+                let contents = std::fs::read(&path).unwrap();
+                assert_eq!(contents[..expected.len()], expected, "{choice:?}");
+                assert!(contents.len() < expected.len() + 4096);
+                assert!(contents[expected.len()..].iter().all(|byte| *byte == 0));
+                if round % 2 == 1 {
+                    writer.sync().unwrap();
+                    assert_eq!(std::fs::read(&path).unwrap(), expected, "sync truncates");
+                }
+            }
+        }
+        assert_eq!(writer.logical_len(), expected.len() as u64);
+        writer.flush().unwrap();
+        assert_eq!(writer.written_len(), expected.len() as u64, "all written");
+        assert!(
+            writer.buffers_allocated() <= SMALL.buffers_in_flight + 1,
+            "memory is bounded: {} buffers",
+            writer.buffers_allocated()
+        );
+        writer.close().unwrap();
+        assert!(writer.write(b"late").is_err(), "a closed writer refuses");
+        drop(writer);
+        assert_eq!(std::fs::read(&path).unwrap(), expected, "{choice:?}");
+
+        let file = scheduler.open(&path).unwrap();
+        let options = ReaderOptions {
+            buffer_bytes: 4096,
+            read_ahead_buffers: 3,
+        };
+        let mut reader = StreamReader::new(file, &class, options.clone());
+        let mut read_back = Vec::new();
+        let mut piece = [0u8; 777];
+        loop {
+            let read = reader.read(&mut piece).unwrap();
+            if read == 0 {
+                break;
+            }
+            read_back.extend_from_slice(&piece[..read]);
+        }
+        assert_eq!(read_back, expected, "{choice:?}: the reader");
+        for start in [1u64, 4095, 4096, 50_001] {
+            let file = scheduler.open(&path).unwrap();
+            let mut reader = StreamReader::starting_at(file, &class, options.clone(), start);
+            let mut tail = Vec::new();
+            reader.read_to_end(&mut tail).unwrap();
+            assert_eq!(tail, expected[start as usize..], "from {start}");
+            assert_eq!(reader.position(), expected.len() as u64);
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// Writes everything through the `futures-io` trait itself.
+async fn write_through_trait(writer: &mut StreamWriter, mut data: &[u8]) -> io::Result<()> {
+    use futures_io::AsyncWrite;
+    while !data.is_empty() {
+        let written =
+            std::future::poll_fn(|context| Pin::new(&mut *writer).poll_write(context, data))
+                .await?;
+        data = &data[written..];
+    }
+    std::future::poll_fn(|context| Pin::new(&mut *writer).poll_flush(context)).await
+}
+
+#[test]
+fn the_async_traits_stream_the_same_bytes() {
+    watchdog(the_async_traits_stream_the_same_bytes_body);
+}
+
+fn the_async_traits_stream_the_same_bytes_body() {
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("async", 100).unwrap();
+        let path = scratch(&format!("async-{choice:?}"));
+        let data = bytes(150_001, 9);
+        let mut writer = StreamWriter::new(create(&scheduler, &path), &class, SMALL);
+        let read_back = scheduler.block_on(async {
+            write_through_trait(&mut writer, &data[..70_000]).await?;
+            writer.write_all_async(&data[70_000..]).await?;
+            writer.sync_async().await?;
+            writer.close_async().await?;
+            let file = writer.file().clone();
+            let mut reader = StreamReader::new(file, &class, ReaderOptions::default());
+            let mut read_back = Vec::new();
+            let mut piece = vec![0u8; 10_000];
+            loop {
+                use futures_io::AsyncRead;
+                let read = std::future::poll_fn(|context| {
+                    Pin::new(&mut reader).poll_read(context, &mut piece)
+                })
+                .await?;
+                if read == 0 {
+                    break;
+                }
+                read_back.extend_from_slice(&piece[..read]);
+            }
+            io::Result::Ok(read_back)
+        });
+        assert_eq!(read_back.unwrap(), data, "{choice:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn the_async_traits_work_on_a_foreign_runtime() {
+    watchdog(the_async_traits_work_on_a_foreign_runtime_body);
+}
+
+fn the_async_traits_work_on_a_foreign_runtime_body() {
+    // On tokio nobody runs the engine but its own thread: every pending
+    // write, sync and read must be woken by a completion, or this hangs.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("tokio", 100).unwrap();
+        let path = scratch(&format!("tokio-{choice:?}"));
+        let data = bytes(100_003, 11);
+        let file = create(&scheduler, &path);
+        let (expected, class_for_task) = (data.clone(), class.clone());
+        let read_back = runtime.block_on(async move {
+            let mut writer = StreamWriter::new(file, &class_for_task, SMALL);
+            write_through_trait(&mut writer, &expected).await?;
+            writer.sync_async().await?;
+            writer.close_async().await?;
+            let mut reader = StreamReader::new(
+                writer.file().clone(),
+                &class_for_task,
+                ReaderOptions {
+                    buffer_bytes: 4096,
+                    read_ahead_buffers: 2,
+                },
+            );
+            let mut read_back = Vec::new();
+            let mut piece = vec![0u8; 5_000];
+            loop {
+                let read = reader.read_async(&mut piece).await?;
+                if read == 0 {
+                    break;
+                }
+                read_back.extend_from_slice(&piece[..read]);
+            }
+            io::Result::Ok(read_back)
+        });
+        assert_eq!(read_back.unwrap(), data, "{choice:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn after_sync_the_data_reads_back_through_a_fresh_handle() {
+    watchdog(after_sync_the_data_reads_back_through_a_fresh_handle_body);
+}
+
+fn after_sync_the_data_reads_back_through_a_fresh_handle_body() {
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("durable", 100).unwrap();
+        let path = scratch(&format!("sync-{choice:?}"));
+        let mut writer = StreamWriter::new(create(&scheduler, &path), &class, SMALL);
+        let data = bytes(30_001, 3);
+        writer.write_all(&data).unwrap();
+        writer.sync().unwrap();
+        // Not closed: what `sync` made durable must stand on its own, length
+        // included. A fresh O_DIRECT handle on a fresh scheduler reads the
+        // device, not this process's page cache.
+        let fresh = Scheduler::builder().backend(choice).build().unwrap();
+        let fresh_class = fresh.add_class("check", 1).unwrap();
+        let file = fresh.open(&path).unwrap();
+        assert_eq!(file.std_file().metadata().unwrap().len(), data.len() as u64);
+        let mut read_back = Vec::new();
+        StreamReader::new(file, &fresh_class, ReaderOptions::default())
+            .read_to_end(&mut read_back)
+            .unwrap();
+        assert_eq!(read_back, data, "{choice:?}");
+        // Appends after the sync go on from the padded tail.
+        writer.write_all(b"more").unwrap();
+        writer.sync().unwrap();
+        let mut expected = data.clone();
+        expected.extend_from_slice(b"more");
+        assert_eq!(std::fs::read(&path).unwrap(), expected);
+        drop(writer);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn a_writer_appends_to_an_existing_file_at_any_offset() {
+    watchdog(a_writer_appends_to_an_existing_file_at_any_offset_body);
+}
+
+fn a_writer_appends_to_an_existing_file_at_any_offset_body() {
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("append", 100).unwrap();
+        let path = scratch(&format!("append-{choice:?}"));
+        let initial = bytes(20_000, 21);
+        for offset in [10_001u64, 8192, 20_000, 0] {
+            std::fs::write(&path, &initial).unwrap();
+            let file = scheduler.open(&path).unwrap();
+            let mut writer = StreamWriter::appending(file, &class, SMALL, offset).unwrap();
+            assert_eq!(writer.logical_len(), offset);
+            let more = bytes(9_000, offset);
+            writer.write_all(&more).unwrap();
+            writer.close().unwrap();
+            let mut expected = initial[..offset as usize].to_vec();
+            expected.extend_from_slice(&more);
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                expected,
+                "{choice:?} at {offset}"
+            );
+        }
+        let file = scheduler.open(&path).unwrap();
+        let error = StreamWriter::appending(file, &class, SMALL, 1 << 20).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn unaligned_positional_writes_and_reads_match_a_model() {
+    watchdog(unaligned_positional_writes_and_reads_match_a_model_body);
+}
+
+fn unaligned_positional_writes_and_reads_match_a_model_body() {
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("patch", 100).unwrap();
+        let path = scratch(&format!("unaligned-{choice:?}"));
+        let initial = bytes(10_000, 5);
+        std::fs::write(&path, &initial).unwrap();
+        let file = scheduler.open(&path).unwrap();
+        let mut model = initial.clone();
+        let patches = [
+            (3u64, 10usize),
+            (4090, 20),
+            (4096, 4096),
+            (9_990, 30), // extends the file past its end
+            (20_000, 5), // leaves a hole of zeros
+            (1, 1),
+        ];
+        for (index, (offset, length)) in patches.into_iter().enumerate() {
+            let patch = bytes(length, 100 + index as u64);
+            scheduler
+                .block_on(file.write_at_unaligned(&class, &patch, offset))
+                .unwrap();
+            let end = offset as usize + length;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[offset as usize..end].copy_from_slice(&patch);
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                model,
+                "{choice:?} patch {index}"
+            );
+        }
+        for (offset, length) in [(0u64, 1usize), (4095, 2), (7, 9_000), (19_998, 100)] {
+            let mut out = vec![0u8; length];
+            let read = scheduler
+                .block_on(file.read_at_unaligned(&class, &mut out, offset))
+                .unwrap();
+            let end = (offset as usize + length).min(model.len());
+            assert_eq!(read, end - offset as usize, "short only at the end");
+            assert_eq!(out[..read], model[offset as usize..end]);
+            let exact = scheduler.block_on(file.read_exact_at_unaligned(&class, &mut out, offset));
+            match exact {
+                Ok(()) => assert_eq!(read, length),
+                Err(error) => {
+                    assert!(read < length, "{error}");
+                    assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof);
+                }
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// Writes until a call fails; returns the error and checks that every later
+/// call fails too and says the stream failed earlier.
+fn write_until_error(writer: &mut StreamWriter, total_bytes: usize) -> io::Error {
+    let chunk = bytes(3_000, 1);
+    let mut written = 0;
+    let error = loop {
+        if let Err(error) = writer.write_all(&chunk) {
+            break error;
+        }
+        written += chunk.len();
+        if written >= total_bytes {
+            match writer.flush() {
+                Err(error) => break error,
+                Ok(()) => panic!("{total_bytes} bytes went through without an error"),
+            }
+        }
+    };
+    for later in [
+        writer.write(b"x").err(),
+        writer.flush().err(),
+        writer.sync().err(),
+        writer.close().err(),
+    ] {
+        let later = later.expect("the error is sticky");
+        assert!(later.to_string().contains("failed earlier"), "{later}");
+        assert_eq!(later.kind(), error.kind());
+    }
+    error
+}
+
+#[test]
+fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks() {
+    watchdog(a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks_body);
+}
+
+fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks_body() {
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("refused", 100).unwrap();
+        let path = scratch(&format!("refused-{choice:?}"));
+        std::fs::write(&path, b"").unwrap();
+        // Read-only: every write the stream hands over fails with EBADF, in
+        // the background, after the call that filled the buffer returned Ok.
+        let file = OpenOptions::new()
+            .read(true)
+            .open(&scheduler, &path)
+            .unwrap();
+        let mut writer = StreamWriter::new(file, &class, SMALL);
+        let error = write_until_error(&mut writer, 100_000);
+        assert_eq!(writer.written_len(), 0, "nothing was written");
+        assert!(
+            error
+                .to_string()
+                .contains("write of 8192 bytes at offset 0"),
+            "the error names the write: {error}"
+        );
+        drop(writer);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// Unmounts the tmpfs and removes its directory, even when the test panics.
+struct Tmpfs(PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_full_device_in_the_middle_of_a_stream_is_reported() {
+    watchdog(a_full_device_in_the_middle_of_a_stream_is_reported_body);
+}
+
+fn a_full_device_in_the_middle_of_a_stream_is_reported_body() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipping: mounting a small tmpfs needs root");
+        return;
+    }
+    let mount_point = scratch("tmpfs");
+    std::fs::create_dir_all(&mount_point).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tailguard-test"])
+        .arg(&mount_point)
+        .status();
+    if !mounted.is_ok_and(|status| status.success()) {
+        let _ = std::fs::remove_dir(&mount_point);
+        println!("skipping: mount -t tmpfs failed here (a container without CAP_SYS_ADMIN?)");
+        return;
+    }
+    let _tmpfs = Tmpfs(mount_point.clone());
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("full", 100).unwrap();
+        let path = mount_point.join(format!("log-{choice:?}"));
+        // tmpfs refuses O_DIRECT: the stream works on buffered files too.
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .direct(false)
+            .open(&scheduler, &path)
+            .unwrap();
+        let mut writer = StreamWriter::new(file, &class, SMALL);
+        let error = write_until_error(&mut writer, 4 << 20);
+        assert_eq!(error.kind(), io::ErrorKind::StorageFull, "{error}");
+        drop(writer);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn a_read_error_in_a_stream_is_reported_and_sticks() {
+    watchdog(a_read_error_in_a_stream_is_reported_and_sticks_body);
+}
+
+fn a_read_error_in_a_stream_is_reported_and_sticks_body() {
+    for (choice, scheduler) in schedulers() {
+        let class = scheduler.add_class("unreadable", 100).unwrap();
+        let path = scratch(&format!("unreadable-{choice:?}"));
+        std::fs::write(&path, bytes(10_000, 2)).unwrap();
+        let file = OpenOptions::new()
+            .read(false)
+            .write(true)
+            .open(&scheduler, &path)
+            .unwrap();
+        let mut reader = StreamReader::new(file, &class, ReaderOptions::default());
+        let mut out = [0u8; 100];
+        let error = reader.read(&mut out).unwrap_err();
+        assert!(error.to_string().contains("read of"), "{choice:?}: {error}");
+        let later = reader.read(&mut out).unwrap_err();
+        assert!(later.to_string().contains("failed earlier"), "{later}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
