@@ -562,19 +562,20 @@ fn available_memory_bytes() -> Option<u64> {
 /// Bytes an unprivileged writer can still use on the filesystem of `path`.
 fn free_bytes(path: &Path) -> Result<u64, BenchError> {
     use std::os::unix::ffi::OsStrExt as _;
-    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| BenchError::usage(format!("{}: a path with a NUL byte", path.display())))?;
-    // SAFETY: statvfs fills the zeroed struct we own from a valid C string.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; `name` outlives the call.
-    if unsafe { libc::statvfs(name.as_ptr(), &mut stats) } != 0 {
+    if path.as_os_str().as_bytes().contains(&0) {
         return Err(BenchError::usage(format!(
-            "cannot read the free space of {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
+            "{}: a path with a NUL byte",
+            path.display()
         )));
     }
-    Ok(stats.f_bavail as u64 * stats.f_frsize as u64)
+    let stats = rustix::fs::statvfs(path).map_err(|error| {
+        BenchError::usage(format!(
+            "cannot read the free space of {}: {}",
+            path.display(),
+            std::io::Error::from(error)
+        ))
+    })?;
+    Ok(stats.f_bavail * stats.f_frsize)
 }
 
 /// Sizes the write file from the dirty threshold and the free space, and the
@@ -707,7 +708,6 @@ fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, 
 
 /// Creates `path` with `bytes` reserved (unwritten extents: nothing to write).
 fn preallocate(path: &Path, bytes: u64) -> Result<(), BenchError> {
-    use std::os::fd::AsRawFd as _;
     let failed = |error: std::io::Error| {
         BenchError::usage(format!(
             "cannot reserve {:.1} GiB for {}: {error}; free some space, give a DIR on another \
@@ -721,13 +721,11 @@ fn preallocate(path: &Path, bytes: u64) -> Result<(), BenchError> {
         .create_new(true)
         .open(path)
         .map_err(failed)?;
-    // SAFETY: a plain call on a descriptor we own.
-    let status = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, bytes as libc::off_t) };
-    match status {
-        0 => Ok(()),
+    match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, bytes) {
+        Ok(()) => Ok(()),
         // Filesystems without fallocate: a sparse file of the size will do.
-        libc::EOPNOTSUPP => file.set_len(bytes).map_err(failed),
-        error => Err(failed(std::io::Error::from_raw_os_error(error))),
+        Err(rustix::io::Errno::OPNOTSUPP) => file.set_len(bytes).map_err(failed),
+        Err(error) => Err(failed(error.into())),
     }
 }
 

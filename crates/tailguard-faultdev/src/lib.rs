@@ -235,8 +235,7 @@ impl FaultDevice {
     /// Why a device cannot run on this machine (not root, no `/dev/fuse`, no
     /// `losetup`), or `None` when it can.
     pub fn unavailable() -> Option<String> {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
+        if !rustix::process::geteuid().is_root() {
             return Some("needs root (mount and losetup); run the tests as root".into());
         }
         if !Path::new("/dev/fuse").exists() {
@@ -406,17 +405,15 @@ fn detach_loop(loop_device: &Path) {
 }
 
 fn lazy_unmount(mount_dir: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(mount_dir.as_os_str().as_bytes()) else {
+    // A path with an interior NUL byte cannot be a mount point: nothing to do.
+    if mount_dir.as_os_str().as_encoded_bytes().contains(&0) {
         return;
-    };
-    // SAFETY: `path` is a valid NUL-terminated string for the call's duration.
-    let status = unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
-    if status != 0 {
+    }
+    if let Err(error) = rustix::mount::unmount(mount_dir, rustix::mount::UnmountFlags::DETACH) {
         eprintln!(
             "tailguard-faultdev: umount -l {} failed: {}",
             mount_dir.display(),
-            std::io::Error::last_os_error()
+            std::io::Error::from(error)
         );
     }
 }

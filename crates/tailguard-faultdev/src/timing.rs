@@ -114,11 +114,9 @@ impl RealTimeModel {
 }
 
 fn run_clock(clock: &Clock) {
-    // SAFETY: prctl(PR_SET_TIMERSLACK) only sets this thread's timer slack;
-    // a failure leaves the default slack (late wake-ups, no harm).
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-    }
+    // A timer slack of 1 ns makes this thread's sleeps end on time; a failure
+    // leaves the default slack (late wake-ups, no harm).
+    let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
     let mut state = clock.lock();
     loop {
         if state.stop {

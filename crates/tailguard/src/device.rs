@@ -43,10 +43,8 @@
 //! falls back to the device's logical block size when the kernel does not
 //! say.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -153,7 +151,7 @@ pub fn device_of(file: &File) -> io::Result<DeviceInfo> {
         Err(_) => format!("file descriptor {fd}"),
     };
     let meta = file.metadata().map_err(|e| context(e, &describe()))?;
-    let fs_type = || fstatfs_type(fd);
+    let fs_type = || fstatfs_type(file);
     device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type).map_err(|e| context(e, &describe()))
 }
 
@@ -180,27 +178,17 @@ pub fn direct_io_alignment(file: &File, device: &DeviceInfo) -> DirectIoAlignmen
         memory_bytes: device.logical_block_size,
         offset_bytes: device.logical_block_size,
     };
-    let mut buf = MaybeUninit::<libc::statx>::zeroed();
-    // SAFETY: the path is a NUL-terminated empty string, which with
-    // AT_EMPTY_PATH makes statx describe the open descriptor itself; `buf`
-    // points to writable memory of the size of `struct statx`, which the
-    // kernel fills in (and which is already valid all-zero memory anyway).
-    let rc = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
-            buf.as_mut_ptr(),
-        )
-    };
-    if rc != 0 {
+    // An empty path with AT_EMPTY_PATH makes statx describe the open
+    // descriptor itself.
+    let Ok(stx) = rustix::fs::statx(
+        file,
+        c"",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::DIOALIGN,
+    ) else {
         return fallback;
-    }
-    // SAFETY: `buf` was zero-initialised, which is a valid `statx` (a plain C
-    // struct of integers), and statx succeeded, so it is fully initialised.
-    let stx = unsafe { buf.assume_init() };
-    if stx.stx_mask & libc::STATX_DIOALIGN == 0
+    };
+    if stx.stx_mask & rustix::fs::StatxFlags::DIOALIGN.bits() == 0
         || stx.stx_dio_mem_align == 0
         || stx.stx_dio_offset_align == 0
     {
@@ -444,38 +432,24 @@ fn fs_type_name(magic: i64) -> String {
 /// `f_type` widened to `i64`: it is `i64` on x86_64 but `i32` or `u32` on
 /// other targets, so the conversion is the identity only on some of them.
 #[allow(clippy::useless_conversion)]
-fn f_type_of(st: &libc::statfs) -> i64 {
+fn f_type_of(st: &rustix::fs::StatFs) -> i64 {
     i64::from(st.f_type)
 }
 
-fn fstatfs_type(fd: libc::c_int) -> io::Result<i64> {
-    let mut buf = MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: `fd` is an open descriptor borrowed from a live `File`, and
-    // `buf` points to writable memory the size of `struct statfs`.
-    let rc = unsafe { libc::fstatfs(fd, buf.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: zero-initialised (a valid plain C struct) and filled in by a
-    // successful fstatfs.
-    let st = unsafe { buf.assume_init() };
-    Ok(f_type_of(&st))
+fn fstatfs_type(file: &File) -> io::Result<i64> {
+    Ok(f_type_of(&rustix::fs::fstatfs(file)?))
 }
 
 fn statfs_type(path: &Path) -> io::Result<i64> {
-    let c_path = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
-    let mut buf = MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: `c_path` is a valid NUL-terminated string that outlives the
-    // call, and `buf` points to writable memory the size of `struct statfs`.
-    let rc = unsafe { libc::statfs(c_path.as_ptr(), buf.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
+    // A path with an interior NUL byte cannot name a file: refuse it with the
+    // message this function has always given, before rustix converts it.
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path contains a NUL byte",
+        ));
     }
-    // SAFETY: zero-initialised (a valid plain C struct) and filled in by a
-    // successful statfs.
-    let st = unsafe { buf.assume_init() };
-    Ok(f_type_of(&st))
+    Ok(f_type_of(&rustix::fs::statfs(path)?))
 }
 
 #[cfg(test)]

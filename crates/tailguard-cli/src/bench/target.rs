@@ -32,7 +32,6 @@
 use crate::bench::job::{BenchJob, JobOptions};
 use crate::bench::BenchError;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt as _, FileTypeExt, MetadataExt as _, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -534,39 +533,18 @@ pub fn mount_of(device_number: u64) -> Option<Mount> {
     })
 }
 
-/// `BLKGETSIZE64`: `_IOR(0x12, 114, u64)` with the common ioctl encoding
-/// (x86, Arm, RISC-V, LoongArch, s390).
-#[cfg(not(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc",
-    target_arch = "sparc64"
-)))]
-const BLKGETSIZE64: libc::c_ulong = (2 << 30) | (8 << 16) | (0x12 << 8) | 114;
-/// `BLKGETSIZE64` on architectures whose read direction bit is bit 30 of 3.
-#[cfg(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc",
-    target_arch = "sparc64"
-))]
-const BLKGETSIZE64: libc::c_ulong = (2 << 29) | (8 << 16) | (0x12 << 8) | 114;
+/// `BLKGETSIZE64`: `_IOR(0x12, 114, u64)`, encoded for the target
+/// architecture by rustix (the direction bits differ between architectures).
+const BLKGETSIZE64: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<u64>(0x12, 114);
 
 /// The size of an open block device in bytes.
 pub fn block_device_bytes(device: &File) -> std::io::Result<u64> {
-    let mut bytes = 0u64;
-    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points to
-    // a live, writable u64; the descriptor is open for the call's duration.
-    let result = unsafe { libc::ioctl(device.as_raw_fd(), BLKGETSIZE64 as _, &mut bytes) };
-    if result == 0 {
-        Ok(bytes)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    // SAFETY: BLKGETSIZE64 reads one u64 from the kernel, which is exactly the
+    // output type the getter declares, and the descriptor stays open (borrowed
+    // from `device`) for the call's duration.
+    let bytes =
+        unsafe { rustix::ioctl::ioctl(device, rustix::ioctl::Getter::<BLKGETSIZE64, u64>::new()) }?;
+    Ok(bytes)
 }
 
 /// Creates a data file at `path` and fills it with `bytes` of data.
@@ -637,8 +615,8 @@ pub fn settle(plan: &Plan) -> Result<(), BenchError> {
             .map_err(|error| usage(format!("{}: {error}", path.display())))?;
         file.sync_data()
             .map_err(|error| usage(format!("{}: {error}", path.display())))?;
-        // SAFETY: a plain advisory call on an open descriptor.
-        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        // Advice only: a failure leaves the pages cached, which the run survives.
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
     }
     Ok(())
 }

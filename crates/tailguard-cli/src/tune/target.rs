@@ -28,7 +28,6 @@ use crate::bench::target::{
 use crate::bench::BenchError;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -229,20 +228,8 @@ fn refuse_if_mounted(target: &Path, rdev: u64) -> Result<(), BenchError> {
 
 /// Free bytes for unprivileged users in the filesystem of `directory`.
 fn free_bytes(directory: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(directory.as_os_str().as_bytes()).ok()?;
-    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `path` is NUL-terminated and `stats` points to writable memory of
-    // the right size.
-    let rc = unsafe { libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: statvfs succeeded and filled the struct (which was valid zeroed).
-    let stats = unsafe { stats.assume_init() };
-    // The field types differ between platforms (u32 on some 32-bit ones).
-    #[allow(clippy::unnecessary_cast)]
-    Some(stats.f_bavail as u64 * stats.f_frsize as u64)
+    let stats = rustix::fs::statvfs(directory).ok()?;
+    Some(stats.f_bavail * stats.f_frsize)
 }
 
 /// How large a file to lay out: `--size`, or 1 GiB capped at a quarter of the
@@ -292,9 +279,13 @@ fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, BenchE
     test.alignment_bytes =
         device::direct_io_alignment(&test.file, &test.device).memory_bytes as usize;
     // Reserve the space first: a full disk fails now, with a clear message.
-    // SAFETY: plain fallocate on our own descriptor.
-    let reserved = unsafe { libc::posix_fallocate(test.file.as_raw_fd(), 0, size_bytes as i64) };
-    if reserved == libc::ENOSPC {
+    let reserved = rustix::fs::fallocate(
+        &test.file,
+        rustix::fs::FallocateFlags::empty(),
+        0,
+        size_bytes,
+    );
+    if reserved == Err(rustix::io::Errno::NOSPC) {
         return Err(usage(format!(
             "not enough space in {} for a {} MiB test file; free some space or give a smaller \
              --size",
