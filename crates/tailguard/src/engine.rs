@@ -1168,14 +1168,9 @@ impl Driver for Shared {
 /// `std::time::Instant` on Linux), as one integer: reading it costs the vDSO
 /// call alone, where `Instant::elapsed().as_nanos()` adds a checked
 /// `timespec` subtraction and 128-bit arithmetic, three times per request.
+/// rustix calls the vDSO's `clock_gettime` directly (no libc wrapper between).
 pub(crate) fn monotonic_ns() -> Nanos {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid, writable timespec for the call's duration.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    debug_assert_eq!(status, 0, "CLOCK_MONOTONIC is always available");
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     // A monotonic reading is non-negative (time since boot).
     (now.tv_sec as Nanos) * 1_000_000_000 + now.tv_nsec as Nanos
 }
