@@ -620,3 +620,16 @@ pub fn settle(plan: &Plan) -> Result<(), BenchError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// rustix's encoding of `_IOR(0x12, 114, u64)` is the number the kernel
+    /// headers give `BLKGETSIZE64` on the common ioctl layout.
+    #[test]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn blkgetsize64_has_the_kernels_number() {
+        assert_eq!(u64::from(BLKGETSIZE64), 0x8008_1272);
+    }
+}
