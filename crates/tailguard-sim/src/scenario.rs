@@ -49,6 +49,14 @@ pub const BLOCK_SIZE_BYTES_MAX: u64 = 1 << 30;
 pub const QUEUE_DEPTH_MAX: u32 = 65_536;
 /// The most instances (`numjobs`) of one job.
 pub const NUMJOBS_MAX: u32 = 4_096;
+/// Most requests one job (all its instances) may hold in flight at once, by
+/// `queue_depth` or by `burst_bytes`: 16 GiB of 4 KiB requests, and a bound
+/// on the simulator's memory (each held request costs about a hundred bytes).
+pub const REQUESTS_HELD_MAX: u64 = 1 << 22;
+/// Most requests one job (all its instances) may bring by open-loop arrivals
+/// over its run: enough for a million IOPS for four minutes, and a bound on
+/// how long a simulation runs and on what a device that falls behind queues.
+pub const ARRIVALS_MAX: u64 = 1 << 28;
 /// The size of the address space a job uses when it names none (16 GiB).
 pub const REGION_BYTES_DEFAULT: u64 = 16 << 30;
 
@@ -58,16 +66,35 @@ pub struct Bytes(pub u64);
 
 impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        match Raw::deserialize(deserializer)? {
-            Raw::Number(bytes) => Ok(Bytes(bytes)),
-            Raw::Text(text) => parse_bytes(&text).map(Bytes).map_err(de::Error::custom),
-        }
+        deserializer.deserialize_any(BytesVisitor)
+    }
+}
+
+/// Reads a size from an integer or a string, with errors that say what a size
+/// looks like (instead of serde's "did not match any variant").
+struct BytesVisitor;
+
+impl de::Visitor<'_> for BytesVisitor {
+    type Value = Bytes;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a size: a number of bytes, or a string such as \"4k\", \"1m\", \"2g\"")
+    }
+
+    fn visit_u64<E: de::Error>(self, bytes: u64) -> Result<Bytes, E> {
+        Ok(Bytes(bytes))
+    }
+
+    fn visit_i64<E: de::Error>(self, bytes: i64) -> Result<Bytes, E> {
+        u64::try_from(bytes).map(Bytes).map_err(|_| {
+            E::custom(format!(
+                "{bytes} is negative; a size is a number of bytes, e.g. 4096 or \"4k\""
+            ))
+        })
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Bytes, E> {
+        parse_bytes(text).map(Bytes).map_err(E::custom)
     }
 }
 
@@ -580,6 +607,7 @@ fn parse_job(
             format!("start_s {start_s} and stop_s {stop_s} must satisfy 0 <= start_s < stop_s"),
         ));
     }
+    validate_load(arrival, block_size_bytes, job.numjobs, stop_s - start_s)?;
     let region_bytes = job.size.map_or(REGION_BYTES_DEFAULT, |size| size.0);
     if region_bytes < block_size_bytes {
         return Err(ConfigError::new(
@@ -601,6 +629,48 @@ fn parse_job(
         offset_bytes: job.offset.map_or(0, |offset| offset.0),
         region_bytes,
     })
+}
+
+/// Refuses a job whose requests the simulator cannot hold: more than
+/// [`REQUESTS_HELD_MAX`] in flight at once (closed loop or burst), or more than
+/// [`ARRIVALS_MAX`] open-loop arrivals over `span_s` seconds.
+fn validate_load(
+    arrival: Arrival,
+    block_size_bytes: u64,
+    numjobs: u32,
+    span_s: f64,
+) -> Result<(), ConfigError> {
+    let instances = u64::from(numjobs);
+    let (key, requests, limit, what) = match arrival {
+        Arrival::ClosedLoop { queue_depth } => (
+            "queue_depth",
+            (u64::from(queue_depth) * instances) as f64,
+            REQUESTS_HELD_MAX,
+            "requests in flight (queue_depth x numjobs)",
+        ),
+        Arrival::Burst { burst_bytes } => (
+            "burst_bytes",
+            (burst_bytes.div_ceil(block_size_bytes) as f64) * instances as f64,
+            REQUESTS_HELD_MAX,
+            "requests in flight (burst_bytes / block_size x numjobs)",
+        ),
+        Arrival::OpenLoop { rate_iops } => (
+            "rate_iops",
+            rate_iops * instances as f64 * span_s,
+            ARRIVALS_MAX,
+            "arrivals over the run (rate_iops x numjobs x seconds)",
+        ),
+    };
+    if requests > limit as f64 {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "asks for {requests:.3e} {what}, more than the simulator holds ({limit}); \
+                 lower {key} or numjobs"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn parse_arrival(job: &RawJob) -> Result<Arrival, ConfigError> {
@@ -659,6 +729,33 @@ pattern = "randread"
 block_size = "4k"
 queue_depth = 8
 "#;
+
+    #[test]
+    fn loads_the_simulator_cannot_hold_are_refused_naming_the_key() {
+        for (line, key) in [
+            ("rate_iops = 1e300", "job[0].rate_iops"),
+            ("rate_iops = 1e9", "job[0].rate_iops"),
+            ("burst_bytes = \"1000t\"", "job[0].burst_bytes"),
+            ("queue_depth = 65536\nnumjobs = 4096", "job[0].queue_depth"),
+        ] {
+            let text = MINIMAL.replace("queue_depth = 8", line);
+            let error = Scenario::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, key, "{line}: {error}");
+            assert!(error.to_string().contains("more than the simulator holds"));
+        }
+        let text = MINIMAL.replace("queue_depth = 8", "rate_iops = 1e6");
+        assert!(Scenario::from_toml(&text).is_ok());
+    }
+
+    #[test]
+    fn sizes_of_the_wrong_kind_say_what_a_size_is() {
+        for value in ["-4096", "true", "1.5", "[]"] {
+            let text = MINIMAL.replace("\"4k\"", value);
+            let message = Scenario::from_toml(&text).unwrap_err().to_string();
+            assert!(!message.contains("untagged enum"), "{value}: {message}");
+            assert!(message.contains("4k"), "{value}: {message}");
+        }
+    }
 
     #[test]
     fn sizes_parse_with_binary_suffixes() {

@@ -614,12 +614,21 @@ fn seastar_disk(disk: &saphyr::Yaml) -> Result<(Vec<String>, DeviceEntry), Strin
     for key in ["read_saturation_length", "write_saturation_length"] {
         if let Some(node) = disk.as_mapping_get(key) {
             let bytes = seastar_quantity(node).map_err(|message| format!("`{key}`: {message}"))?;
+            if !(0.0..=SATURATION_BYTES_MAX as f64).contains(&bytes) {
+                return Err(format!(
+                    "`{key}`: {bytes} bytes is not a request size; give 0 to 1G, e.g. 128k"
+                ));
+            }
             saturation_bytes = Some(saturation_bytes.unwrap_or(0).max(bytes as u64));
         }
     }
     entry.max_request_bytes = saturation_bytes;
     Ok((mountpoints, entry))
 }
+
+/// The largest Seastar saturation length accepted (1 GiB): far above any
+/// device's useful request size, and within what the TOML format can hold.
+const SATURATION_BYTES_MAX: u64 = 1 << 30;
 
 fn seastar_mountpoints(disk: &saphyr::Yaml) -> Result<Vec<String>, String> {
     let single = disk.as_mapping_get("mountpoint");

@@ -231,3 +231,22 @@ fn the_scheduler_builder_takes_a_profile_file() {
         "{error}"
     );
 }
+
+#[test]
+fn seastar_saturation_lengths_beyond_a_request_size_are_refused_naming_the_key() {
+    for length in ["99999999999999999999k", "-1", "2G", ".nan"] {
+        let text = format!(
+            "disks:\n  - mountpoint: /srv\n    read_iops: 1\n    read_bandwidth: 1\n    \
+             write_iops: 1\n    write_bandwidth: 1\n    write_saturation_length: {length}\n"
+        );
+        let error = ProfileFile::from_seastar_yaml_str(&text).unwrap_err();
+        assert!(
+            error.to_string().contains("write_saturation_length"),
+            "{length}: {error}"
+        );
+    }
+    let text = "disks:\n  - mountpoint: /srv\n    read_iops: 1\n    read_bandwidth: 1\n    \
+                write_iops: 1\n    write_bandwidth: 1\n    write_saturation_length: 1G\n";
+    let file = ProfileFile::from_seastar_yaml_str(text).unwrap();
+    assert_eq!(file.devices["/srv"].max_request_bytes, Some(1 << 30));
+}

@@ -869,7 +869,8 @@ impl FioJob {
         };
         let block = self.block_size_bytes[usize::from(write)];
         let bytes = io_bytes as f64 * share / self.files.len() as f64;
-        Some(((bytes / block as f64).ceil() as u64).max(1) * block)
+        let blocks = ((bytes / block as f64).ceil() as u64).clamp(1, u64::MAX / block.max(1));
+        Some(blocks * block)
     }
 }
 
@@ -2078,6 +2079,18 @@ offset=1g
 startdelay=500ms
 prio=0
 ";
+
+    #[test]
+    fn a_size_of_two_to_the_64_does_not_overflow_the_byte_limit() {
+        let text = "[job]\nrw=write\nbs=128k\nsize=18446744073709551615\n";
+        match FioImport::from_text(text) {
+            Ok(imported) => {
+                let limit = imported.job.options_of(0).io_bytes_per_instance.unwrap();
+                assert_eq!(limit % (128 << 10), 0, "{limit}");
+            }
+            Err(error) => assert!(error.to_string().contains("size"), "{error}"),
+        }
+    }
 
     #[test]
     fn each_job_becomes_a_class_and_globals_apply() {

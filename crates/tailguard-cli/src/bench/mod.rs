@@ -23,6 +23,8 @@ use tailguard_sim::report::RunReport;
 
 pub mod driver;
 pub mod fio;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod job;
 pub mod report;
 pub mod shape;
