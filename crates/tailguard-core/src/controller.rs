@@ -199,9 +199,9 @@ pub struct CompletionSample {
     /// of it that the budget could have kept back for it. The rest was its own
     /// class's, which no budget can take away without taking it from the class.
     pub ahead_other_ns: Nanos,
-    /// Whether its class still had pieces waiting in the fair queue when it was
-    /// dispatched: the class asks for more than it gets, so its latency is its
-    /// own queue's, and the latency target is not its promise (see
+    /// Whether its class still had at least one budget of its own work waiting
+    /// in the fair queue when it was dispatched: the class asks for more than
+    /// it gets, so its latency is its own queue's, and the latency target is not its promise (see
     /// [`crate::controller`], "whom the target protects").
     pub class_backlogged: bool,
     /// Pieces waiting in the fair queue at this completion: nonzero means the

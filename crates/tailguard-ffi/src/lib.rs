@@ -227,6 +227,23 @@ fn fail(error: &io::Error) -> i64 {
     -i64::from(errno_of(error))
 }
 
+/// Frees a handle that was boxed for C; NULL is ignored. A panic in its
+/// drop is caught and reported through `tg_last_error`.
+///
+/// # Safety
+/// `handle` is NULL or came from `Box::into_raw`, is live, and no thread
+/// uses it afterwards.
+unsafe fn free_handle<T>(handle: *mut T) {
+    if handle.is_null() {
+        return;
+    }
+    guard(|| {
+        // SAFETY: a live boxed handle, given up by the caller.
+        drop(unsafe { Box::from_raw(handle) });
+        Ok(0)
+    });
+}
+
 /// Runs an entry point's body: its value, or a negative errno with the
 /// message left for `tg_last_error`; a panic becomes `-EIO`.
 fn guard(body: impl FnOnce() -> io::Result<i64>) -> i64 {
@@ -510,13 +527,8 @@ pub unsafe extern "C" fn tg_class_remove(class: *mut tg_class) -> c_int {
 /// `class` is NULL or a live handle, not used by any thread afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn tg_class_free(class: *mut tg_class) {
-    if !class.is_null() {
-        guard(|| {
-            // SAFETY: a live handle, given up by the caller.
-            drop(unsafe { Box::from_raw(class) });
-            Ok(0)
-        });
-    }
+    // SAFETY: the caller's contract (above) is `free_handle`'s.
+    unsafe { free_handle(class) };
 }
 
 /// The counters of the class named `name` into `*out`. Returns 0, -ENOENT
@@ -629,13 +641,8 @@ pub unsafe extern "C" fn tg_file_alignment(
 /// `file` is NULL or a live handle, not used by any thread afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn tg_file_close(file: *mut tg_file) {
-    if !file.is_null() {
-        guard(|| {
-            // SAFETY: a live handle, given up by the caller.
-            drop(unsafe { Box::from_raw(file) });
-            Ok(0)
-        });
-    }
+    // SAFETY: the caller's contract (above) is `free_handle`'s.
+    unsafe { free_handle(file) };
 }
 
 // --------------------------------------------------------------- buffers
@@ -685,13 +692,8 @@ pub unsafe extern "C" fn tg_buffer_length(buffer: *const tg_buffer) -> usize {
 /// not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn tg_buffer_free(buffer: *mut tg_buffer) {
-    if !buffer.is_null() {
-        guard(|| {
-            // SAFETY: a live handle, given up by the caller.
-            drop(unsafe { Box::from_raw(buffer) });
-            Ok(0)
-        });
-    }
+    // SAFETY: the caller's contract (above) is `free_handle`'s.
+    unsafe { free_handle(buffer) };
 }
 
 // ------------------------------------------------------ blocking requests

@@ -156,6 +156,22 @@ pub fn scheduler_settings(base: &SchedulerSettings, setting: &Setting) -> Schedu
     settings
 }
 
+/// A sample for tests: a round with the given disk write rate and mean and
+/// worst read rates, and fixed tail latencies.
+#[cfg(test)]
+pub fn sample(round: u32, write: f64, iops: f64, worst: f64) -> Sample {
+    Sample {
+        round,
+        order: 0,
+        disk_write_mb_per_s: Some(write),
+        writer_mb_per_s: write,
+        read_iops: iops,
+        read_worst_500ms_iops: Some(worst),
+        read_p9999_us: 4_000.0,
+        read_max_us: 9_000.0,
+    }
+}
+
 /// One run's raw measures.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Sample {

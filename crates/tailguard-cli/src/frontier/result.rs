@@ -391,20 +391,7 @@ fn footnote(result: &FrontierResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A sample with the given disk rate, mean and worst read rate.
-    fn sample(round: u32, write: f64, iops: f64, worst: f64) -> Sample {
-        Sample {
-            round,
-            order: 0,
-            disk_write_mb_per_s: Some(write),
-            writer_mb_per_s: write,
-            read_iops: iops,
-            read_worst_500ms_iops: Some(worst),
-            read_p9999_us: 4_000.0,
-            read_max_us: 9_000.0,
-        }
-    }
+    use crate::frontier::measure::sample;
 
     fn built() -> FrontierResult {
         let settings = [

@@ -194,20 +194,7 @@ pub fn page(title: &str, notes: &[String], result: &FrontierResult) -> String {
 mod tests {
     use super::*;
     use crate::frontier::grid::Variant;
-    use crate::frontier::measure::{Sample, Workload};
-
-    fn sample(round: u32, write: f64, iops: f64, worst: f64) -> Sample {
-        Sample {
-            round,
-            order: 0,
-            disk_write_mb_per_s: Some(write),
-            writer_mb_per_s: write,
-            read_iops: iops,
-            read_worst_500ms_iops: Some(worst),
-            read_p9999_us: 4_000.0,
-            read_max_us: 9_000.0,
-        }
-    }
+    use crate::frontier::measure::{sample, Workload};
 
     #[test]
     fn the_chart_draws_every_point_and_both_lines() {

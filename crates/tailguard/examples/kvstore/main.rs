@@ -97,9 +97,10 @@ struct Arguments {
     #[arg(long)]
     latency_target_us: Option<u64>,
     /// Register files with the io_uring ring. Off by default: a log store
-    /// closes and deletes segment files all the time, and closing a
-    /// registered file that was deleted stalled every request of the
-    /// scheduler for 100-300 ms on this machine's ext4 (see BENCHMARKS.md).
+    /// closes and deletes segment files all the time, and when the engine
+    /// drops the last reference to a deleted registered file, the
+    /// filesystem frees its blocks on the engine's thread while every
+    /// request waits (figures in BENCHMARKS.md).
     #[arg(long)]
     registered_files: bool,
     /// A device profile from `tailguard tune` (default: the built-in guess).
