@@ -359,6 +359,11 @@ struct Driver<'a> {
     written: BTreeMap<(usize, u64), (usize, u64)>,
     /// The longest block in `written`.
     written_max_bytes: u64,
+    /// Verify writes in flight: (file, start, end, token, overlapped). Two
+    /// overlapping writes in flight together may land in either order (or
+    /// torn, through the page cache), so neither one's pattern is expected
+    /// on the device afterwards.
+    verify_in_flight: Vec<(usize, u64, u64, u64, bool)>,
     start: Instant,
 }
 
@@ -431,6 +436,7 @@ impl<'a> Driver<'a> {
             job_options,
             written: BTreeMap::new(),
             written_max_bytes: 0,
+            verify_in_flight: Vec::new(),
             start: Instant::now(),
         })
     }
@@ -570,6 +576,10 @@ impl<'a> Driver<'a> {
             }
             let token = self.next_token;
             self.next_token += 1;
+            if write && self.job_options[template.job].verify {
+                let file = self.plan.job_file[template.job];
+                self.note_verify_write(file, offset_bytes, length_bytes, token);
+            }
             let submitted_ns = self.ns_at(Instant::now());
             let row = self.row_of[class];
             let measured = submitted_ns >= self.measure_from_ns[row];
@@ -661,7 +671,7 @@ impl<'a> Driver<'a> {
             .result
             .map_err(|error| self.failure(&request, &error.to_string()))?;
         if self.job_options[template.job].verify {
-            self.check_block(&request, &buffer, write)?;
+            self.check_block(finished.token, &request, &buffer, write)?;
         }
         let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
         if request.measured {
@@ -701,12 +711,14 @@ impl<'a> Driver<'a> {
     /// a read of a block bench wrote with a pattern must check out.
     fn check_block(
         &mut self,
+        token: u64,
         request: &Pending,
         buffer: &AlignedBuffer,
         write: bool,
     ) -> Result<(), BenchError> {
         if write {
-            self.remember_written(request);
+            let alone = self.finish_verify_write(token);
+            self.remember_written(request, alone);
             return Ok(());
         }
         if is_verified_block(buffer, request.length_bytes) {
@@ -716,9 +728,38 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
+    /// Records a verify write going out, marking it and every verify write
+    /// in flight that it overlaps.
+    fn note_verify_write(&mut self, file: usize, start: u64, length: u64, token: u64) {
+        let end = start + length;
+        let mut overlapped = false;
+        for entry in &mut self.verify_in_flight {
+            if entry.0 == file && entry.1 < end && start < entry.2 {
+                entry.4 = true;
+                overlapped = true;
+            }
+        }
+        self.verify_in_flight
+            .push((file, start, end, token, overlapped));
+    }
+
+    /// Takes a completed verify write off the in-flight list; whether no
+    /// overlapping write was in flight beside it.
+    fn finish_verify_write(&mut self, token: u64) -> bool {
+        let Some(index) = self
+            .verify_in_flight
+            .iter()
+            .position(|entry| entry.3 == token)
+        else {
+            return true;
+        };
+        !self.verify_in_flight.swap_remove(index).4
+    }
+
     /// Records a verify job's completed write, dropping the blocks it
-    /// overlaps (their data is no longer what they wrote).
-    fn remember_written(&mut self, request: &Pending) {
+    /// overlaps (their data is no longer what they wrote); a write that
+    /// raced an overlapping one (`alone` false) is not remembered either.
+    fn remember_written(&mut self, request: &Pending, alone: bool) {
         let job = request.template.job;
         let file = self.plan.job_file[job];
         let (start, end) = (
@@ -733,6 +774,9 @@ impl<'a> Driver<'a> {
             .collect();
         for key in overlapped {
             self.written.remove(&key);
+        }
+        if !alone {
+            return;
         }
         self.written
             .insert((file, start), (job, request.length_bytes));
