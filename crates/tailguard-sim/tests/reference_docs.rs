@@ -1,6 +1,7 @@
-//! The README documents exactly the parameters the code accepts: every device
-//! model's and policy's parameter struct is serialised with its defaults and its
-//! keys are compared with the README's tables, so docs cannot drift silently.
+//! The scenario reference (`docs/reference/scenario-files.md`) documents exactly
+//! the parameters the code accepts: every device model's and policy's parameter
+//! struct is serialised with its defaults and its keys are compared with the
+//! document's tables, so the docs cannot drift silently.
 
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -8,8 +9,14 @@ use std::path::Path;
 use tailguard_sim::device::{hdd, nvme, sata_ssd, usb_flash};
 use tailguard_sim::policy::{cfq, deadline, global_cap, tailguard};
 
-fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap()
+const REFERENCE: &str = "docs/reference/scenario-files.md";
+
+fn reference() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(REFERENCE);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("cannot read {}: {error}", path.display()))
 }
 
 fn keys_of(parameters: &impl Serialize) -> BTreeSet<String> {
@@ -17,13 +24,13 @@ fn keys_of(parameters: &impl Serialize) -> BTreeSet<String> {
     value.as_table().unwrap().keys().cloned().collect()
 }
 
-/// The backticked keys in the first column of the table under `#### `model``.
-fn documented_model_keys(readme: &str, model: &str) -> BTreeSet<String> {
-    let heading = format!("#### `{model}`");
-    let section = readme
+/// The backticked keys in the first column of the table under `### `model``.
+fn documented_model_keys(reference: &str, model: &str) -> BTreeSet<String> {
+    let heading = format!("### `{model}`");
+    let section = reference
         .split(&heading)
         .nth(1)
-        .unwrap_or_else(|| panic!("no {heading}"));
+        .unwrap_or_else(|| panic!("no {heading} in {REFERENCE}"));
     let section = section.split("\n#").next().unwrap();
     section
         .lines()
@@ -34,7 +41,7 @@ fn documented_model_keys(readme: &str, model: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_device_parameter_is_documented_and_every_documented_one_exists() {
-    let readme = readme();
+    let reference = reference();
     let cases = [
         ("sata-ssd", keys_of(&sata_ssd::SataSsdParameters::default())),
         ("nvme", keys_of(&nvme::NvmeParameters::default())),
@@ -46,18 +53,18 @@ fn every_device_parameter_is_documented_and_every_documented_one_exists() {
     ];
     for (model, accepted) in cases {
         assert_eq!(
-            documented_model_keys(&readme, model),
+            documented_model_keys(&reference, model),
             accepted,
-            "README table of {model}"
+            "{REFERENCE}, table of {model}"
         );
     }
 }
 
 #[test]
 fn the_slowdown_parameter_of_every_model_is_documented() {
-    let readme = readme();
+    let reference = reference();
     assert_eq!(
-        documented_model_keys(&readme, "every model"),
+        documented_model_keys(&reference, "every model"),
         BTreeSet::from(["slowdown".to_string()])
     );
     let window = tailguard_sim::device::SlowdownWindow {
@@ -66,14 +73,14 @@ fn the_slowdown_parameter_of_every_model_is_documented() {
         factor: 0.5,
     };
     for key in keys_of(&window) {
-        assert!(readme.contains(&format!("{key} = ")), "README lacks {key}");
+        assert!(reference.contains(&format!("{key} = ")), "{REFERENCE} lacks {key}");
     }
 }
 
 #[test]
 fn every_policy_parameter_is_documented() {
-    let readme = readme();
-    let section = readme.split("### Policy parameters").nth(1).unwrap();
+    let reference = reference();
+    let section = reference.split("## Policy parameters").nth(1).unwrap();
     let section = section.split("\n## ").next().unwrap();
     let cases = [
         (
@@ -106,6 +113,6 @@ fn every_policy_parameter_is_documented() {
                     .to_string()
             })
             .collect();
-        assert_eq!(documented, accepted, "README rows of {policy}");
+        assert_eq!(documented, accepted, "{REFERENCE}, rows of {policy}");
     }
 }
