@@ -68,7 +68,10 @@ fn accepted_options(subcommand: &str) -> BTreeSet<String> {
         .args([subcommand, "--help"])
         .output()
         .expect("run tailguard");
-    assert!(output.status.success(), "tailguard {subcommand} --help failed");
+    assert!(
+        output.status.success(),
+        "tailguard {subcommand} --help failed"
+    );
     let help = String::from_utf8(output.stdout).unwrap();
     help.lines()
         .map(str::trim_start)

@@ -73,7 +73,10 @@ fn the_slowdown_parameter_of_every_model_is_documented() {
         factor: 0.5,
     };
     for key in keys_of(&window) {
-        assert!(reference.contains(&format!("{key} = ")), "{REFERENCE} lacks {key}");
+        assert!(
+            reference.contains(&format!("{key} = ")),
+            "{REFERENCE} lacks {key}"
+        );
     }
 }
 
