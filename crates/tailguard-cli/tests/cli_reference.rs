@@ -1,4 +1,7 @@
-//! The CLI reference (`docs/reference/cli.md`) and the binary agree on options.
+//! The CLI reference (`docs/reference/cli.md`) and the binary agree on
+//! subcommands and options.
+//!
+//! Every subcommand `tailguard --help` lists has a section of its own.
 //!
 //! For each subcommand, the options its `--help` lists must each be named
 //! (as `` `--option` `` or `--option` in text) in that subcommand's section of
@@ -92,6 +95,46 @@ fn usage_options(section: &str) -> BTreeSet<String> {
         .and_then(|rest| rest.split("```").next())
         .unwrap_or("");
     options_in(block)
+}
+
+/// The subcommands `tailguard --help` lists, `help` itself left out.
+fn listed_subcommands() -> BTreeSet<String> {
+    let output = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+        .arg("--help")
+        .output()
+        .expect("run tailguard");
+    assert!(output.status.success(), "tailguard --help failed");
+    let help = String::from_utf8(output.stdout).unwrap();
+    let commands = help
+        .split("Commands:")
+        .nth(1)
+        .expect("tailguard --help lists its commands");
+    commands
+        .lines()
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn every_subcommand_is_checked_here_and_has_a_section() {
+    let reference = reference();
+    let checked: BTreeSet<String> = SUBCOMMANDS
+        .iter()
+        .map(|(name, _)| name.to_string())
+        .collect();
+    assert_eq!(
+        listed_subcommands(),
+        checked,
+        "the subcommands of `tailguard --help` against this test's list (add a section \
+         to {REFERENCE} and a line to SUBCOMMANDS)"
+    );
+    for name in checked {
+        section(&reference, &format!("`tailguard {name}`"));
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The scenario reference (`docs/reference/scenario-files.md`) documents exactly
 //! the parameters the code accepts: every device model's and policy's parameter
 //! struct is serialised with its defaults and its keys are compared with the
-//! document's tables, so the docs cannot drift silently.
+//! document's tables, and so are the `[device.profile]` keys (each of which
+//! must also parse in a scenario), so the docs cannot drift silently.
 
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -117,5 +118,45 @@ fn every_policy_parameter_is_documented() {
             })
             .collect();
         assert_eq!(documented, accepted, "{REFERENCE}, rows of {policy}");
+    }
+}
+
+/// The backticked keys in the first column of the `[device.profile]` table.
+fn documented_profile_keys(reference: &str) -> BTreeSet<String> {
+    let section = reference
+        .split("## `[device.profile]` keys")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no `[device.profile]` section in {REFERENCE}"));
+    let section = section.split("\n#").next().unwrap();
+    section
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .map(|rest| rest.split('`').next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn every_profile_key_is_documented_and_each_parses_in_a_scenario() {
+    let reference = reference();
+    let documented = documented_profile_keys(&reference);
+    let profile = tailguard_core::DeviceProfile::uncalibrated(131_072, 300);
+    assert_eq!(
+        documented,
+        keys_of(&profile),
+        "{REFERENCE}, table of `[device.profile]` keys"
+    );
+    for key in &documented {
+        let text = format!(
+            "duration_s = 1\n\
+             [[device]]\nname = \"disk\"\nmodel = \"sata-ssd\"\n\
+             [device.profile]\n{key} = 65536\n\
+             [[class]]\nname = \"reads\"\nshares = 100\n\
+             [[job]]\nclass = \"reads\"\ndevice = \"disk\"\npattern = \"randread\"\nblock_size = \"4k\"\n"
+        );
+        if let Err(error) = tailguard_sim::scenario::Scenario::from_toml(&text) {
+            panic!(
+                "{REFERENCE} documents `[device.profile] {key}`, which a scenario refuses: {error}"
+            );
+        }
     }
 }
