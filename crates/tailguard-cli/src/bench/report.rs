@@ -25,7 +25,9 @@
 //! `late max` for the driver's lateness, and `wait p99` and `dev p99` from the
 //! scheduler's statistics (`-` in the kernel modes).
 
+use crate::bench::limit::JobOverload;
 use serde::Serialize;
+use std::fmt::Write as _;
 use tailguard::stats::{ClassStats, LatencyHistogram};
 use tailguard::StatsSnapshot;
 use tailguard_sim::report::{
@@ -109,6 +111,10 @@ pub struct BenchRun {
     /// Per class and direction that did I/O, the driver's histograms (for
     /// `--output-format fio-json`); empty when the driver kept none.
     pub directions: Vec<DirectionStats>,
+    /// The jobs that met their in-flight limit (open-loop arrivals dropped,
+    /// or closed-loop and burst requests held back); see
+    /// [`crate::bench::limit`].
+    pub overloads: Vec<JobOverload>,
 }
 
 /// The driver's own histograms of a direction's times, in nanoseconds (fio's
@@ -189,6 +195,7 @@ impl BenchRun {
             scheduler,
             group: 0,
             directions: Vec::new(),
+            overloads: Vec::new(),
         }
     }
 }
@@ -207,6 +214,9 @@ pub struct BenchRunJson<'a> {
     pub duration_s: f64,
     /// Per (class, device) pair.
     pub classes: Vec<BenchClassJson<'a>>,
+    /// The jobs that met their in-flight limit (left out when none did).
+    #[serde(skip_serializing_if = "<[JobOverload]>::is_empty")]
+    pub overload: &'a [JobOverload],
 }
 
 /// One class in bench's JSON; see the module docs for the renamed fields.
@@ -293,6 +303,7 @@ impl<'a> BenchRunJson<'a> {
                 .zip(&run.scheduler)
                 .map(|(row, scheduler)| BenchClassJson::new(row, scheduler.as_ref()))
                 .collect(),
+            overload: &run.overloads,
         }
     }
 }
@@ -475,6 +486,11 @@ pub fn render_table(runs: &[BenchRun]) -> String {
          (the driver's lateness); wait p99, dev p99: the scheduler's queue wait and device \
          time (tailguard mode only)\n",
     );
+    for run in runs {
+        for overload in &run.overloads {
+            let _ = writeln!(out, "{}: {}", run.report.policy, overload.describe());
+        }
+    }
     out
 }
 
