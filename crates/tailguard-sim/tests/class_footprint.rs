@@ -1,0 +1,49 @@
+//! What an idle (class, device) pair costs, counted by the allocator: the
+//! bytes allocated on this thread while 1,000 accumulators are created.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use tailguard_sim::report::ClassAccumulator;
+
+/// The system allocator, counting the bytes each thread allocates.
+struct Counting;
+
+thread_local! {
+    static ALLOCATED_BYTES: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is passed to the system allocator unchanged; the
+// counting touches only a const-initialized thread-local (no allocation).
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED_BYTES.with(|bytes| bytes.set(bytes.get() + layout.size()));
+        // SAFETY: the caller's contract for `alloc` holds.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATED_BYTES.with(|bytes| bytes.set(bytes.get() + layout.size()));
+        // SAFETY: the caller's contract for `alloc_zeroed` holds.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract for `dealloc` holds.
+        unsafe { System.dealloc(pointer, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[test]
+fn an_idle_class_allocates_a_few_bytes() {
+    let names: Vec<String> = (0..1000).map(|index| format!("class{index}")).collect();
+    let before = ALLOCATED_BYTES.with(Cell::get);
+    let accumulators: Vec<ClassAccumulator> = names
+        .iter()
+        .map(|name| ClassAccumulator::new(name.clone(), "vda".into(), 1_000_000_000))
+        .collect();
+    let per_class = (ALLOCATED_BYTES.with(Cell::get) - before) / accumulators.len();
+    assert!(per_class < 1024, "{per_class} bytes per idle class");
+}
