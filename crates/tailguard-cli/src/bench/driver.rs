@@ -373,8 +373,9 @@ struct Driver<'a> {
     instance_job: Vec<usize>,
     /// Per instance of a shaped job: its shaping state.
     shape_states: Vec<Option<ShapeState>>,
-    /// Per accumulator row: reads and writes, for fio's JSON.
-    directions: Vec<[DirectionStats; 2]>,
+    /// Per accumulator row: reads and writes, for fio's JSON (each made at
+    /// its first completion: an idle direction holds no histograms).
+    directions: Vec<[Option<DirectionStats>; 2]>,
     /// Blocks verify jobs wrote, by (file, offset): (job, length). A later
     /// write that overlaps earlier ones replaces them.
     written: BTreeMap<(usize, u64), (usize, u64)>,
@@ -434,7 +435,11 @@ impl<'a> Driver<'a> {
             pending_syncs: HashMap::new(),
             measure_from_ns,
             shape_states: shape_states(&instance_job, &job_options, seed),
-            directions: direction_rows(scenario, &row_of),
+            directions: row_of
+                .iter()
+                .filter(|&&row| row != usize::MAX)
+                .map(|_| [None, None])
+                .collect(),
             instance_job,
             scenario,
             plan,
@@ -780,20 +785,7 @@ impl<'a> Driver<'a> {
         }
         let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
         if request.measured {
-            let row = self.row_of[request.class];
-            let intended_ns = template.intended_at.min(request.submitted_ns);
-            self.accumulators[row].on_complete(
-                completed_ns,
-                intended_ns,
-                request.submitted_ns,
-                bytes as u64,
-            );
-            self.directions[row][usize::from(write)].record(
-                intended_ns,
-                request.submitted_ns,
-                completed_ns,
-                bytes as u64,
-            );
+            self.measure(&request, completed_ns, bytes as u64);
         }
         self.buffers.entry(buffer.len()).or_default().push(buffer);
         let think_ns = self.job_options[template.job].think_ns;
@@ -809,6 +801,20 @@ impl<'a> Driver<'a> {
             self.refill(completed_ns, template.instance);
         }
         Ok(())
+    }
+
+    /// Counts a measured request that completed at `completed_ns` having
+    /// moved `bytes`, in its class's row and direction.
+    fn measure(&mut self, request: &Pending, completed_ns: Nanos, bytes: u64) {
+        let template = &request.template;
+        let write = template.direction == tailguard_core::Direction::Write;
+        let row = self.row_of[request.class];
+        let intended_ns = template.intended_at.min(request.submitted_ns);
+        self.accumulators[row].on_complete(completed_ns, intended_ns, request.submitted_ns, bytes);
+        let name = &self.scenario.classes[request.class].name;
+        self.directions[row][usize::from(write)]
+            .get_or_insert_with(|| DirectionStats::new(name, write))
+            .record(intended_ns, request.submitted_ns, completed_ns, bytes);
     }
 
     /// A verify job's block: a write is remembered for the read-back check;
@@ -1004,7 +1010,7 @@ impl<'a> Driver<'a> {
             let jobs = self.scenario.jobs.iter().filter(|job| job.class == class);
             let stop_ns = jobs.map(|job| job.stop_ns).max().unwrap_or(0);
             let last_ns = (classes[row].last_completion_s * 1e9) as u64;
-            for mut stats in pair {
+            for mut stats in pair.into_iter().flatten() {
                 if stats.ops > 0 {
                     stats.active_ns = last_ns
                         .min(stop_ns)
@@ -1041,22 +1047,6 @@ fn shape_states(
         .map(|(instance, &job)| {
             (!job_options[job].shape.is_plain())
                 .then(|| ShapeState::new(derive_seed(seed, 7, instance)))
-        })
-        .collect()
-}
-
-/// Per accumulator row: empty read and write statistics.
-fn direction_rows(scenario: &Scenario, row_of: &[usize]) -> Vec<[DirectionStats; 2]> {
-    row_of
-        .iter()
-        .enumerate()
-        .filter(|&(_, &row)| row != usize::MAX)
-        .map(|(class, _)| {
-            let name = &scenario.classes[class].name;
-            [
-                DirectionStats::new(name, false),
-                DirectionStats::new(name, true),
-            ]
         })
         .collect()
 }
@@ -1939,6 +1929,68 @@ mod tests {
             reads.submitted < 65536 * 16,
             "held-back requests are not let out after the job's stop"
         );
+    }
+
+    /// The bytes a driver holds on the heap for its classes' measurements.
+    fn class_heap_bytes(driver: &Driver) -> usize {
+        let accumulators: usize = driver
+            .accumulators
+            .iter()
+            .map(ClassAccumulator::heap_bytes)
+            .sum();
+        let directions: usize = driver
+            .directions
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|stats| {
+                let histograms = [&stats.slat_ns, &stats.clat_ns, &stats.lat_ns];
+                histograms
+                    .iter()
+                    .map(|histogram| histogram.distinct_values() * 8)
+                    .sum::<usize>()
+            })
+            .sum();
+        accumulators + directions
+    }
+
+    #[test]
+    fn an_idle_class_costs_the_driver_a_few_bytes() {
+        let classes = 2000;
+        let mut text =
+            String::from("duration_s = 1\n[[device]]\nname = \"d\"\nmodel = \"sata-ssd\"\n");
+        for class in 0..classes {
+            text += &format!(
+                "[[class]]\nname = \"c{class}\"\nshares = 1\n[[job]]\nclass = \"c{class}\"\n\
+                 device = \"d\"\npattern = \"randread\"\nblock_size = \"4k\"\n"
+            );
+        }
+        let scenario = Scenario::from_toml(&text).unwrap();
+        let plan = plan(classes);
+        let mut driver = Driver::new(
+            &scenario,
+            &plan,
+            Mode::KernelDirect,
+            1,
+            &[],
+            InFlightLimits::default(),
+        )
+        .unwrap();
+        let idle = class_heap_bytes(&driver) / classes;
+        assert!(idle < 64, "{idle} bytes per idle class");
+        // One completed read of 100 µs: the class's histograms cover that range only.
+        let template = driver.workload.next_request(0, 0);
+        let request = Pending {
+            template,
+            class: 0,
+            submitted_ns: 1_000,
+            offset_bytes: template.offset_bytes,
+            length_bytes: 4096,
+            measured: true,
+        };
+        driver.measure(&request, 100_000, 4096);
+        let active = class_heap_bytes(&driver) - idle * classes;
+        assert!(active < 300 << 10, "{active} bytes for one active class");
     }
 
     #[test]

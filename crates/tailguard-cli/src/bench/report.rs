@@ -122,6 +122,9 @@ pub struct BenchRun {
 /// not keep).
 pub type DirectionHistogram = hdrhistogram::Histogram<u64>;
 
+/// The longest time the direction histograms hold: one day, in nanoseconds.
+const DIRECTION_HISTOGRAM_MAX_NS: u64 = 86_400_000_000_000;
+
 /// What one class did in one direction during a run, as fio reports a job's
 /// `read` or `write` section.
 #[derive(Clone, Debug, PartialEq)]
@@ -146,12 +149,12 @@ pub struct DirectionStats {
 }
 
 impl DirectionStats {
-    /// Empty statistics for a class's direction.
+    /// Empty statistics for a class's direction. The histograms (3
+    /// significant digits, 1 ns to a day) start small and grow to the
+    /// largest time recorded, so they hold only the counts the direction's
+    /// range of times needs.
     pub fn new(class: &str, write: bool) -> Self {
-        let histogram = || {
-            DirectionHistogram::new_with_bounds(1, 86_400_000_000_000, 3)
-                .expect("valid histogram bounds")
-        };
+        let histogram = || DirectionHistogram::new(3).expect("3 significant digits are valid");
         Self {
             class: class.to_string(),
             write,
@@ -170,7 +173,9 @@ impl DirectionStats {
         self.ops += 1;
         self.bytes += bytes;
         let add = |histogram: &mut DirectionHistogram, value: u64| {
-            histogram.saturating_record(value.max(1));
+            histogram
+                .record(value.clamp(1, DIRECTION_HISTOGRAM_MAX_NS))
+                .expect("an auto-resizing histogram takes any value up to a day");
         };
         add(&mut self.slat_ns, submitted_ns.saturating_sub(intended_ns));
         add(&mut self.clat_ns, completed_ns.saturating_sub(submitted_ns));
