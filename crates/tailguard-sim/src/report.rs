@@ -187,6 +187,20 @@ struct SecondBin {
 /// Largest latency the histograms hold: one day, in nanoseconds.
 const HISTOGRAM_MAX_NS: u64 = 86_400 * 1_000_000_000;
 
+/// Records `value` in an auto-resizing histogram, keeping its counts at the
+/// length they need: a resize grows them as a `Vec` grows (up to twice the
+/// length), so after one the histogram is replaced by its clone, which holds
+/// exactly its length. A histogram resizes once per doubling of its range.
+pub fn record_exact(histogram: &mut Histogram<u64>, value: u64) {
+    let length = histogram.distinct_values();
+    histogram
+        .record(value)
+        .expect("an auto-resizing histogram takes any value up to u64::MAX / 2");
+    if histogram.distinct_values() != length {
+        *histogram = histogram.clone();
+    }
+}
+
 /// A latency histogram in nanoseconds (1 ns to one day, 3 significant
 /// digits: a percentile is within 0.1% of the latency it names) that
 /// allocates nothing until its first value, and then only the counts the
@@ -200,10 +214,10 @@ pub struct LazyHistogram(Option<Histogram<u64>>);
 impl LazyHistogram {
     /// Records one value, clamped to 1 ns ..= one day.
     pub fn record(&mut self, nanoseconds: u64) {
-        self.0
-            .get_or_insert_with(|| Histogram::new(3).expect("3 significant digits are valid"))
-            .record(nanoseconds.clamp(1, HISTOGRAM_MAX_NS))
-            .expect("an auto-resizing histogram takes any value up to a day");
+        let histogram = self
+            .0
+            .get_or_insert_with(|| Histogram::new(3).expect("3 significant digits are valid"));
+        record_exact(histogram, nanoseconds.clamp(1, HISTOGRAM_MAX_NS));
     }
 
     /// The histogram, once something was recorded.

@@ -97,10 +97,19 @@ impl LatencyHistogram {
     /// Records one time. Values are clamped to 1 ns .. 1 hour for the
     /// percentiles; the sum and the buckets take the value as it is.
     pub fn record(&mut self, nanoseconds: u64) {
-        self.histogram
-            .get_or_insert_with(|| Histogram::new(3).expect("3 significant digits are valid"))
+        let histogram = self
+            .histogram
+            .get_or_insert_with(|| Histogram::new(3).expect("3 significant digits are valid"));
+        let length = histogram.distinct_values();
+        histogram
             .record(nanoseconds.clamp(1, HISTOGRAM_MAX_NS))
             .expect("an auto-resizing histogram takes any value up to an hour");
+        // A resize grows the counts as a `Vec` grows (up to twice their
+        // length); the clone holds exactly their length. It happens once per
+        // doubling of the range.
+        if histogram.distinct_values() != length {
+            *histogram = histogram.clone();
+        }
         self.sum_ns = self.sum_ns.saturating_add(nanoseconds);
         let bucket = BUCKET_BOUNDS_NS.partition_point(|&bound| bound < nanoseconds);
         self.bucket_counts[bucket] += 1;

@@ -31,8 +31,8 @@ use std::fmt::Write as _;
 use tailguard::stats::{ClassStats, LatencyHistogram};
 use tailguard::StatsSnapshot;
 use tailguard_sim::report::{
-    human_duration, rate_and_latency_cells, render_grouped_table, ClassReport, LatencyUs,
-    Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
+    human_duration, rate_and_latency_cells, record_exact, render_grouped_table, ClassReport,
+    LatencyUs, Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
 };
 
 /// A summary of one histogram of times, in microseconds.
@@ -177,9 +177,7 @@ impl DirectionStats {
         self.ops += 1;
         self.bytes += bytes;
         let add = |histogram: &mut DirectionHistogram, value: u64| {
-            histogram
-                .record(value.clamp(1, DIRECTION_HISTOGRAM_MAX_NS))
-                .expect("an auto-resizing histogram takes any value up to a day");
+            record_exact(histogram, value.clamp(1, DIRECTION_HISTOGRAM_MAX_NS));
         };
         add(&mut self.slat_ns, submitted_ns.saturating_sub(intended_ns));
         add(&mut self.clat_ns, completed_ns.saturating_sub(submitted_ns));
