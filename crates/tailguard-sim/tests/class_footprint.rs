@@ -71,6 +71,9 @@ fn an_active_class_holds_the_counts_its_range_needs_and_no_more() {
     let held = live_bytes() - before;
     // 3 significant digits up to 2^29 ns: 20 buckets of 1,024 counts of 8
     // bytes, 160 KiB; a few hundred bytes more for the names and timeline.
-    assert!(held <= (160 << 10) + 1024, "{held} bytes for one active class");
+    assert!(
+        held <= (160 << 10) + 1024,
+        "{held} bytes for one active class"
+    );
     drop(accumulator);
 }
