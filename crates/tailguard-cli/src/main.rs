@@ -39,6 +39,7 @@ mod progress;
 mod render;
 mod tune;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tailguard_sim::policy::POLICY_NAMES;
@@ -121,7 +122,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("error: {}", error.message);
+            // Not eprintln!, which panics when standard error is gone (a
+            // closed terminal, whose SIGHUP may be why the run stopped).
+            let _ = writeln!(std::io::stderr(), "error: {}", error.message);
             ExitCode::from(error.status)
         }
     }
