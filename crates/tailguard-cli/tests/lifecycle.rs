@@ -95,11 +95,18 @@ fn start(command: &str, directory: &Scratch) -> Run {
                 "kernel-direct".into(),
             ]
         }
-        "tune" => ["tune", directory.text(), "--duration", "60s", "--size", "16m"]
-            .map(String::from)
-            .into_iter()
-            .chain(["--output".into(), side("toml")])
-            .collect(),
+        "tune" => [
+            "tune",
+            directory.text(),
+            "--duration",
+            "60s",
+            "--size",
+            "16m",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain(["--output".into(), side("toml")])
+        .collect(),
         "frontier" => [
             "frontier",
             directory.text(),
@@ -118,11 +125,18 @@ fn start(command: &str, directory: &Scratch) -> Run {
         .into_iter()
         .chain(["--json".into(), side("json")])
         .collect(),
-        "demo" => ["demo", directory.text(), "--duration-s", "60", "--size-mib", "8"]
-            .map(String::from)
-            .into_iter()
-            .chain(["--report".into(), side("html")])
-            .collect(),
+        "demo" => [
+            "demo",
+            directory.text(),
+            "--duration-s",
+            "60",
+            "--size-mib",
+            "8",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain(["--report".into(), side("html")])
+        .collect(),
         other => panic!("no such command {other}"),
     };
     Run(Command::new(env!("CARGO_BIN_EXE_tailguard"))
@@ -176,7 +190,11 @@ fn sighup_stops_every_command_like_ctrl_c_and_removes_its_files() {
         std::thread::sleep(Duration::from_millis(300));
         // A hang check, not a latency figure: the stop takes well under this.
         let status = signal_and_wait(&mut run.0, libc::SIGHUP, Duration::from_secs(20), command);
-        assert_eq!(status.code(), Some(128 + libc::SIGHUP), "{command}: {status:?}");
+        assert_eq!(
+            status.code(),
+            Some(128 + libc::SIGHUP),
+            "{command}: {status:?}"
+        );
         assert_eq!(entries(&directory.0), Vec::<String>::new(), "{command}");
     }
 }
@@ -216,7 +234,10 @@ fn what_kill_9_leaves_is_removed_by_the_next_run_and_a_live_runs_files_stay() {
         let clean = tailguard(&["clean", directory.text()]);
         assert!(clean.status.success(), "{clean:?}");
         let said = String::from_utf8_lossy(&clean.stdout);
-        assert!(said.contains(&format!("process {next_pid} is running")), "{said}");
+        assert!(
+            said.contains(&format!("process {next_pid} is running")),
+            "{said}"
+        );
         assert_eq!(owned_by(&directory.0, next_pid), owned, "{command}");
 
         let status = signal_and_wait(&mut next.0, libc::SIGINT, Duration::from_secs(20), command);
@@ -283,7 +304,14 @@ fn a_second_run_on_a_file_target_is_refused_naming_the_first() {
     }
     for second in [
         bench("duration_s = 0.2").output().unwrap(),
-        tailguard(&["tune", target_text, "--duration", "2s", "--output", profile_text]),
+        tailguard(&[
+            "tune",
+            target_text,
+            "--duration",
+            "2s",
+            "--output",
+            profile_text,
+        ]),
     ] {
         let error = String::from_utf8_lossy(&second.stderr);
         assert_eq!(second.status.code(), Some(2), "{error}");

@@ -536,8 +536,8 @@ fn create_data_file(path: &Path, bytes: u64) -> Result<File, BenchError> {
 /// Opens a user's file target and takes the run's lock on it before anything
 /// is written ([`crate::lifecycle::lock_target`]); a second run is refused.
 fn lock_file_target(path: &Path) -> Result<File, BenchError> {
-    let file = File::open(path)
-        .map_err(|error| usage(format!("target {}: {error}", path.display())))?;
+    let file =
+        File::open(path).map_err(|error| usage(format!("target {}: {error}", path.display())))?;
     crate::lifecycle::lock_target(&file, path)?;
     Ok(file)
 }
