@@ -529,7 +529,7 @@ fn create_data_file(path: &Path, bytes: u64) -> Result<File, BenchError> {
         .map_err(failed)?;
     crate::lifecycle::hold(&file).map_err(failed)?;
     fill(&file, 0, bytes, path)?;
-    file.sync_all().map_err(failed)?;
+    crate::lifecycle::sync_data_interruptibly(&file, path)?;
     Ok(file)
 }
 
@@ -579,7 +579,8 @@ pub fn fill_random(chunk: &mut [u8], state: &mut u64) {
 }
 
 /// Makes every file's data durable and drops it from the page cache, so a run
-/// starts neither with another mode's dirty pages nor with warm reads.
+/// starts neither with another mode's dirty pages nor with warm reads. The
+/// sync stops early on Ctrl-C ([`crate::lifecycle::sync_data_interruptibly`]).
 pub fn settle(plan: &Plan) -> Result<(), BenchError> {
     for path in &plan.files {
         let file = File::options()
@@ -587,8 +588,7 @@ pub fn settle(plan: &Plan) -> Result<(), BenchError> {
             .write(true)
             .open(path)
             .map_err(|error| usage(format!("{}: {error}", path.display())))?;
-        file.sync_data()
-            .map_err(|error| usage(format!("{}: {error}", path.display())))?;
+        crate::lifecycle::sync_data_interruptibly(&file, path)?;
         // Advice only: a failure leaves the pages cached, which the run survives.
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
     }
