@@ -1516,7 +1516,13 @@ impl BackendExecutor {
     /// system call per request.
     fn flush(&mut self) -> io::Result<()> {
         let mut first = true;
+        let mut pushed = 0u32;
         while let Some(op) = self.backlog.pop_front() {
+            if stop_polled(&mut pushed) {
+                // Ctrl-C: the rest is abandoned, not handed to the kernel.
+                self.backlog.push_front(op);
+                break;
+            }
             if !first {
                 self.backend.submit(false)?;
             }
