@@ -305,12 +305,20 @@ pub fn remove_leftovers(directory: &Path) -> Cleanup {
         let Some(pid) = name.to_str().and_then(owner_of) else {
             continue;
         };
+        // Only what a run makes: a FIFO of such a name would block the probe's
+        // open, and a link is somebody else's.
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if !kind.is_file() && !kind.is_dir() {
+            continue;
+        }
         let path = entry.path();
         if pid == std::process::id() || owner_alive(&path, pid) {
             cleanup.live.push((path, pid));
             continue;
         }
-        let removed = if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+        let removed = if kind.is_dir() {
             std::fs::remove_dir_all(&path)
         } else {
             std::fs::remove_file(&path)
@@ -479,6 +487,11 @@ mod tests {
         hold(&holder).unwrap();
         let user = directory.join("user.data");
         std::fs::write(&user, b"x").unwrap();
+        // Not a file or directory: never opened (a FIFO would block) nor removed.
+        let socket = directory.join(format!(".tailguard-bench-{dead}-2.data"));
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let link = directory.join(format!(".tailguard-bench-{dead}-3.data"));
+        std::os::unix::fs::symlink(&user, &link).unwrap();
 
         let cleanup = remove_leftovers(&directory);
         assert_eq!(cleanup.removed.len(), 3, "{cleanup:?}");
@@ -487,6 +500,7 @@ mod tests {
         assert!(held.exists(), "a held file stays");
         assert_eq!(cleanup.live, vec![(held.clone(), dead)]);
         assert!(user.exists(), "other files are not touched");
+        assert!(socket.exists() && link.symlink_metadata().is_ok());
         drop(holder);
         let cleanup = remove_leftovers(&directory);
         assert_eq!(cleanup.removed, vec![(held.clone(), dead)]);
