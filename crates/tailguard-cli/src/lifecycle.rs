@@ -296,6 +296,12 @@ pub struct Cleanup {
 /// up left in `directory`: entries named as [`owner_of`] knows whose owner's
 /// `flock` is free and whose process id no running `tailguard` has.
 pub fn remove_leftovers(directory: &Path) -> Cleanup {
+    scan_leftovers(directory, true)
+}
+
+/// [`remove_leftovers`], removing only when `remove`; without it `removed`
+/// lists what would go.
+fn scan_leftovers(directory: &Path, remove: bool) -> Cleanup {
     let mut cleanup = Cleanup::default();
     let Ok(entries) = std::fs::read_dir(directory) else {
         return cleanup;
@@ -318,7 +324,9 @@ pub fn remove_leftovers(directory: &Path) -> Cleanup {
             cleanup.live.push((path, pid));
             continue;
         }
-        let removed = if kind.is_dir() {
+        let removed = if !remove {
+            Ok(())
+        } else if kind.is_dir() {
             std::fs::remove_dir_all(&path)
         } else {
             std::fs::remove_file(&path)
@@ -374,6 +382,9 @@ pub struct CleanArguments {
     /// The directories to clean (the targets of earlier bench, tune, frontier
     /// or demo runs); default: the current directory.
     pub directories: Vec<PathBuf>,
+    /// List what would be removed and what is kept, and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Runs `tailguard clean`: removes what killed runs left in each directory,
@@ -392,9 +403,14 @@ pub fn run_clean(arguments: &CleanArguments) -> Result<(), BenchError> {
                 directory.display()
             )));
         }
-        let cleanup = remove_leftovers(directory);
+        let cleanup = scan_leftovers(directory, !arguments.dry_run);
+        let verb = if arguments.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
         for (path, pid) in &cleanup.removed {
-            println!("removed {} (process {pid} is gone)", path.display());
+            println!("{verb} {} (process {pid} is gone)", path.display());
         }
         for (path, pid) in &cleanup.live {
             println!("kept {} (process {pid} is running)", path.display());

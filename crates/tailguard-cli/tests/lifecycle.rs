@@ -256,6 +256,12 @@ fn clean_removes_what_kill_9_left() {
     killed.0.wait().unwrap();
     let user_file = directory.0.join("keep.me");
     std::fs::write(&user_file, b"the user's").unwrap();
+    let left = entries(&directory.0);
+    let dry = tailguard(&["clean", "--dry-run", directory.text()]);
+    assert!(dry.status.success(), "{dry:?}");
+    let said = String::from_utf8_lossy(&dry.stdout);
+    assert!(said.contains("would remove"), "{said}");
+    assert_eq!(entries(&directory.0), left, "--dry-run removes nothing");
     let clean = tailguard(&["clean", directory.text()]);
     assert!(clean.status.success(), "{clean:?}");
     let said = String::from_utf8_lossy(&clean.stdout);
