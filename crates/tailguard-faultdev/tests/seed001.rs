@@ -10,7 +10,8 @@
 //! - Through one pool of threads shared by both devices (the size of
 //!   tailguard's default pool), the stalled stick's writes take every
 //!   thread and not one fast write completes until the stall ends: the
-//!   seed's shared cap, which the first case would have failed the same way.
+//!   seed's shared cap. A fixed-size pool inside tailguard would fail the
+//!   first case the same way (its backend therefore adds threads instead).
 //!
 //! The assertions are counts, taken while the stick is stalled (a stall
 //! holds its requests indefinitely, so no timing decides them). Needs root;
