@@ -534,11 +534,15 @@ mod tests {
         queue.push(0, 10, 'c');
         queue.push(1, 10, 'x');
         assert_eq!(queue.peek(), Some((1, 10)), "class 0 is skipped");
-        assert_eq!(queue.pop().map(|(index, _, item)| (index, item)), Some((1, 'x')));
+        assert_eq!(
+            queue.pop().map(|(index, _, item)| (index, item)),
+            Some((1, 'x'))
+        );
         assert!(queue.pop().is_none(), "only held work is left");
         assert_eq!(queue.len(), 3);
         queue.release(0);
-        let items: Vec<char> = std::iter::from_fn(|| queue.pop().map(|(_, _, item)| item)).collect();
+        let items: Vec<char> =
+            std::iter::from_fn(|| queue.pop().map(|(_, _, item)| item)).collect();
         assert_eq!(items, ['a', 'b', 'c']);
     }
 

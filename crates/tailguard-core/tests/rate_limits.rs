@@ -111,9 +111,7 @@ impl Server {
         dispatcher
             .set_rate_limit(0, capped, Some(case.limit))
             .unwrap();
-        let other = case
-            .with_other
-            .then(|| dispatcher.add_class(100).unwrap());
+        let other = case.with_other.then(|| dispatcher.add_class(100).unwrap());
         let mut server = Self {
             dispatcher,
             capped,
@@ -197,9 +195,9 @@ impl Server {
             );
         }
         if let Some(rate) = limit.iops {
-            let allowed =
-                u128::from(rate) * u128::from(now + limit.burst_ns) / u128::from(NANOS_PER_SECOND)
-                    + 2;
+            let allowed = u128::from(rate) * u128::from(now + limit.burst_ns)
+                / u128::from(NANOS_PER_SECOND)
+                + 2;
             assert!(
                 u128::from(self.capped_requests) <= allowed,
                 "{} requests by {now} ns, allowed {allowed}",
@@ -218,7 +216,10 @@ impl Server {
                 (Some(completion), Some(eligible)) => completion.min(eligible),
                 (Some(completion), None) => completion,
                 (None, Some(eligible)) => {
-                    assert!(eligible > now, "eligible at {eligible}, now {now}: a busy loop");
+                    assert!(
+                        eligible > now,
+                        "eligible at {eligible}, now {now}: a busy loop"
+                    );
                     eligible
                 }
                 (None, None) => panic!("work queued, nothing in flight, no wake-up: a stall"),

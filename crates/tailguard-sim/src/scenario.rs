@@ -233,9 +233,9 @@ impl ClassSpec {
         Some(RateLimit {
             bytes_per_s: self.limit_bytes_per_s.map(|bytes| bytes.0),
             iops: self.limit_iops,
-            burst_ns: self
-                .limit_burst_ms
-                .map_or(DEFAULT_BURST_NS, |ms| ms.saturating_mul(NANOS_PER_MILLISECOND)),
+            burst_ns: self.limit_burst_ms.map_or(DEFAULT_BURST_NS, |ms| {
+                ms.saturating_mul(NANOS_PER_MILLISECOND)
+            }),
         })
     }
 }
@@ -893,14 +893,21 @@ queue_depth = 8
                 burst_ns: 5 * NANOS_PER_MILLISECOND,
             })
         );
-        assert_eq!(Scenario::from_toml(MINIMAL).unwrap().classes[0].rate_limit(), None);
+        assert_eq!(
+            Scenario::from_toml(MINIMAL).unwrap().classes[0].rate_limit(),
+            None
+        );
         for (line, key) in [
             ("limit_bytes_per_s = 0", "class[0].limit_bytes_per_s"),
             ("limit_iops = 0", "class[0].limit_iops"),
-            ("limit_iops = 5\nlimit_burst_ms = 0", "class[0].limit_burst_ms"),
+            (
+                "limit_iops = 5\nlimit_burst_ms = 0",
+                "class[0].limit_burst_ms",
+            ),
             ("limit_burst_ms = 5", "class[0].limit_burst_ms"),
         ] {
-            let error = error_of(&MINIMAL.replace("shares = 100", &format!("shares = 100\n{line}")));
+            let error =
+                error_of(&MINIMAL.replace("shares = 100", &format!("shares = 100\n{line}")));
             assert_eq!(error.key, key, "{line}: {error}");
         }
         let error = error_of(&MINIMAL.replace("shares = 100", "shares = 100\nlimit_iops = -3"));
