@@ -26,11 +26,12 @@
 //!    it says the budget is full, not that it is too large.
 //! 2. **Congestion.** A window is congested when more than
 //!    [`ControllerConfig::late_reads_per_hundred`] in a hundred of its reads are
-//!    late, or, when no read of any class completed within
-//!    [`ControllerConfig::reads_remembered_ns`], when the Little's-law delay
-//!    exceeds the goal (what a read arriving now would wait at a
-//!    first-come-first-served device). The budget is cut at once to what drains
-//!    within the goal, by a factor between
+//!    late, or, while *Little's law judges* (no read of any class completed
+//!    within [`ControllerConfig::reads_remembered_ns`], and no writer is
+//!    alone: rule 5), when the Little's-law delay exceeds the goal
+//!    (what a read arriving now would wait at a first-come-first-served
+//!    device). The budget is cut at once to what drains within the goal (by
+//!    Little's law, and by the worst late read), by a factor between
 //!    [`ControllerConfig::congestion_cut_min`] and
 //!    [`ControllerConfig::congestion_cut_max`]; a budget the workload did not
 //!    fill is cut from what was in flight, not from itself, so a later burst
@@ -44,45 +45,61 @@
 //!    it held work back, until the first congestion or until a doubling would
 //!    take the Little's-law delay over the goal: small budgets split pieces
 //!    small, and a step that does not change the split size pays nothing
-//!    although a larger one would.
-//! 5. **Growth probes.** When the budget held work back and there is room (the
-//!    window has recent reads, none of them late; or, without reads, one more
-//!    step keeps the Little's-law delay within the goal), the budget grows by
+//!    although a larger one would. Until slow start ends, a Little's-law delay
+//!    over the goal without recent reads is congestion even for a writer alone
+//!    (rule 5), so a read arriving later does not find the overshoot ahead.
+//! 5. **A writer alone: throughput alone.** While no read of any class, and no
+//!    piece that found another class's work ahead of it
+//!    ([`CompletionSample::ahead_other_ns`]), completed within
+//!    [`ControllerConfig::alone_after_ns`] (counted from the first
+//!    completion), no one can be made late or
+//!    short of its shares, and the budget's goal is throughput: growth probes
+//!    double, and one starts, and is judged by rules 7 and 8, only on the rate
+//!    and in-flight cost averaged over at least
+//!    [`ControllerConfig::knee_completions`] since the budget last changed (one
+//!    window of a seeking disk swings by more than the knee test's margin);
+//!    Little's law does not judge, the congestion threshold does not bound
+//!    growth, and the budget never probes downwards. A
+//!    read that arrives later finds at most the knee's worth of work ahead, and
+//!    its first late window cuts the budget (rule 2). Otherwise each window is
+//!    judged by itself.
+//! 6. **Growth probes.** When the budget held work back and there is room (the
+//!    window has recent reads, none of them late; a writer is alone; or one
+//!    more step keeps the Little's-law delay within the goal), it grows by
 //!    [`ControllerConfig::grow_step`], and by
 //!    [`ControllerConfig::grow_step_fast`] once growth paid twice in a row.
 //!    Above the congestion threshold each step adds only
 //!    [`ControllerConfig::grow_step`] of the threshold, until
 //!    [`ControllerConfig::threshold_paid_windows`] paid windows in a row forget
 //!    it.
-//! 6. **The knee test.** A growth probe is judged once it changed the mean
+//! 7. **The knee test.** A growth probe is judged once it changed the mean
 //!    in-flight cost by [`ControllerConfig::in_flight_grew`] (pieces come in
 //!    whole sizes; until then it grows on from the same baseline). It is kept
 //!    if the rate rose by [`ControllerConfig::growth_pays`] and undone
 //!    otherwise, so the budget settles where more depth stops buying
 //!    throughput.
-//! 7. **Reads pay for no growth.** A growth probe in whose window more reads
+//! 8. **Reads pay for no growth.** A growth probe in whose window more reads
 //!    missed the target, for any reason, than the share before it predicts (by
 //!    more than one, and more than
 //!    [`ControllerConfig::late_reads_per_hundred`] in a hundred) is undone
 //!    whatever the rate: the per-read test of rule 1 trusts the window's rate
 //!    to say how long the work ahead took, which a bursty device belies.
-//! 8. **Failed growth backs off.** A growth probe during which a window
+//! 9. **Failed growth backs off.** A growth probe during which a window
 //!    congested delays the next one by [`ControllerConfig::grow_backoff_ns`],
 //!    doubling with each failure up to [`ControllerConfig::grow_backoff_max_ns`],
 //!    until the threshold is forgotten.
-//! 9. **Shrink probes only while Little's law judges.** With no recent reads,
-//!    a probe after a wasted growth goes down by
-//!    [`ControllerConfig::shrink_step`] and is kept while the rate stays within
-//!    [`ControllerConfig::shrink_keeps`] of the rate before the first step;
-//!    probes are [`ControllerConfig::hold_windows`] apart. A shrink probe never
-//!    takes the budget below [`ControllerConfig::shrink_floor_pieces`] pieces,
-//!    and after a costly one none starts for
-//!    [`ControllerConfig::shrink_backoff_ns`], doubling up to
-//!    [`ControllerConfig::shrink_backoff_max_ns`]. While reads judge, the budget
-//!    only probes upwards: a smaller budget buys reads nothing once they meet
-//!    the target, and a write cache hides a smaller budget's cost for longer
-//!    than a window.
-//! 10. **Starving devices.** A read late and overtaken by more than
+//! 10. **Shrink probes only while Little's law judges.** After a wasted growth
+//!     the next probe goes down by [`ControllerConfig::shrink_step`] and is
+//!     kept while the rate stays within [`ControllerConfig::shrink_keeps`] of
+//!     the rate before the first step; probes are
+//!     [`ControllerConfig::hold_windows`] apart. A shrink probe never takes the
+//!     budget below [`ControllerConfig::shrink_floor_pieces`] pieces, and after
+//!     a costly one none starts for [`ControllerConfig::shrink_backoff_ns`],
+//!     doubling up to [`ControllerConfig::shrink_backoff_max_ns`]. While reads
+//!     judge, the budget only probes upwards: a smaller budget buys reads
+//!     nothing once they meet the target, and a write cache hides a smaller
+//!     budget's cost for longer than a window.
+//! 11. **Starving devices.** A read late and overtaken by more than
 //!     [`ControllerConfig::starved_overtaken_factor`] budgets of newer work
 //!     ([`CompletionSample::overtaken_ns`]) shows a device that reorders its
 //!     queue and starves old pieces (a disk's shortest-seek-first queue behind
@@ -94,8 +111,10 @@
 //!     the dispatcher feeds the device nothing newer until the piece is served.
 //!     Before starvation is seen, a read is overdue after
 //!     [`ControllerConfig::read_overdue_targets`] targets, a watchdog so that
-//!     the first starved read is served at all.
-//! 11. **Stalling devices hold two pieces.** For
+//!     the first starved read is served at all. Neither applies to a read of a
+//!     backlogged class (the dispatcher's choice): it is served after its own
+//!     class's queue anyway.
+//! 12. **Stalling devices hold two pieces.** For
 //!     [`ControllerConfig::stall_memory_ns`] after a stalled window whose
 //!     stall was at most [`ControllerConfig::pipeline_stall_targets`] targets
 //!     long, the budget holds at most [`PIPELINE_PIECES`] pieces of the size it
@@ -104,7 +123,7 @@
 //!     waits for the stall and then for every piece queued behind it, and a
 //!     device that serves one command at a time gains nothing from a queue:
 //!     only larger pieces can pay there, and the knee test judges them.
-//! 12. **Bounds.** The budget stays between four of the most expensive 4 KiB
+//! 13. **Bounds.** The budget stays between four of the most expensive 4 KiB
 //!     requests (so the device always pipelines; see [`crate::budget`]) and
 //!     [`ControllerConfig::limit_max_targets`] latency targets
 //!     ([`BudgetBounds`]).
@@ -113,7 +132,7 @@
 //! judged by throughput (the knee test) and not held at a latency no one asked
 //! for, while a light latency class beside a bulk one is protected. Reads of
 //! every class still count as recent reads, so Little's law judges the budget
-//! only when no read happens at all.
+//! only when no read happens at all, and only while classes share the device.
 //!
 //! ## What inspired it, and how it differs
 //!
@@ -173,7 +192,7 @@ pub struct CompletionSample {
     /// Whether its class still had at least one budget of its own work waiting
     /// in the fair queue when it was dispatched: the class asks for more than
     /// it gets, so its latency is its own queue's, and the latency target is not its promise (see
-    /// [`crate::controller`], "whom the target protects").
+    /// [`crate::controller`], rule 1).
     pub class_backlogged: bool,
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
@@ -395,7 +414,8 @@ pub struct ControllerConfig {
     /// the target is a p99.
     pub late_reads_per_hundred: u64,
     /// Reads judge the budget while one completed within this long; after
-    /// that, Little's law speaks for the reads that may come.
+    /// that, Little's law speaks for the reads that may come (or, for a writer
+    /// alone, throughput does).
     pub reads_remembered_ns: Nanos,
     /// How long the evidence of a starving device keeps the overdue rule on
     /// (renewed by every read still overtaken): longer protects reads longer
@@ -426,6 +446,16 @@ pub struct ControllerConfig {
     /// it is a small part of a read's wait, while the throughput the rule costs
     /// stays.
     pub pipeline_stall_targets: u64,
+    /// While a writer is alone, a growth probe is judged (and started) only
+    /// on the rate averaged over at least this many completions since the
+    /// budget last changed: more beats a noisy device's window-to-window swings,
+    /// fewer reaches the knee sooner.
+    pub knee_completions: u64,
+    /// A writer counts as alone (module docs, rule 5) once no read, and no
+    /// piece that found another class's work ahead of it, completed for this
+    /// long: longer keeps a sparse reader protected through longer pauses,
+    /// shorter lets a writer left alone deepen its queue sooner.
+    pub alone_after_ns: Nanos,
 }
 
 impl Default for ControllerConfig {
@@ -460,6 +490,8 @@ impl Default for ControllerConfig {
             limit_max_targets: 64,
             stall_memory_ns: 10 * NANOS_PER_SECOND,
             pipeline_stall_targets: 2,
+            knee_completions: 128,
+            alone_after_ns: NANOS_PER_SECOND,
         }
     }
 }
@@ -640,6 +672,16 @@ pub struct WindowSummary {
     /// Reads over the target, whatever the cause (the late ones, and those the
     /// per-read test puts on the device's floor).
     pub over_target_reads: u64,
+    /// Whether the budget's goal is throughput alone (module docs, rule 5): no
+    /// read, and no piece with another class's work ahead, completed within
+    /// [`ControllerConfig::alone_after_ns`].
+    pub unprotected: bool,
+    /// Completions since the budget last changed, this window's included.
+    pub span_completions: u64,
+    /// The rate since the budget last changed.
+    pub span_rate: f64,
+    /// The mean in-flight cost since the budget last changed, ns.
+    pub span_mean_in_flight_ns: f64,
 }
 
 impl WindowSummary {
@@ -671,6 +713,15 @@ struct Window {
     over_target_reads: u64,
 }
 
+/// What completed since the budget last changed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Span {
+    start_ns: Nanos,
+    completions: u64,
+    cost_ns: u128,
+    in_flight_sum_ns: u128,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Probe {
     None,
@@ -699,6 +750,10 @@ pub struct AdaptiveBudget {
     probe_down_next: bool,
     holds_left: u32,
     last_read_ns: Option<Nanos>,
+    /// The last completion that found another class's work ahead of it.
+    last_shared_ns: Option<Nanos>,
+    /// What completed since the budget last changed, before this window.
+    span: Span,
     last: WindowSummary,
     stats: ControllerStats,
     /// Start from the smallest budget (the profile is a guess).
@@ -747,6 +802,8 @@ impl AdaptiveBudget {
             probe_down_next: false,
             holds_left: 0,
             last_read_ns: None,
+            last_shared_ns: None,
+            span: Span::default(),
             last: WindowSummary::default(),
             stats: ControllerStats::default(),
             start_small: false,
@@ -909,6 +966,17 @@ impl AdaptiveBudget {
         let (late_reads, worst_late_read_ns) = late.fold((0, 0), |(count, worst), device_ns| {
             (count + 1, Nanos::max(worst, device_ns))
         });
+        let within = |at: Option<Nanos>, memory_ns: Nanos| {
+            at.is_some_and(|at| now.saturating_sub(at) <= memory_ns)
+        };
+        let alone_after_ns = self.config.alone_after_ns;
+        let span_completions = self.span.completions + window.completions;
+        let span_start_ns = if self.span.completions == 0 {
+            window.start_ns
+        } else {
+            self.span.start_ns
+        };
+        let span_elapsed = now.saturating_sub(span_start_ns).max(1) as f64;
         WindowSummary {
             completions: window.completions,
             rate,
@@ -919,12 +987,16 @@ impl AdaptiveBudget {
             stalled: window.longest_gap_ns as f64 > self.config.stall_fraction * elapsed,
             longest_gap_ns: window.longest_gap_ns,
             reads: window.reads,
-            reads_recent: self
-                .last_read_ns
-                .is_some_and(|at| now.saturating_sub(at) <= self.config.reads_remembered_ns),
+            reads_recent: within(self.last_read_ns, self.config.reads_remembered_ns),
             late_reads,
             worst_late_read_ns,
             over_target_reads: window.over_target_reads,
+            unprotected: !within(self.last_read_ns, alone_after_ns)
+                && !within(self.last_shared_ns, alone_after_ns),
+            span_completions,
+            span_rate: (self.span.cost_ns + window.cost_ns) as f64 / span_elapsed,
+            span_mean_in_flight_ns: (self.span.in_flight_sum_ns + window.in_flight_sum_ns) as f64
+                / span_completions.max(1) as f64,
         }
     }
 
@@ -936,7 +1008,11 @@ impl AdaptiveBudget {
         let goal = self.goal_ns();
         let late = window.late_reads > 0
             && window.late_reads * 100 > window.reads * self.config.late_reads_per_hundred;
-        let delay_over = !window.reads_recent && window.delay_ns > goal;
+        // A writer alone is judged by throughput (rule 5), but not while slow
+        // start may still overshoot: a read arriving later must not find the
+        // overshoot ahead of it.
+        let littles_law_judges = !window.unprotected || self.slow_start;
+        let delay_over = !window.reads_recent && littles_law_judges && window.delay_ns > goal;
         // Congestion even when the budget held nothing back: a budget far above
         // what the workload keeps in flight (a wrong profile, a slow device) must
         // come down to what is in flight and below, or the next burst fills it.
@@ -957,6 +1033,9 @@ impl AdaptiveBudget {
             {
                 return Situation::SlowStart;
             }
+        }
+        if window.unprotected {
+            return self.classify_for_throughput(window, limit_ns);
         }
         match self.probe {
             Probe::Up {
@@ -1011,6 +1090,54 @@ impl AdaptiveBudget {
         }
     }
 
+    /// Names the situation while a writer is alone (module docs, rule 5):
+    /// growth is judged, and started, only on the rate averaged over
+    /// [`ControllerConfig::knee_completions`] since the budget last changed,
+    /// and the budget never probes downwards.
+    fn classify_for_throughput(&self, window: &WindowSummary, limit_ns: Nanos) -> Situation {
+        let measured = window.span_completions >= self.config.knee_completions;
+        match self.probe {
+            Probe::Up {
+                baseline,
+                baseline_in_flight_ns,
+                ..
+            } => {
+                if !measured {
+                    Situation::Fine
+                } else if !window.binding {
+                    Situation::GrowthWasted
+                } else if window.span_rate >= baseline * self.config.growth_pays {
+                    Situation::GrowthPaid
+                } else if window.span_mean_in_flight_ns
+                    < baseline_in_flight_ns * self.config.in_flight_grew
+                    && limit_ns < self.bounds.max_limit_ns
+                {
+                    Situation::GrowthUnfelt
+                } else {
+                    Situation::GrowthWasted
+                }
+            }
+            Probe::Down { baseline, .. } => {
+                if window.rate >= baseline * self.config.shrink_keeps {
+                    Situation::ShrinkFree
+                } else {
+                    Situation::ShrinkCostly
+                }
+            }
+            Probe::None if !window.binding => Situation::Idle,
+            // Not Idle: a window that binds ends slow start (rule 4).
+            Probe::None if !measured => Situation::Fine,
+            Probe::None if self.holds_left > 0 => Situation::Fine,
+            Probe::None
+                if limit_ns < self.bounds.max_limit_ns
+                    && self.now_ns >= self.grow_not_before_ns =>
+            {
+                Situation::Underused
+            }
+            Probe::None => Situation::Fine,
+        }
+    }
+
     /// Whether a shrink probe may start, or go on, from `limit_ns`: not within
     /// the backoff after a costly one ([`ControllerConfig::shrink_backoff_ns`]), and not below
     /// [`ControllerConfig::shrink_floor_pieces`] pieces.
@@ -1026,9 +1153,11 @@ impl AdaptiveBudget {
 
     /// Whether a growth step stays within the goal: by the reads themselves
     /// while there are any (none was late, or the window would be congested),
-    /// by Little's law otherwise.
+    /// always for a writer alone (throughput is its only goal), by Little's
+    /// law otherwise.
     fn has_room(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
         window.reads_recent
+            || window.unprotected
             || (limit_ns as f64 * self.config.grow_step) / window.rate <= self.goal_ns()
     }
 
@@ -1122,12 +1251,17 @@ impl AdaptiveBudget {
         if situation == Situation::GrowthPaid {
             self.paid_streak += 1;
         }
-        let step = if self.paid_streak >= 2 {
+        let step = if self.paid_streak >= 2 || window.unprotected {
             self.config.grow_step_fast
         } else {
             self.config.grow_step
         };
-        let grown = self.bound_by_threshold(limit_ns, limit_ns as f64 * step);
+        // The congestion threshold guards reads; a writer alone has none.
+        let grown = if window.unprotected {
+            limit_ns as f64 * step
+        } else {
+            self.bound_by_threshold(limit_ns, limit_ns as f64 * step)
+        };
         let mut grown = self.next_split_ns(limit_ns, grown);
         if !self.has_room(window, limit_ns) {
             grown = grown.min(self.ceiling_ns(window.rate));
@@ -1142,10 +1276,15 @@ impl AdaptiveBudget {
         if let (Situation::GrowthUnfelt, Probe::Up { .. }) = (situation, self.probe) {
             return Some(grown);
         }
+        let (baseline, baseline_in_flight_ns) = if window.unprotected {
+            (window.span_rate, window.span_mean_in_flight_ns)
+        } else {
+            (window.rate, window.mean_in_flight_ns)
+        };
         self.probe = Probe::Up {
             from_ns: limit_ns,
-            baseline: window.rate,
-            baseline_in_flight_ns: window.mean_in_flight_ns,
+            baseline,
+            baseline_in_flight_ns,
             baseline_missed: window.missed_share(),
         };
         Some(grown)
@@ -1257,6 +1396,24 @@ impl AdaptiveBudget {
         new
     }
 
+    /// Adds the window that just ended to the span, or starts a new span
+    /// when the budget changed.
+    fn extend_span(&mut self, now: Nanos, changed: bool) {
+        if changed {
+            self.span = Span {
+                start_ns: now,
+                ..Span::default()
+            };
+            return;
+        }
+        if self.span.completions == 0 {
+            self.span.start_ns = self.window.start_ns;
+        }
+        self.span.completions += self.window.completions;
+        self.span.cost_ns += self.window.cost_ns;
+        self.span.in_flight_sum_ns += self.window.in_flight_sum_ns;
+    }
+
     /// A growth probe failed: the next one waits (see [`ControllerConfig::grow_backoff_ns`]).
     fn back_off_growth(&mut self) {
         self.grow_not_before_ns = self.now_ns.saturating_add(self.grow_backoff_ns);
@@ -1335,6 +1492,9 @@ impl LatencyController for AdaptiveBudget {
         if !self.started {
             self.started = true;
             self.window.start_ns = sample.now.saturating_sub(sample.device_time_ns);
+            // No writer counts as alone before it has been for a while (rule 5):
+            // a reader starting beside it must not find it deepened already.
+            self.last_shared_ns = Some(self.window.start_ns);
         }
         let window = &mut self.window;
         let since_ns = window.last_completion_ns.max(window.start_ns);
@@ -1352,8 +1512,11 @@ impl LatencyController for AdaptiveBudget {
         if sample.direction == Direction::Read {
             self.last_read_ns = Some(sample.now);
         }
+        if sample.ahead_other_ns > 0 {
+            self.last_shared_ns = Some(sample.now);
+        }
         // Only reads of classes that ask for less than they get are promised
-        // the target (module docs, "whom the target protects").
+        // the target (module docs, rule 1).
         if sample.direction == Direction::Read && !sample.class_backlogged {
             let window = &mut self.window;
             window.reads += 1;
@@ -1363,7 +1526,7 @@ impl LatencyController for AdaptiveBudget {
             }
             // Only the device's part can say the budget is too large: time
             // waited in the fair queue says it is full (module docs,
-            // "congested"); and only other classes' work ahead could have
+            // rule 1); and only other classes' work ahead could have
             // been kept back for it.
             if sample.device_time_ns > self.bounds.latency_target_ns {
                 window
@@ -1380,6 +1543,7 @@ impl LatencyController for AdaptiveBudget {
         let situation = self.classify(&summary, limit_ns);
         let new = self.act(situation, &summary, limit_ns);
         self.record(sample.now, situation, &summary, limit_ns, new);
+        self.extend_span(sample.now, new.is_some());
         let mut late_candidates = std::mem::take(&mut self.window.late_candidates);
         late_candidates.clear();
         self.window = Window {

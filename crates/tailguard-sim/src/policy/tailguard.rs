@@ -17,7 +17,6 @@
 //! |---|---|---|
 //! | `budget_us` | derived | overrides every device's (starting) in-flight budget, in µs of device time |
 //! | `controller` | `adaptive` | `adaptive`: [`tailguard_core::AdaptiveBudget`] resizes each budget from completions; `fixed`: the budget never changes |
-//! | `adaptive` | defaults | a table of [`ControllerConfig`] fields (`[policy.tailguard.adaptive]`, e.g. `growth_pays = 1.1`): the adaptive controller's tunables; fields left out keep their defaults |
 //! | `profile` | `model` | `model`: each dispatcher starts from the device's profile; `none`: from [`DeviceProfile::uncalibrated`] (keeping the device's `max_request_bytes` and latency target), as a device nobody calibrated |
 
 use super::{Policy, PolicyContext, SimRequest, Submission};
@@ -25,8 +24,8 @@ use crate::device::DeviceRequest;
 use crate::ConfigError;
 use serde::Deserialize;
 use tailguard_core::{
-    ClassId, ControllerConfig, DeviceProfile, DispatchedPiece, Dispatcher, DispatcherConfig,
-    IoRequest, LatencyController, Nanos, RequestId, NANOS_PER_MICROSECOND,
+    ClassId, DeviceProfile, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
+    LatencyController, Nanos, RequestId, NANOS_PER_MICROSECOND,
 };
 
 /// Which latency controller each dispatcher uses: the core's one list.
@@ -58,8 +57,6 @@ pub struct TailguardParameters {
     /// The latency controller.
     #[serde(default = "default_controller")]
     pub controller: ControllerChoice,
-    /// The adaptive controller's tunables.
-    pub adaptive: ControllerConfig,
     /// The profile dispatchers start from.
     pub profile: ProfileChoice,
 }
@@ -69,7 +66,6 @@ impl Default for TailguardParameters {
         Self {
             budget_us: None,
             controller: default_controller(),
-            adaptive: ControllerConfig::default(),
             profile: ProfileChoice::default(),
         }
     }
@@ -105,9 +101,7 @@ impl TailguardPolicy {
                         device.profile.latency_target_us,
                     ),
                 };
-                let controller = parameters
-                    .controller
-                    .build_with(&profile, parameters.adaptive);
+                let controller = parameters.controller.build(&profile);
                 let mut config = DispatcherConfig::new(profile);
                 config.budget_ns = parameters
                     .budget_us
