@@ -40,8 +40,8 @@ pub mod request;
 
 pub use budget::Budget;
 pub use controller::{
-    AdaptiveBudget, AdaptiveConfig, CompletionSample, ControllerChoice, ControllerStats,
-    FixedBudget, LatencyController, Situation,
+    AdaptiveBudget, BudgetBounds, CompletionSample, ControllerChoice, ControllerConfig,
+    ControllerStats, FixedBudget, LatencyController, Situation,
 };
 pub use dispatcher::{
     ClassError, ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
