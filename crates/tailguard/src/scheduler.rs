@@ -713,6 +713,16 @@ impl OpenOptions {
 }
 
 fn open_error(path: &Path, direct: bool, error: io::Error) -> io::Error {
+    if let Some(kind) = unschedulable_kind(path) {
+        return io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: {error}: it is {kind}, not a file on a disk; tailguard schedules I/O to \
+                 regular files and block devices: open one of those",
+                path.display()
+            ),
+        );
+    }
     if direct && error.raw_os_error() == Some(libc::EINVAL) {
         return io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -725,6 +735,25 @@ fn open_error(path: &Path, direct: bool, error: io::Error) -> io::Error {
         );
     }
     io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+}
+
+/// What `path` is when it is neither a regular file nor a block device (a
+/// character device such as `/dev/null`, a FIFO, a socket, a directory): the
+/// real reason an open of it fails, whatever errno the kernel chose.
+fn unschedulable_kind(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let file_type = std::fs::metadata(path).ok()?.file_type();
+    Some(if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else {
+        return None;
+    })
 }
 
 /// A file opened through a [`Scheduler`].
@@ -902,6 +931,34 @@ impl File {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_character_device_or_fifo_is_named_as_such_not_as_refusing_o_direct() {
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .build()
+            .unwrap();
+        let fifo = std::env::temp_dir().join(format!("tailguard-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `name` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        for (path, kind) in [
+            (Path::new("/dev/null"), "character device"),
+            (fifo.as_path(), "FIFO"),
+        ] {
+            let error = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&scheduler, path)
+                .unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(kind), "{text}");
+            assert!(!text.contains("tmpfs"), "{text}");
+            assert!(text.contains("regular files and block devices"), "{text}");
+        }
+        std::fs::remove_file(&fifo).unwrap();
+    }
 
     #[test]
     fn refused_o_direct_names_the_fix() {
