@@ -85,6 +85,9 @@ pub struct DemoArguments {
     /// Where to write the HTML report.
     #[arg(long, value_name = "FILE.html", default_value = "tailguard-demo.html")]
     pub report: PathBuf,
+    /// Replace an existing --report file (checked before the run).
+    #[arg(long)]
+    pub allow_overwrite: bool,
     /// Seconds of each run with writes (the solo run takes half); overrides the
     /// default (40) and --quick (12). For tests and impatient people.
     #[arg(long, value_name = "SECONDS")]
@@ -121,6 +124,8 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
             base.display()
         )));
     }
+    crate::output::check_output("--report", &arguments.report, arguments.allow_overwrite)
+        .map_err(BenchError::usage)?;
     let sizing = size_demo(arguments, &base)?;
     let directory = DemoDirectory::create(&base)?;
     describe_sizing(
@@ -488,7 +493,7 @@ pub fn static_verdict(frontier: &FrontierResult) -> String {
 fn command_line(arguments: &DemoArguments) -> String {
     let mut command = String::from("tailguard demo");
     if let Some(dir) = &arguments.dir {
-        let _ = write!(command, " {}", dir.display());
+        let _ = write!(command, " {}", crate::render::shell_quote_path(dir));
     }
     if arguments.quick {
         command.push_str(" --quick");

@@ -32,6 +32,7 @@ mod demo;
 mod frontier;
 mod html;
 mod metrics;
+mod output;
 mod progress;
 mod render;
 mod tune;
@@ -156,7 +157,7 @@ fn run_sim(arguments: &SimArguments) -> Result<(), String> {
                 "{} — seed {seed}, {} simulated seconds (reproduce: tailguard sim {} --seed {seed} --policy {})",
                 path.display(),
                 reports[0].duration_s,
-                path.display(),
+                render::shell_quote_path(path),
                 policies.join(",")
             );
             println!("{}", render_table(&reports));
