@@ -364,6 +364,7 @@ impl Scheduler {
     /// Creates an I/O class with `shares` (1..=10000).
     pub fn add_class(&self, name: &str, shares: u32) -> io::Result<IoClass> {
         check_shares(shares)?;
+        check_class_name(name)?;
         let number = {
             let mut registry = self.inner.registry.lock().expect("lock poisoned");
             if registry
@@ -527,6 +528,24 @@ fn check_shares(shares: u32) -> io::Result<()> {
         Err(invalid_input(format!(
             "shares must be between {SHARES_MIN} and {SHARES_MAX}, got {shares}"
         )))
+    }
+}
+
+/// Refuses a class name that is empty or holds control characters (NUL,
+/// newline, escape): names go into tables, logs and metric labels, where such
+/// bytes break rows or forge them.
+fn check_class_name(name: &str) -> io::Result<()> {
+    if name.is_empty() {
+        return Err(invalid_input(
+            "a class name is empty; give it a name".into(),
+        ));
+    }
+    match name.chars().find(|character| character.is_control()) {
+        Some(bad) => Err(invalid_input(format!(
+            "class name {name:?} holds the control character {bad:?}; use printable characters \
+             only"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -958,6 +977,19 @@ mod tests {
             assert!(text.contains("regular files and block devices"), "{text}");
         }
         std::fs::remove_file(&fifo).unwrap();
+    }
+
+    #[test]
+    fn class_names_with_control_characters_are_refused() {
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .build()
+            .unwrap();
+        for name in ["re\nads", "re\0ads", "\u{1b}[31mred", ""] {
+            let error = scheduler.add_class(name, 100).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{name:?}");
+        }
+        scheduler.add_class("reads (p99 < 1 ms)", 100).unwrap();
     }
 
     #[test]
