@@ -135,9 +135,9 @@ pub const QUEUE_SLOTS_MAX: i64 = 65_536;
 
 /// Refuses model parameters no device has, naming the key: a number that is
 /// negative, not finite, or zero where the model needs it above zero
-/// ([`POSITIVE_PARAMETERS`]); a queue deeper than [`QUEUE_SLOTS_MAX`].
-/// Without it `rpm = 0` surfaced as a bad `profile.read_iops`, and
-/// `ncq_depth = 0` was run as if it were 1.
+/// (`POSITIVE_PARAMETERS`); a queue deeper than [`QUEUE_SLOTS_MAX`]. So the
+/// error names the parameter the user wrote (`rpm`), not the profile number
+/// derived from it, and no model silently rounds a zero up.
 pub fn validate_parameters(parameters: &toml::Table) -> Result<(), ConfigError> {
     for (key, value) in parameters {
         let number = match value {
