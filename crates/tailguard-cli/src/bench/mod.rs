@@ -26,6 +26,7 @@ pub mod fio;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod job;
+pub mod limit;
 pub mod report;
 pub mod shape;
 pub mod target;
@@ -71,7 +72,7 @@ impl Mode {
 pub struct BenchError {
     /// What went wrong and the fix.
     pub message: String,
-    /// 2 for bad input or a failed run, 130 after Ctrl-C.
+    /// 2 for bad input or a failed run, 130 after Ctrl-C (128 + the signal).
     pub status: u8,
 }
 
@@ -84,11 +85,16 @@ impl BenchError {
         }
     }
 
-    /// Interrupted by SIGINT or SIGTERM: exit status 130.
+    /// Interrupted by SIGINT, SIGTERM or SIGHUP: exit status 128 + the
+    /// signal's number (130 for SIGINT).
     pub fn interrupted() -> Self {
+        let signal = crate::lifecycle::interrupt_signal().unwrap_or(libc::SIGINT);
         Self {
-            message: "interrupted; the data files laid out were removed".into(),
-            status: 130,
+            message: format!(
+                "interrupted ({}); the data files laid out were removed",
+                crate::lifecycle::signal_name(signal)
+            ),
+            status: (128 + signal) as u8,
         }
     }
 }
