@@ -82,9 +82,14 @@ pub struct DemoArguments {
     /// fewer static settings).
     #[arg(long)]
     pub quick: bool,
-    /// Where to write the HTML report.
-    #[arg(long, value_name = "FILE.html", default_value = "tailguard-demo.html")]
-    pub report: PathBuf,
+    /// Where to write the HTML report. Default: `tailguard-demo.html` in the
+    /// current directory, or `tailguard-demo-N.html` with the first free N
+    /// when that exists (a default name never replaces a file).
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+    /// Replace an existing --report file (checked before the run).
+    #[arg(long)]
+    pub allow_overwrite: bool,
     /// Seconds of each run with writes (the solo run takes half); overrides the
     /// default (40) and --quick (12). For tests and impatient people.
     #[arg(long, value_name = "SECONDS")]
@@ -121,6 +126,12 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
             base.display()
         )));
     }
+    let report_path = match &arguments.report {
+        Some(path) => path.clone(),
+        None => default_report_path(Path::new(".")),
+    };
+    crate::output::check_output("--report", &report_path, arguments.allow_overwrite)
+        .map_err(BenchError::usage)?;
     let sizing = size_demo(arguments, &base)?;
     let directory = DemoDirectory::create(&base)?;
     describe_sizing(
@@ -216,7 +227,14 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         disk_writes,
         frontier: frontier.expect("measured before the writeback run"),
     };
-    present(arguments, &base, &sizing, &read_plan.device_name, &measured)
+    present(
+        arguments,
+        &report_path,
+        &base,
+        &sizing,
+        &read_plan.device_name,
+        &measured,
+    )
 }
 
 /// What the demo measured: the three runs (alone, kernel writeback,
@@ -230,6 +248,7 @@ struct Measured {
 /// Prints the tables and verdicts and writes the HTML report.
 fn present(
     arguments: &DemoArguments,
+    report_path: &Path,
     base: &Path,
     sizing: &Sizing,
     device: &str,
@@ -278,8 +297,8 @@ fn present(
         &[crate::html::frontier::section(frontier)],
         reports,
     );
-    crate::html::write_text(&arguments.report, &page).map_err(BenchError::usage)?;
-    println!("report: {}", arguments.report.display());
+    crate::html::write_text(report_path, &page).map_err(BenchError::usage)?;
+    println!("report: {}", report_path.display());
     Ok(())
 }
 
@@ -339,6 +358,19 @@ const FRONTIER_POINT_S_MAX: f64 = 8.0;
 
 /// The points of the demo's frontier: solo, a few static settings, and
 /// tailguard as the demo configures it.
+/// `tailguard-demo.html` in `dir`, or `tailguard-demo-N.html` with the first
+/// free N from 2: a default name never replaces a file.
+fn default_report_path(dir: &Path) -> PathBuf {
+    let first = dir.join("tailguard-demo.html");
+    if !first.exists() {
+        return first;
+    }
+    (2u32..)
+        .map(|number| dir.join(format!("tailguard-demo-{number}.html")))
+        .find(|path| !path.exists())
+        .expect("a free name below 2^32")
+}
+
 fn frontier_points(quick: bool) -> Vec<Setting> {
     Grid {
         depths: FRONTIER_DEPTHS.to_vec(),
@@ -488,7 +520,7 @@ pub fn static_verdict(frontier: &FrontierResult) -> String {
 fn command_line(arguments: &DemoArguments) -> String {
     let mut command = String::from("tailguard demo");
     if let Some(dir) = &arguments.dir {
-        let _ = write!(command, " {}", dir.display());
+        let _ = write!(command, " {}", crate::render::shell_quote_path(dir));
     }
     if arguments.quick {
         command.push_str(" --quick");
@@ -892,6 +924,18 @@ mod tests {
     use super::*;
     use tailguard_core::Nanos;
     use tailguard_sim::report::ClassAccumulator;
+
+    #[test]
+    fn a_default_report_name_never_replaces_a_file() {
+        let dir = std::env::temp_dir().join(format!("tg-demo-name-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(default_report_path(&dir), dir.join("tailguard-demo.html"));
+        std::fs::write(dir.join("tailguard-demo.html"), "first").unwrap();
+        assert_eq!(default_report_path(&dir), dir.join("tailguard-demo-2.html"));
+        std::fs::write(dir.join("tailguard-demo-2.html"), "second").unwrap();
+        assert_eq!(default_report_path(&dir), dir.join("tailguard-demo-3.html"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// A run with `reads_per_window` completions per 0.5 s window over two
     /// seconds, and `write_mb` MB of writes.

@@ -35,6 +35,7 @@ mod frontier;
 mod html;
 mod lifecycle;
 mod metrics;
+mod output;
 mod progress;
 mod render;
 mod tune;
@@ -167,7 +168,7 @@ fn run_sim(arguments: &SimArguments) -> Result<(), String> {
                 "{} — seed {seed}, {} simulated seconds (reproduce: tailguard sim {} --seed {seed} --policy {})",
                 path.display(),
                 reports[0].duration_s,
-                path.display(),
+                render::shell_quote_path(path),
                 policies.join(",")
             );
             println!("{}", render_table(&reports));

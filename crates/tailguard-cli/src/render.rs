@@ -298,6 +298,24 @@ fn range(values: &[f64]) -> (f64, f64) {
     )
 }
 
+/// `text` as one shell word: as is when it holds only characters no POSIX
+/// shell treats specially, else in single quotes (each `'` written `'\''`),
+/// so a "reproduce:" line pastes back into a shell as the same arguments.
+pub fn shell_quote(text: &str) -> String {
+    let plain =
+        |character: char| character.is_ascii_alphanumeric() || "_-./,:=+@%".contains(character);
+    if !text.is_empty() && text.chars().all(plain) {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// A path as one shell word ([`shell_quote`] of its lossy UTF-8 form).
+pub fn shell_quote_path(path: &std::path::Path) -> String {
+    shell_quote(&path.to_string_lossy())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,5 +436,15 @@ mod tests {
         let line = text.lines().nth(2).unwrap();
         let characters = line.chars().filter(|c| LEVELS.contains(c)).count();
         assert_eq!(characters, seconds.div_ceil(3));
+    }
+
+    #[test]
+    fn shell_words_paste_back_as_the_same_arguments() {
+        assert_eq!(super::shell_quote("jobs/a.toml"), "jobs/a.toml");
+        assert_eq!(super::shell_quote("my jobs.toml"), "'my jobs.toml'");
+        assert_eq!(super::shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(super::shell_quote(""), "''");
+        assert_eq!(super::shell_quote("$(rm -rf ~)"), "'$(rm -rf ~)'");
+        assert_eq!(super::shell_quote("a\nb"), "'a\nb'");
     }
 }

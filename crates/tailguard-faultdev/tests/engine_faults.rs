@@ -133,7 +133,7 @@ fn error_ranges_fail_exactly_the_requests_that_touch_them() {
                 let block = block as u64;
                 if (8..10).contains(&block) {
                     assert_eq!(
-                        result.unwrap_err().raw_os_error(),
+                        tailguard::os_error_code(&result.unwrap_err()),
                         Some(libc::EIO),
                         "{choice:?}: block {block}"
                     );

@@ -205,7 +205,7 @@ fn set_last_error(message: &str) {
 
 /// The errno that stands for `error`.
 fn errno_of(error: &io::Error) -> c_int {
-    if let Some(errno) = error.raw_os_error() {
+    if let Some(errno) = tailguard::os_error_code(error) {
         return errno;
     }
     match error.kind() {

@@ -431,6 +431,8 @@ impl Scenario {
         let classes = raw.class;
         validate_names(devices.iter().map(|device| device.name.as_str()), "device")?;
         validate_names(classes.iter().map(|class| class.name.as_str()), "class")?;
+        validate_printable(devices.iter().map(|device| device.name.as_str()), "device")?;
+        validate_printable(classes.iter().map(|class| class.name.as_str()), "class")?;
         for (index, class) in classes.iter().enumerate() {
             if !(SHARES_MIN..=SHARES_MAX).contains(&class.shares) {
                 return Err(ConfigError::new(
@@ -452,6 +454,7 @@ impl Scenario {
                     .map_err(|error| error.within(&format!("job[{index}]")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        validate_printable(jobs.iter().map(|job| job.name.as_str()), "job")?;
         if jobs.is_empty() {
             return Err(ConfigError::new(
                 "job",
@@ -585,6 +588,56 @@ fn validate_names<'a>(names: impl Iterator<Item = &'a str>, kind: &str) -> Resul
     Ok(())
 }
 
+/// Refuses names with control characters (NUL, newline, escape, ...): names
+/// go into tables, JSON keys and metric labels, where such bytes would break
+/// rows or forge them.
+fn validate_printable<'a>(
+    names: impl Iterator<Item = &'a str>,
+    kind: &str,
+) -> Result<(), ConfigError> {
+    for (index, name) in names.enumerate() {
+        if let Some(bad) = name.chars().find(|character| character.is_control()) {
+            return Err(ConfigError::new(
+                format!("{kind}[{index}].name"),
+                format!(
+                    "{:?} holds the control character {:?}; use printable characters only",
+                    name, bad
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The largest byte a job may address: the end of its region must fit the
+/// kernel's file offsets (`off_t`, signed 64 bits).
+pub const ADDRESS_BYTES_MAX: u64 = i64::MAX as u64;
+
+/// Refuses a job region the simulator cannot address: an offset that is not a
+/// multiple of 512 (the sector every model counts in), or an end
+/// (`offset + size`) past [`ADDRESS_BYTES_MAX`].
+fn validate_region(offset_bytes: u64, region_bytes: u64) -> Result<(), ConfigError> {
+    if offset_bytes % 512 != 0 {
+        return Err(ConfigError::new(
+            "offset",
+            format!(
+                "{offset_bytes} is not a multiple of 512; give a sector-aligned offset, e.g. \
+                 \"1m\""
+            ),
+        ));
+    }
+    match offset_bytes.checked_add(region_bytes) {
+        Some(end) if end <= ADDRESS_BYTES_MAX => Ok(()),
+        _ => Err(ConfigError::new(
+            "offset",
+            format!(
+                "offset {offset_bytes} + size {region_bytes} ends past byte {ADDRESS_BYTES_MAX}, \
+                 the largest file offset; give a smaller offset or size"
+            ),
+        )),
+    }
+}
+
 fn take_string(table: &mut toml::Table, key: &str) -> Result<String, ConfigError> {
     match table.remove(key) {
         Some(toml::Value::String(value)) => Ok(value),
@@ -686,6 +739,8 @@ fn parse_job(
             format!("the region ({region_bytes} bytes) is smaller than one block; make it larger"),
         ));
     }
+    let offset_bytes = job.offset.map_or(0, |offset| offset.0);
+    validate_region(offset_bytes, region_bytes)?;
     Ok(JobSpec {
         name: job.name.unwrap_or_else(|| format!("job{index}")),
         class,
@@ -697,7 +752,7 @@ fn parse_job(
         start_ns: seconds_to_ns(start_s),
         stop_ns: seconds_to_ns(stop_s).min(duration_ns),
         sync: job.sync.unwrap_or(true),
-        offset_bytes: job.offset.map_or(0, |offset| offset.0),
+        offset_bytes,
         region_bytes,
     })
 }
@@ -928,6 +983,78 @@ queue_depth = 8
             let message = Scenario::from_toml(&text).unwrap_err().to_string();
             assert!(!message.contains("untagged enum"), "{value}: {message}");
             assert!(message.contains("4k"), "{value}: {message}");
+        }
+    }
+
+    #[test]
+    fn device_parameters_no_device_has_are_refused_naming_the_key() {
+        for (line, key) in [
+            ("ncq_depth = 0", "device[0].ncq_depth"),
+            ("ncq_depth = 1000000000", "device[0].ncq_depth"),
+            (
+                "link_bandwidth_bytes_per_s = 0",
+                "device[0].link_bandwidth_bytes_per_s",
+            ),
+            ("read_latency_us = -5.0", "device[0].read_latency_us"),
+            ("read_latency_us = nan", "device[0].read_latency_us"),
+        ] {
+            let text = MINIMAL.replace(
+                "model = \"sata-ssd\"",
+                &format!("model = \"sata-ssd\"\n{line}"),
+            );
+            let error = Scenario::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, key, "{line}: {error}");
+        }
+        let text = MINIMAL.replace("model = \"sata-ssd\"", "model = \"hdd\"\nrpm = 0");
+        let error = Scenario::from_toml(&text).unwrap_err();
+        assert_eq!(error.key, "device[0].rpm", "{error}");
+        assert!(!error.to_string().contains("read_iops"), "{error}");
+        let text = MINIMAL.replace("model = \"sata-ssd\"", "model = \"hdd\"\nrpm = 5400");
+        assert!(Scenario::from_toml(&text).is_ok());
+    }
+
+    #[test]
+    fn unaligned_or_unaddressable_offsets_are_refused_naming_the_key() {
+        for line in [
+            "offset = 1000",
+            "offset = 18446744073709551615",
+            "offset = 9223372036854775296",
+        ] {
+            let text = MINIMAL.replace("queue_depth = 8", &format!("queue_depth = 8\n{line}"));
+            let error = Scenario::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, "job[0].offset", "{line}: {error}");
+        }
+        let text = MINIMAL.replace("queue_depth = 8", "queue_depth = 8\noffset = \"1m\"");
+        assert_eq!(
+            Scenario::from_toml(&text).unwrap().jobs[0].offset_bytes,
+            1 << 20
+        );
+    }
+
+    #[test]
+    fn names_with_control_characters_are_refused() {
+        for (from, to, key) in [
+            ("name = \"reads\"", "name = \"re\\nads\"", "class[0].name"),
+            (
+                "name = \"reads\"",
+                "name = \"re\\u0000ads\"",
+                "class[0].name",
+            ),
+            (
+                "name = \"disk\"",
+                "name = \"di\\u001bsk\"",
+                "device[0].name",
+            ),
+            (
+                "class = \"reads\"",
+                "name = \"j\\rob\"\nclass = \"reads\"",
+                "job[0].name",
+            ),
+        ] {
+            let text = MINIMAL.replacen(from, to, 1);
+            let error = Scenario::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, key, "{text}: {error}");
+            assert!(error.message.contains("control character"), "{error}");
         }
     }
 

@@ -888,7 +888,11 @@ impl Engine {
         let record = self.requests.remove(request);
         let message = record.message;
         let result: io::Result<u64> = match (record.error, record.short_end) {
-            (Some(errno), _) => Err(io::Error::from_raw_os_error(errno)),
+            (Some(errno), _) => Err(crate::request_error::of_message(
+                errno,
+                &message,
+                record.length,
+            )),
             (None, Some(end)) => Ok(end - message.offset),
             (None, None) => Ok(record.length),
         };

@@ -392,6 +392,7 @@ impl Scheduler {
         let shares = options.shares;
         check_shares(shares)?;
         check_rate_limit(options.rate_limit.as_ref())?;
+        check_class_name(name)?;
         let number = {
             let mut registry = self.inner.registry.lock().expect("lock poisoned");
             if registry
@@ -586,6 +587,24 @@ impl ClassOptions {
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
         self.rate_limit = Some(limit);
         self
+    }
+}
+
+/// Refuses a class name that is empty or holds control characters (NUL,
+/// newline, escape): names go into tables, logs and metric labels, where such
+/// bytes break rows or forge them.
+fn check_class_name(name: &str) -> io::Result<()> {
+    if name.is_empty() {
+        return Err(invalid_input(
+            "a class name is empty; give it a name".into(),
+        ));
+    }
+    match name.chars().find(|character| character.is_control()) {
+        Some(bad) => Err(invalid_input(format!(
+            "class name {name:?} holds the control character {bad:?}; use printable characters \
+             only"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -811,6 +830,16 @@ impl OpenOptions {
 }
 
 fn open_error(path: &Path, direct: bool, error: io::Error) -> io::Error {
+    if let Some(kind) = unschedulable_kind(path) {
+        return io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: {error}: it is {kind}, not a file on a disk; tailguard schedules I/O to \
+                 regular files and block devices: open one of those",
+                path.display()
+            ),
+        );
+    }
     if direct && error.raw_os_error() == Some(libc::EINVAL) {
         return io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -823,6 +852,25 @@ fn open_error(path: &Path, direct: bool, error: io::Error) -> io::Error {
         );
     }
     io::Error::new(error.kind(), format!("{}: {error}", path.display()))
+}
+
+/// What `path` is when it is neither a regular file nor a block device (a
+/// character device such as `/dev/null`, a FIFO, a socket, a directory): the
+/// real reason an open of it fails, whatever errno the kernel chose.
+fn unschedulable_kind(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let file_type = std::fs::metadata(path).ok()?.file_type();
+    Some(if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else {
+        return None;
+    })
 }
 
 /// A file opened through a [`Scheduler`].
@@ -1000,6 +1048,47 @@ impl File {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_character_device_or_fifo_is_named_as_such_not_as_refusing_o_direct() {
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .build()
+            .unwrap();
+        let fifo = std::env::temp_dir().join(format!("tailguard-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_file(&fifo);
+        let name = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `name` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        for (path, kind) in [
+            (Path::new("/dev/null"), "character device"),
+            (fifo.as_path(), "FIFO"),
+        ] {
+            let error = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&scheduler, path)
+                .unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(kind), "{text}");
+            assert!(!text.contains("tmpfs"), "{text}");
+            assert!(text.contains("regular files and block devices"), "{text}");
+        }
+        std::fs::remove_file(&fifo).unwrap();
+    }
+
+    #[test]
+    fn class_names_with_control_characters_are_refused() {
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .build()
+            .unwrap();
+        for name in ["re\nads", "re\0ads", "\u{1b}[31mred", ""] {
+            let error = scheduler.add_class(name, 100).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidInput, "{name:?}");
+        }
+        scheduler.add_class("reads (p99 < 1 ms)", 100).unwrap();
+    }
 
     #[test]
     fn refused_o_direct_names_the_fix() {

@@ -245,10 +245,18 @@ fn errors_from_the_kernel_come_back_as_errors() {
             .unwrap();
         let class = scheduler.add_class("c", 1).unwrap();
         let (result, _) = file.write_at(&class, pattern(0, 0), 0).wait();
+        let error = result.unwrap_err();
         assert_eq!(
-            result.unwrap_err().raw_os_error(),
+            tailguard::os_error_code(&error),
             Some(libc::EBADF),
             "{choice:?}"
+        );
+        // The message says which operation failed on which file, and the fix.
+        let text = error.to_string();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert!(
+            text.contains("write of") && text.contains(name) && text.contains("write(true)"),
+            "{choice:?}: {text}"
         );
         // A read past the end is short, not an error.
         let buffer = AlignedBuffer::new(2 * BLOCK, BLOCK).unwrap();
@@ -481,14 +489,21 @@ fn a_full_filesystem_reports_enospc() {
         // Either the first piece already fails, or the write is short and the
         // next one fails: both must say so, never claim success.
         match result {
-            Err(error) => assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{choice:?}"),
+            Err(error) => assert_eq!(
+                tailguard::os_error_code(&error),
+                Some(libc::ENOSPC),
+                "{choice:?}"
+            ),
             Ok(written) => {
                 assert!(
                     written < 256 * 1024,
                     "{choice:?}: a 64 KiB filesystem took {written} bytes"
                 );
                 let (again, _) = file.write_at(&class, pattern(0, 0), 256 * 1024).wait();
-                assert_eq!(again.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+                assert_eq!(
+                    tailguard::os_error_code(&again.unwrap_err()),
+                    Some(libc::ENOSPC)
+                );
             }
         }
         drop(file);

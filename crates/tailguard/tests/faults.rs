@@ -124,8 +124,7 @@ enum Request {
 type Outcome = Result<usize, i32>;
 
 fn errno_of(error: &io::Error) -> i32 {
-    error
-        .raw_os_error()
+    tailguard::os_error_code(error)
         .unwrap_or_else(|| panic!("an injected fault is an OS error: {error}"))
 }
 

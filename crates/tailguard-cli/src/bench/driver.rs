@@ -1670,7 +1670,8 @@ impl BackendExecutor {
         for (path, file) in plan.files.iter().zip(&files) {
             let reader = match open_plain(path, true) {
                 Ok(reader) => reader,
-                Err(error) if !direct && error.raw_os_error() == Some(libc::EINVAL) => {
+                // `open_plain` keeps the kind, not the errno: EINVAL is InvalidInput.
+                Err(error) if !direct && error.kind() == io::ErrorKind::InvalidInput => {
                     eprintln!(
                         "note: {name}: {} refuses O_DIRECT; its reads go through the page cache",
                         path.display()

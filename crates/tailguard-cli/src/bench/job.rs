@@ -224,9 +224,14 @@ impl BenchJob {
         let mapped = toml::to_string(&table)
             .map_err(|error| ConfigError::new("(job file)", error.to_string()))?;
         let scenario = Scenario::from_toml(&mapped).map_err(|mut error| {
-            // Line numbers refer to the mapped text, not the file: drop them.
-            if error.key.starts_with("line ") {
-                error.key = "(job file)".into();
+            // Line numbers refer to the mapped text, not the file: name the
+            // key on that line instead (`job[0].block_size`).
+            if let Some(line) = error.key.strip_prefix("line ") {
+                error.key = line
+                    .parse()
+                    .ok()
+                    .and_then(|line| key_at_line(&mapped, line))
+                    .unwrap_or_else(|| "(job file)".into());
             }
             error
         })?;
@@ -336,6 +341,37 @@ fn bytes_value(value: &toml::Value) -> Option<u64> {
     }
 }
 
+/// The dotted key on line `line` (1-based) of TOML that `toml::to_string`
+/// wrote: `job[2].block_size` under the third `[[job]]`, `duration_s` at the
+/// top; `None` when the line holds no `key = value`.
+fn key_at_line(text: &str, line: usize) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (key, _) = lines.get(line.checked_sub(1)?)?.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    if key.is_empty() || key.starts_with('[') {
+        return None;
+    }
+    let header = lines[..line - 1]
+        .iter()
+        .rposition(|text| text.trim_start().starts_with('['));
+    let Some(header) = header else {
+        return Some(key.to_string());
+    };
+    let table = lines[header].trim();
+    Some(
+        match table.strip_prefix("[[").and_then(|t| t.strip_suffix("]]")) {
+            Some(name) => {
+                let index = lines[..header]
+                    .iter()
+                    .filter(|text| text.trim() == table)
+                    .count();
+                format!("{name}[{index}].{key}")
+            }
+            None => format!("{}.{key}", table.trim_matches(|c| c == '[' || c == ']')),
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,6 +388,20 @@ mod tests {
         let error =
             BenchJob::from_toml(&text.replace("limit_iops = 200", "limit_iops = 0")).unwrap_err();
         assert_eq!(error.key, "class[0].limit_iops", "{error}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_kind_names_its_job_and_key() {
+        let text = "duration_s = 1\ntarget = \"/tmp/x\"\n[[class]]\nname = \"r\"\nshares = 10\n\
+             [[job]]\nclass = \"r\"\npattern = \"randread\"\nblock_size = \"4k\"\nsize = \"1m\"\n\
+             [[job]]\nclass = \"r\"\npattern = \"randread\"\nblock_size = -4096\nsize = \"1m\"\n";
+        let error = BenchJob::from_toml(text).unwrap_err();
+        assert_eq!(error.key, "job[1].block_size", "{error}");
+        assert!(error.message.contains("negative"), "{error}");
+        assert!(!error.to_string().contains("untagged enum"), "{error}");
+        let error =
+            BenchJob::from_toml(&text.replace("duration_s = 1", "duration_s = \"x\"")).unwrap_err();
+        assert_eq!(error.key, "duration_s", "{error}");
     }
 
     #[test]

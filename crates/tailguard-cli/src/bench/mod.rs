@@ -153,6 +153,9 @@ pub struct BenchArguments {
     /// percentiles per mode, IOPS and max latency per second) to FILE.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// Replace an existing --report file (checked before the run).
+    #[arg(long)]
+    pub allow_overwrite: bool,
     /// How `tailguard` mode configures its scheduler.
     #[command(flatten)]
     pub scheduler: driver::SchedulerSettings,
@@ -174,6 +177,10 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         (true, _) => OutputFormat::Json,
         (false, format) => format,
     };
+    if let Some(path) = &arguments.report {
+        crate::output::check_output("--report", path, arguments.allow_overwrite)
+            .map_err(BenchError::usage)?;
+    }
     let (mut job, source, source_argument) = load_job(arguments)?;
     if arguments.target.is_some() {
         // --target overrides every job's own target, not only the file's.
@@ -214,7 +221,10 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
         arguments
             .target
             .as_ref()
-            .map_or_else(String::new, |path| format!("--target {} ", path.display())),
+            .map_or_else(String::new, |path| format!(
+                "--target {} ",
+                crate::render::shell_quote_path(path)
+            )),
         mode_names.join(","),
         arguments.repeat
     );
@@ -403,12 +413,12 @@ fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, Strin
             Ok((
                 imported.job,
                 path.clone(),
-                format!("--fio {}", path.display()),
+                format!("--fio {}", crate::render::shell_quote_path(path)),
             ))
         }
         (None, Some(path)) => {
             let job = job::BenchJob::from_file(path).map_err(failed)?;
-            Ok((job, path.clone(), path.display().to_string()))
+            Ok((job, path.clone(), crate::render::shell_quote_path(path)))
         }
         (None, None) => Err(BenchError::usage(
             "give a job file (tailguard bench JOBS.toml) or a fio job file (--fio FILE)",

@@ -182,6 +182,7 @@ pub fn prepare(
             plan.job_base.push(regions[region].0);
         }
     } else if metadata.is_file() {
+        refuse_pseudo_file(target)?;
         layout.held.push(lock_file_target(target)?);
         for (index, job) in scenario.jobs.iter().enumerate() {
             let end = job.offset_bytes + job.region_bytes;
@@ -319,10 +320,12 @@ fn direct_alignment(path: &Path, probe: bool) -> Result<DirectIoAlignment, Bench
         };
         if error.raw_os_error() == Some(libc::EINVAL) {
             usage(format!(
-                "target {shown}: the filesystem refuses O_DIRECT (tmpfs and overlayfs do), which \
-                 the tailguard and kernel-direct modes need; put the target on a filesystem that \
-                 supports it, or run --mode kernel-buffered only"
+                "target {shown}: the filesystem refuses O_DIRECT (tmpfs, ramfs and overlayfs do), \
+                 which the tailguard and kernel-direct modes need; put the target on a filesystem \
+                 that supports it, or run --mode kernel-buffered only"
             ))
+        } else if let Some(fix) = permission_fix(&error, probe) {
+            usage(format!("target {shown}: {error}; {fix}"))
         } else {
             usage(format!(
                 "target {shown}: cannot open it with O_DIRECT: {error}"
@@ -332,6 +335,55 @@ fn direct_alignment(path: &Path, probe: bool) -> Result<DirectIoAlignment, Bench
     let info = device::device_of(&file)
         .map_err(|error| usage(format!("target {}: {error}", path.display())))?;
     Ok(device::direct_io_alignment(&file, &info))
+}
+
+/// The fix when opening the target failed for want of permission (not of
+/// O_DIRECT): `probe` means bench was creating a data file in a directory.
+fn permission_fix(error: &std::io::Error, probe: bool) -> Option<&'static str> {
+    match (error.raw_os_error()?, probe) {
+        (libc::EACCES | libc::EPERM, true) => Some(
+            "bench cannot create its data files in this directory; give a directory you can \
+             write to, or run as a user who can",
+        ),
+        (libc::EACCES | libc::EPERM, false) => {
+            Some("bench cannot open it for reading; run as a user who can, or give another target")
+        }
+        (libc::EROFS, _) => {
+            Some("the filesystem is read-only; give a directory on a writable filesystem")
+        }
+        _ => None,
+    }
+}
+
+/// The pseudo-filesystem `path` lives on (procfs, sysfs, ...), whose files are
+/// the kernel's views, not data on a disk; `None` for anything else or when
+/// `statfs` fails.
+pub fn pseudo_filesystem(path: &Path) -> Option<&'static str> {
+    let kind = rustix::fs::statfs(path).ok()?.f_type as u64;
+    Some(match kind {
+        0x9fa0 => "procfs (/proc)",
+        0x6265_6572 => "sysfs (/sys)",
+        0x6462_6720 => "debugfs",
+        0x7472_6163 => "tracefs",
+        0x6367_7270 | 0x0027_e0eb => "cgroupfs",
+        0x7363_6673 => "securityfs",
+        0xcafe_4a11 => "bpffs",
+        0x1cd1 => "devpts",
+        _ => return None,
+    })
+}
+
+/// Refuses a regular file of a pseudo-filesystem ([`pseudo_filesystem`]) as
+/// a target, naming what it is and the fix.
+pub fn refuse_pseudo_file(path: &Path) -> Result<(), BenchError> {
+    match pseudo_filesystem(path) {
+        Some(filesystem) => Err(usage(format!(
+            "target {} is a file of {filesystem}, the kernel's view of its own state, not data \
+             on a disk; give a directory or a regular file on a disk filesystem",
+            path.display()
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn check_alignment(scenario: &Scenario, plan: &Plan, target: &Path) -> Result<(), BenchError> {
@@ -517,8 +569,9 @@ pub fn block_device_bytes(device: &File) -> std::io::Result<u64> {
 /// open, so the lock lasts as long as the caller keeps it.
 fn create_data_file(path: &Path, bytes: u64) -> Result<File, BenchError> {
     let failed = |error: std::io::Error| {
+        let fix = permission_fix(&error, true).unwrap_or("give another target directory");
         usage(format!(
-            "cannot lay out data file {}: {error}",
+            "cannot lay out data file {}: {error}; {fix}",
             path.display()
         ))
     };

@@ -104,6 +104,9 @@ pub struct FrontierArguments {
     /// Also write an HTML page with the trade-off chart to FILE.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// Replace an existing --json or --report file (checked before the run).
+    #[arg(long)]
+    pub allow_overwrite: bool,
     /// How the tailguard points configure their scheduler (the adaptive and
     /// latency-target points change one setting of these).
     #[command(flatten)]
@@ -189,7 +192,7 @@ impl FrontierArguments {
     fn command_line(&self, grid: &Grid, workload: &Workload) -> String {
         let mut command = String::from("tailguard frontier");
         if let Some(dir) = &self.dir {
-            let _ = write!(command, " {}", dir.display());
+            let _ = write!(command, " {}", crate::render::shell_quote_path(dir));
         }
         let join = |values: Vec<String>| {
             if values.is_empty() {
@@ -237,7 +240,11 @@ impl FrontierArguments {
         }
         let settings = &self.scheduler;
         if let Some(profile) = &settings.profile {
-            let _ = write!(command, " --profile {}", profile.display());
+            let _ = write!(
+                command,
+                " --profile {}",
+                crate::render::shell_quote_path(profile)
+            );
         }
         if let Some(target_us) = settings.latency_target_us {
             let _ = write!(command, " --latency-target-us {target_us}");
@@ -288,6 +295,12 @@ pub fn run(arguments: &FrontierArguments) -> Result<(), BenchError> {
             base.display()
         )));
     }
+    let outputs: Vec<(&str, &Path)> =
+        [("--json", &arguments.json), ("--report", &arguments.report)]
+            .into_iter()
+            .filter_map(|(flag, path)| Some((flag, path.as_deref()?)))
+            .collect();
+    crate::output::check_outputs(&outputs, arguments.allow_overwrite).map_err(BenchError::usage)?;
     let grid = arguments.grid();
     let settings = grid.points();
     let workload = arguments.workload();

@@ -327,14 +327,9 @@ pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
             _ => "tailguard-profile.toml",
         })
     });
-    for path in std::iter::once(&output).chain(arguments.report.as_ref()) {
-        if path.exists() && !arguments.allow_overwrite {
-            return Err(BenchError::usage(format!(
-                "{} exists; pass --allow-overwrite to replace it, or give another --output/--report",
-                path.display()
-            )));
-        }
-    }
+    let mut outputs = vec![("--output", output.as_path())];
+    outputs.extend(arguments.report.as_deref().map(|path| ("--report", path)));
+    crate::output::check_outputs(&outputs, arguments.allow_overwrite).map_err(BenchError::usage)?;
     let start = Instant::now();
     let budget = arguments.duration;
     let test = target::prepare(

@@ -113,6 +113,7 @@ pub fn prepare(target: &Path, options: &TargetOptions) -> Result<TestFile, Bench
     if file_type.is_dir() {
         lay_out(target, options)
     } else if file_type.is_file() {
+        crate::bench::target::refuse_pseudo_file(target)?;
         open_existing(target, TargetKind::RegularFile, options.allow_write)
     } else if file_type.is_block_device() {
         if !options.allow_device {
@@ -144,8 +145,8 @@ fn open_error(path: &Path, error: &io::Error, creating: bool) -> BenchError {
     let shown = path.display();
     let fix = match error.raw_os_error() {
         Some(libc::EINVAL) => {
-            "the filesystem does not support O_DIRECT (tmpfs on old kernels, some FUSE and \
-             overlay filesystems); tune measures the device, so give a directory on a disk \
+            "the filesystem does not support O_DIRECT (ramfs, tmpfs on old kernels, some FUSE \
+             and overlay filesystems); tune measures the device, so give a directory on a disk \
              filesystem (ext4, xfs, btrfs)"
         }
         Some(libc::EACCES | libc::EPERM) if creating => {
@@ -232,9 +233,14 @@ fn refuse_if_mounted(target: &Path, rdev: u64) -> Result<(), BenchError> {
     }
 }
 
-/// Free bytes for unprivileged users in the filesystem of `directory`.
+/// Free bytes for unprivileged users in the filesystem of `directory`;
+/// `None` when unknown, as on a filesystem that reports no size at all
+/// (ramfs: zero blocks, zero free, yet it takes files).
 fn free_bytes(directory: &Path) -> Option<u64> {
     let stats = rustix::fs::statvfs(directory).ok()?;
+    if stats.f_blocks == 0 {
+        return None;
+    }
     Some(stats.f_bavail * stats.f_frsize)
 }
 
@@ -272,7 +278,14 @@ fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, BenchE
         .map_err(|message| usage(format!("{}: {message}", directory.display())))?;
     crate::lifecycle::note_leftovers(directory);
     let path = directory.join(format!(".tailguard-tune-{}.data", std::process::id()));
-    let file = open_direct(&path, true, true).map_err(|e| open_error(&path, &e, true))?;
+    let file = open_direct(&path, true, true).map_err(|error| {
+        // A filesystem that refuses O_DIRECT (ramfs) creates the file before
+        // it refuses: unless the name was taken, the file is this run's.
+        if error.raw_os_error() != Some(libc::EEXIST) {
+            let _ = std::fs::remove_file(&path);
+        }
+        open_error(&path, &error, true)
+    })?;
     let mut test = TestFile {
         device: device::device_of(&file).map_err(|error| usage(error.to_string()))?,
         file,

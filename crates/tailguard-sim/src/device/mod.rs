@@ -111,11 +111,65 @@ pub fn build(
     }
 }
 
+/// Model parameters a model divides by or sizes a queue with: each must be
+/// above zero (`ncq_depth = 0` would be a disk that holds no command).
+const POSITIVE_PARAMETERS: [&str; 12] = [
+    "rpm",
+    "ncq_depth",
+    "queue_depth",
+    "parallel_units",
+    "flash_dies",
+    "capacity_bytes",
+    "max_request_bytes",
+    "media_rate_bytes_per_s",
+    "unit_read_bandwidth_bytes_per_s",
+    "die_read_bandwidth_bytes_per_s",
+    "link_bandwidth_bytes_per_s",
+    "flush_bandwidth_bytes_per_s",
+];
+
+/// The most commands a model's queue (`ncq_depth`, `queue_depth`) or its
+/// parallel units may number: far beyond any real device, and a bound on the
+/// model's memory.
+pub const QUEUE_SLOTS_MAX: i64 = 65_536;
+
+/// Refuses model parameters no device has, naming the key: a number that is
+/// negative, not finite, or zero where the model needs it above zero
+/// (`POSITIVE_PARAMETERS`); a queue deeper than [`QUEUE_SLOTS_MAX`]. So the
+/// error names the parameter the user wrote (`rpm`), not the profile number
+/// derived from it, and no model silently rounds a zero up.
+pub fn validate_parameters(parameters: &toml::Table) -> Result<(), ConfigError> {
+    for (key, value) in parameters {
+        let number = match value {
+            toml::Value::Integer(number) => *number as f64,
+            toml::Value::Float(number) => *number,
+            _ => continue,
+        };
+        let positive = POSITIVE_PARAMETERS.contains(&key.as_str());
+        if !number.is_finite() || number < 0.0 || (positive && number == 0.0) {
+            let wanted = if positive { "above 0" } else { "0 or more" };
+            return Err(ConfigError::new(
+                key.as_str(),
+                format!("{number} is not usable; give a finite number {wanted}"),
+            ));
+        }
+        let slots = ["ncq_depth", "queue_depth", "parallel_units", "flash_dies"];
+        if slots.contains(&key.as_str()) && number > QUEUE_SLOTS_MAX as f64 {
+            return Err(ConfigError::new(
+                key.as_str(),
+                format!("{number} is out of range; give 1 to {QUEUE_SLOTS_MAX}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn build_model(
     model: &str,
     parameters: &toml::Table,
     seed: u64,
 ) -> Result<Box<dyn DeviceModel>, ConfigError> {
+    validate_parameters(parameters)?;
     match model {
         "nvme" => Ok(Box::new(nvme::Nvme::new(parse(parameters)?, seed))),
         "sata-ssd" => Ok(Box::new(sata_ssd::SataSsd::new(parse(parameters)?, seed))),

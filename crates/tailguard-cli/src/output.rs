@@ -1,0 +1,143 @@
+//! Output files (`--output`, `--report`, `--json FILE`): checked before a run,
+//! with one overwrite rule for every command.
+//!
+//! A run can take an hour; a typo in an output path must not cost it. So every
+//! command checks its output paths first, with [`check_outputs`], and the same
+//! rule holds everywhere: an existing file is never replaced unless the
+//! command line says `--allow-overwrite`. The check creates the file itself
+//! (with `O_CREAT | O_EXCL`) and removes it at once, so whatever would stop
+//! the write at the end (a missing or read-only directory, a path naming a
+//! directory, a full inode table, a read-only filesystem) stops the run now,
+//! with the kernel's reason, the path, the flag and the fix. `-` (standard
+//! output) is not a file and is not checked.
+
+use std::path::Path;
+
+/// Checks each `(flag, path)` the command will write at the end of its run:
+/// that the paths differ, that none is a directory, that an existing file is
+/// replaced only with `allow_overwrite`, and that the file can be created.
+pub fn check_outputs(outputs: &[(&str, &Path)], allow_overwrite: bool) -> Result<(), String> {
+    for (index, &(flag, path)) in outputs.iter().enumerate() {
+        if path == Path::new("-") {
+            continue;
+        }
+        if let Some((other, _)) = outputs[..index].iter().find(|(_, other)| *other == path) {
+            return Err(format!(
+                "{other} and {flag} both name {}; give each its own file",
+                path.display()
+            ));
+        }
+        check_output(flag, path, allow_overwrite)?;
+    }
+    Ok(())
+}
+
+/// Checks one output path; see [`check_outputs`].
+pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<(), String> {
+    let shown = path.display();
+    if path.as_os_str().is_empty() {
+        return Err(format!("{flag} is empty; give a file name"));
+    }
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.is_dir() => {
+            return Err(format!(
+                "{flag} {shown} is a directory; give a file name in it, e.g. {}",
+                path.join("out").display()
+            ))
+        }
+        Ok(_) if !allow_overwrite => {
+            return Err(format!(
+                "{flag} {shown} exists; pass --allow-overwrite to replace it, or give another \
+                 {flag}"
+            ))
+        }
+        Ok(_) => {
+            return std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map(drop)
+                .map_err(|error| {
+                    format!("{flag} {shown}: cannot write it: {error}; {}", fix(&error))
+                })
+        }
+        Err(_) => {}
+    }
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!(
+            "{flag} {shown}: the directory {} does not exist; create it first or give a path \
+             in an existing directory",
+            parent.display()
+        ));
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        Ok(file) => {
+            drop(file);
+            let _ = std::fs::remove_file(path);
+            Ok(())
+        }
+        Err(error) => Err(format!(
+            "{flag} {shown}: cannot create it: {error}; {}",
+            fix(&error)
+        )),
+    }
+}
+
+/// The fix for a failed create or open, by its cause.
+fn fix(error: &std::io::Error) -> &'static str {
+    match error.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => "give a path in a directory you can write to",
+        Some(libc::EROFS) => "the filesystem is read-only; give a path on a writable one",
+        Some(libc::ENOSPC | libc::EDQUOT) => "the filesystem is full; free some space first",
+        Some(libc::ENAMETOOLONG) => "give a shorter name",
+        _ => "give another path",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let directory =
+            std::env::temp_dir().join(format!("tailguard-output-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        directory
+    }
+
+    #[test]
+    fn a_missing_directory_an_existing_file_and_a_directory_are_refused() {
+        let directory = scratch("rules");
+        let missing = directory.join("no-such-dir/profile.toml");
+        let error = check_output("--output", &missing, false).unwrap_err();
+        assert!(error.contains("does not exist") && error.contains("--output"));
+
+        let error = check_output("--report", &directory, false).unwrap_err();
+        assert!(error.contains("is a directory"), "{error}");
+
+        let existing = directory.join("old.html");
+        std::fs::write(&existing, "keep me").unwrap();
+        let error = check_output("--report", &existing, false).unwrap_err();
+        assert!(error.contains("--allow-overwrite"), "{error}");
+        check_output("--report", &existing, true).unwrap();
+        assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
+
+        let fresh = directory.join("new.toml");
+        check_output("--output", &fresh, false).unwrap();
+        assert!(!fresh.exists(), "the check leaves nothing behind");
+
+        let error =
+            check_outputs(&[("--output", &fresh), ("--report", &fresh)], false).unwrap_err();
+        assert!(error.contains("--output and --report"), "{error}");
+        check_outputs(&[("--json", Path::new("-"))], false).unwrap();
+        std::fs::remove_dir_all(&directory).unwrap();
+    }
+}
