@@ -114,6 +114,8 @@ fn listed_subcommands() -> BTreeSet<String> {
         .lines()
         .skip(1)
         .take_while(|line| line.starts_with("  "))
+        // A command's line starts two spaces in; a wrapped description, deeper.
+        .filter(|line| !line[2..].starts_with(' '))
         .filter_map(|line| line.split_whitespace().next())
         .filter(|name| *name != "help")
         .map(String::from)
