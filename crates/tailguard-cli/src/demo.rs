@@ -42,7 +42,8 @@
 //! small disks.
 
 use crate::bench::target::{self, Plan};
-use crate::bench::{driver, job::BenchJob, BenchError, Mode};
+use crate::bench::{driver, job::BenchJob, Mode};
+use crate::error::CliError;
 use crate::frontier::analysis::Standing;
 use crate::frontier::grid::{Grid, Setting};
 use crate::frontier::measure::{self, Workload};
@@ -111,11 +112,11 @@ struct Sizing {
 }
 
 /// Runs `tailguard demo`.
-pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
+pub fn run(arguments: &DemoArguments) -> Result<(), CliError> {
     target::watch_interrupts();
     let base = arguments.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     if !base.is_dir() {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{} is not a directory; give an existing directory on the disk to try \
              (tailguard demo DIR), or none for the current one",
             base.display()
@@ -234,7 +235,7 @@ fn present(
     sizing: &Sizing,
     device: &str,
     measured: &Measured,
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     let Measured {
         reports,
         disk_writes,
@@ -278,7 +279,7 @@ fn present(
         &[crate::html::frontier::section(frontier)],
         reports,
     );
-    crate::html::write_text(&arguments.report, &page).map_err(BenchError::usage)?;
+    crate::html::write_text(&arguments.report, &page).map_err(CliError::usage)?;
     println!("report: {}", arguments.report.display());
     Ok(())
 }
@@ -378,7 +379,7 @@ fn static_frontier(
     read_plan: &Plan,
     layout: &mut target::Layout,
     progress: &Progress,
-) -> Result<FrontierResult, BenchError> {
+) -> Result<FrontierResult, CliError> {
     let workload = Workload::with_demo_readers(
         sizing.read_bytes,
         sizing.read_bytes,
@@ -386,7 +387,7 @@ fn static_frontier(
     );
     let writer_directory = directory.join("frontier");
     std::fs::create_dir(&writer_directory).map_err(|error| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "cannot create {}: {error}",
             writer_directory.display()
         ))
@@ -397,7 +398,7 @@ fn static_frontier(
          block_size = \"1m\"\nsize = {}\n",
         workload.write_bytes
     ))
-    .map_err(|error| BenchError::usage(format!("the demo's frontier writer: {error}")))?;
+    .map_err(|error| CliError::usage(format!("the demo's frontier writer: {error}")))?;
     let writer_plan = target::prepare(&mut writer_job, &writer_directory, false, true, layout)?;
     let plan = Plan {
         files: vec![read_plan.files[0].clone(), writer_plan.files[0].clone()],
@@ -508,10 +509,10 @@ struct DemoDirectory {
 }
 
 impl DemoDirectory {
-    fn create(base: &Path) -> Result<Self, BenchError> {
+    fn create(base: &Path) -> Result<Self, CliError> {
         let path = base.join(format!("tailguard-demo-{}", std::process::id()));
         std::fs::create_dir(&path).map_err(|error| {
-            BenchError::usage(format!(
+            CliError::usage(format!(
                 "cannot create {}: {error}; give a writable directory (tailguard demo DIR)",
                 path.display()
             ))
@@ -560,16 +561,16 @@ fn available_memory_bytes() -> Option<u64> {
 }
 
 /// Bytes an unprivileged writer can still use on the filesystem of `path`.
-fn free_bytes(path: &Path) -> Result<u64, BenchError> {
+fn free_bytes(path: &Path) -> Result<u64, CliError> {
     use std::os::unix::ffi::OsStrExt as _;
     if path.as_os_str().as_bytes().contains(&0) {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{}: a path with a NUL byte",
             path.display()
         )));
     }
     let stats = rustix::fs::statvfs(path).map_err(|error| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "cannot read the free space of {}: {}",
             path.display(),
             std::io::Error::from(error)
@@ -580,11 +581,11 @@ fn free_bytes(path: &Path) -> Result<u64, BenchError> {
 
 /// Sizes the write file from the dirty threshold and the free space, and the
 /// runs from the flags.
-fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchError> {
+fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, CliError> {
     let duration_s = match arguments.duration_s {
         Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3_600.0 => seconds,
         Some(seconds) => {
-            return Err(BenchError::usage(format!(
+            return Err(CliError::usage(format!(
                 "--duration-s {seconds}: give seconds in (0, 3600]"
             )))
         }
@@ -593,7 +594,7 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchErro
     };
     if let Some(mib) = arguments.size_mib {
         if mib == 0 {
-            return Err(BenchError::usage("--size-mib 0: give 1 or more"));
+            return Err(CliError::usage("--size-mib 0: give 1 or more"));
         }
         return Ok(Sizing {
             read_bytes: mib * MIB,
@@ -616,7 +617,7 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchErro
             (Some(bytes), Some(ratio), Some(available)) => {
                 dirty_background_threshold(bytes, ratio, available)
             }
-            _ => return Err(BenchError::usage(
+            _ => return Err(CliError::usage(
                 "cannot read vm.dirty_background_bytes/ratio or MemAvailable from /proc, which \
                  size the writes; pass --size-mib N to size them yourself",
             )),
@@ -625,7 +626,7 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchErro
     let free = free_bytes(base)?;
     let room = free.saturating_sub(read_bytes) / 2 / MIB * MIB;
     if room < WRITE_BYTES_MIN {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{} has {:.1} GiB free; the demo needs a {:.1} GiB read file plus room to write \
              (it uses at most half the free space); free some space or give a DIR on another \
              filesystem",
@@ -684,7 +685,7 @@ fn describe_sizing(sizing: &Sizing, base: &Path, frontier_runs: usize) {
 }
 
 /// The embedded job: readers, and with `writes` the writer.
-fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, BenchError> {
+fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, CliError> {
     let mut text = format!(
         "duration_s = {duration_s}\nseed = 1\n\
          [[class]]\nname = \"{READS}\"\nshares = {READ_SHARES}\n\
@@ -703,13 +704,13 @@ fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, 
         );
     }
     BenchJob::from_toml(&text)
-        .map_err(|error| BenchError::usage(format!("the demo's embedded job: {error}")))
+        .map_err(|error| CliError::usage(format!("the demo's embedded job: {error}")))
 }
 
 /// Creates `path` with `bytes` reserved (unwritten extents: nothing to write).
-fn preallocate(path: &Path, bytes: u64) -> Result<(), BenchError> {
+fn preallocate(path: &Path, bytes: u64) -> Result<(), CliError> {
     let failed = |error: std::io::Error| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "cannot reserve {:.1} GiB for {}: {error}; free some space, give a DIR on another \
              filesystem, or pass --size-mib N",
             bytes as f64 / GIB,

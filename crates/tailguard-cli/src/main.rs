@@ -29,6 +29,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod demo;
+mod error;
 mod frontier;
 mod html;
 mod metrics;
@@ -101,7 +102,7 @@ fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim(arguments) => run_sim(&arguments).map_err(bench::BenchError::usage),
+        Command::Sim(arguments) => run_sim(&arguments).map_err(error::CliError::usage),
         Command::Bench(arguments) => bench::run(&arguments),
         Command::Tune(arguments) => tune::run(&arguments),
         Command::Frontier(arguments) => frontier::run(&arguments),

@@ -46,7 +46,8 @@ use crate::bench::job::{JobOptions, SyncKind};
 use crate::bench::report::{BenchRun, DirectionStats};
 use crate::bench::shape::{check_verified, fill_verified, is_verified_block, reshape, ShapeState};
 use crate::bench::target::{interrupted, Plan};
-use crate::bench::{BenchError, Mode};
+use crate::bench::Mode;
+use crate::error::CliError;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
@@ -108,9 +109,9 @@ struct Done {
 /// Performs the I/O for one mode.
 trait Executor {
     /// Starts a request.
-    fn submit(&mut self, request: Request) -> Result<(), BenchError>;
+    fn submit(&mut self, request: Request) -> Result<(), CliError>;
     /// Waits until something completes or `deadline` passes; appends what did.
-    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError>;
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError>;
     /// Requests started and not yet returned by `wait`.
     fn in_flight(&self) -> usize;
     /// Forgets requests not yet handed to the kernel (on Ctrl-C).
@@ -229,7 +230,7 @@ pub fn run(
     settings: &SchedulerSettings,
     seed: u64,
     progress: &mut dyn FnMut(Nanos),
-) -> Result<BenchRun, BenchError> {
+) -> Result<BenchRun, CliError> {
     run_with_options(scenario, plan, mode, settings, seed, progress, &[])
 }
 
@@ -245,7 +246,7 @@ pub fn run_with_options(
     seed: u64,
     progress: &mut dyn FnMut(Nanos),
     job_options: &[JobOptions],
-) -> Result<BenchRun, BenchError> {
+) -> Result<BenchRun, CliError> {
     let threads = concurrency(scenario);
     let mut executor: Box<dyn Executor> = match mode {
         Mode::Tailguard => Box::new(SchedulerExecutor::new(scenario, plan, settings, threads)?),
@@ -276,7 +277,7 @@ pub fn run_with_options(
     let stats = executor
         .scheduler_stats()
         .transpose()
-        .map_err(|error| BenchError::usage(format!("tailguard: its statistics: {error}")))?;
+        .map_err(|error| CliError::usage(format!("tailguard: its statistics: {error}")))?;
     drop(executor);
     verify_written(scenario, plan, mode, &written)?;
     end_fsync(scenario, plan, mode, job_options)?;
@@ -374,7 +375,7 @@ impl<'a> Driver<'a> {
         mode: Mode,
         seed: u64,
         job_options: &[JobOptions],
-    ) -> Result<Self, BenchError> {
+    ) -> Result<Self, CliError> {
         let workload = Workload::new(scenario, seed);
         let duration_ns = scenario.duration_ns;
         let timers = workload
@@ -455,13 +456,13 @@ impl<'a> Driver<'a> {
         mut self,
         executor: &mut dyn Executor,
         progress: &mut dyn FnMut(Nanos),
-    ) -> Result<Outcome, BenchError> {
+    ) -> Result<Outcome, CliError> {
         let mut done = Vec::new();
         self.start = Instant::now();
         let mut next_progress = self.start;
         loop {
             if interrupted() {
-                return Err(BenchError::interrupted());
+                return Err(CliError::interrupted());
             }
             let instant = Instant::now();
             if instant >= next_progress {
@@ -542,7 +543,7 @@ impl<'a> Driver<'a> {
 
     /// Hands the generated requests to the executor (dropping those of
     /// instances that have moved their bytes).
-    fn submit_generated(&mut self, executor: &mut dyn Executor) -> Result<(), BenchError> {
+    fn submit_generated(&mut self, executor: &mut dyn Executor) -> Result<(), CliError> {
         let mut generated = std::mem::take(&mut self.generated);
         for template in generated.drain(..) {
             if self.exhausted(template.instance) {
@@ -623,7 +624,7 @@ impl<'a> Driver<'a> {
         executor: &mut dyn Executor,
         instance: usize,
         job: usize,
-    ) -> Result<(), BenchError> {
+    ) -> Result<(), CliError> {
         let every = self.job_options[job].sync_every_writes;
         if every == 0 {
             return Ok(());
@@ -648,10 +649,10 @@ impl<'a> Driver<'a> {
 
     /// Records a completion and lets its instance generate the next request
     /// (after its think time, if it has one).
-    fn complete(&mut self, finished: Done) -> Result<(), BenchError> {
+    fn complete(&mut self, finished: Done) -> Result<(), CliError> {
         if let Some(job) = self.pending_syncs.remove(&finished.token) {
             return finished.result.map(|_| ()).map_err(|error| {
-                BenchError::usage(format!(
+                CliError::usage(format!(
                     "{}: job `{}`: a sync of {} failed: {error}",
                     self.mode.name(),
                     self.scenario.jobs[job].name,
@@ -715,7 +716,7 @@ impl<'a> Driver<'a> {
         request: &Pending,
         buffer: &AlignedBuffer,
         write: bool,
-    ) -> Result<(), BenchError> {
+    ) -> Result<(), CliError> {
         if write {
             let alone = self.finish_verify_write(token);
             self.remember_written(request, alone);
@@ -784,10 +785,10 @@ impl<'a> Driver<'a> {
     }
 
     /// The error for a request that failed (or read back wrong).
-    fn failure(&self, request: &Pending, problem: &str) -> BenchError {
+    fn failure(&self, request: &Pending, problem: &str) -> CliError {
         let plan = self.plan;
         let job = request.template.job;
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "{}: job `{}`: a {} of {} bytes at offset {} of {} failed: {problem}",
             self.mode.name(),
             self.scenario.jobs[job].name,
@@ -888,7 +889,7 @@ fn end_fsync(
     plan: &Plan,
     mode: Mode,
     job_options: &[JobOptions],
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     let mut done: Vec<usize> = Vec::new();
     for (job, options) in job_options.iter().enumerate() {
         let file = plan.job_file[job];
@@ -902,7 +903,7 @@ fn end_fsync(
             .open(path)
             .and_then(|handle| handle.sync_all())
             .map_err(|error| {
-                BenchError::usage(format!(
+                CliError::usage(format!(
                     "{}: job `{}`: end_fsync of {}: {error}",
                     mode.name(),
                     scenario.jobs[job].name,
@@ -921,14 +922,14 @@ fn verify_written(
     plan: &Plan,
     mode: Mode,
     written: &[WrittenBlock],
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     if written.is_empty() {
         return Ok(());
     }
     let mut files: HashMap<usize, std::fs::File> = HashMap::new();
     let mut buffers: HashMap<usize, AlignedBuffer> = HashMap::new();
     let failed = |job: usize, offset: u64, problem: String| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "{}: job `{}`: verify: the block written at offset {offset} of {}: {problem}",
             mode.name(),
             scenario.jobs[job].name,
@@ -1011,7 +1012,7 @@ fn accumulators(
 fn buffers(
     scenario: &Scenario,
     job_options: &[JobOptions],
-) -> Result<HashMap<usize, Vec<AlignedBuffer>>, BenchError> {
+) -> Result<HashMap<usize, Vec<AlignedBuffer>>, CliError> {
     let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
     for (job, options) in scenario.jobs.iter().zip(job_options) {
         let per_instance = match job.arrival {
@@ -1030,9 +1031,9 @@ fn buffers(
     Ok(buffers)
 }
 
-fn new_buffer(length: usize) -> Result<AlignedBuffer, BenchError> {
+fn new_buffer(length: usize) -> Result<AlignedBuffer, CliError> {
     let mut buffer = AlignedBuffer::new(length, BUFFER_ALIGNMENT)
-        .map_err(|error| BenchError::usage(format!("cannot allocate a buffer: {error}")))?;
+        .map_err(|error| CliError::usage(format!("cannot allocate a buffer: {error}")))?;
     // A memset, fast even unoptimized: the driver must not stall here.
     buffer.fill(0x5a);
     Ok(buffer)
@@ -1208,8 +1209,8 @@ impl SchedulerExecutor {
         plan: &Plan,
         settings: &SchedulerSettings,
         threads: usize,
-    ) -> Result<Self, BenchError> {
-        let failed = |error: io::Error| BenchError::usage(format!("tailguard: {error}"));
+    ) -> Result<Self, CliError> {
+        let failed = |error: io::Error| CliError::usage(format!("tailguard: {error}"));
         let scheduler = settings
             .builder()
             .map_err(failed)?
@@ -1262,7 +1263,7 @@ impl SchedulerExecutor {
 }
 
 impl Executor for SchedulerExecutor {
-    fn submit(&mut self, request: Request) -> Result<(), BenchError> {
+    fn submit(&mut self, request: Request) -> Result<(), CliError> {
         let file = &self.files[request.file];
         let class = &self.classes[request.class];
         let future = match (request.kind, request.buffer) {
@@ -1275,7 +1276,7 @@ impl Executor for SchedulerExecutor {
             (RequestKind::Sync(SyncKind::Fsync), _) => SlotFuture::Sync(file.fsync(class)),
             (RequestKind::Sync(SyncKind::Fdatasync), _) => SlotFuture::Sync(file.fdatasync(class)),
             (_, None) => {
-                return Err(BenchError::usage("a read or write without a buffer"));
+                return Err(CliError::usage("a read or write without a buffer"));
             }
         };
         let waker = Waker::from(Arc::new(TokenWaker {
@@ -1287,7 +1288,7 @@ impl Executor for SchedulerExecutor {
         Ok(())
     }
 
-    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError> {
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
         if let Some(alarm) = &self.alarm {
             alarm.set(deadline);
         }
@@ -1439,13 +1440,13 @@ fn open_plain(path: &std::path::Path, direct: bool) -> io::Result<std::fs::File>
 }
 
 impl BackendExecutor {
-    fn new(plan: &Plan, direct: bool, threads: usize) -> Result<Self, BenchError> {
+    fn new(plan: &Plan, direct: bool, threads: usize) -> Result<Self, CliError> {
         let name = if direct {
             "kernel-direct"
         } else {
             "kernel-buffered"
         };
-        let failed = |error: io::Error| BenchError::usage(format!("{name}: {error}"));
+        let failed = |error: io::Error| CliError::usage(format!("{name}: {error}"));
         let backend: Box<dyn Backend> = if direct {
             backend::open_backend(BackendConfig {
                 choice: BackendChoice::Auto,
@@ -1520,7 +1521,7 @@ impl BackendExecutor {
 }
 
 impl Executor for BackendExecutor {
-    fn submit(&mut self, mut request: Request) -> Result<(), BenchError> {
+    fn submit(&mut self, mut request: Request) -> Result<(), CliError> {
         let (pointer, length) = match &mut request.buffer {
             Some(buffer) => (buffer.as_mut_ptr(), buffer.len() as u32),
             None => (std::ptr::null_mut(), 0),
@@ -1548,8 +1549,8 @@ impl Executor for BackendExecutor {
         Ok(())
     }
 
-    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError> {
-        let failed = |error: io::Error| BenchError::usage(format!("backend: {error}"));
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
+        let failed = |error: io::Error| CliError::usage(format!("backend: {error}"));
         self.flush().map_err(failed)?;
         self.results.clear();
         self.backend.reap(&mut self.results);

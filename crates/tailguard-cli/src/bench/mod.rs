@@ -17,6 +17,7 @@
 //! run starts from a settled target: the data files are synced and dropped from
 //! the page cache first.
 
+use crate::error::CliError;
 use crate::progress::Progress;
 use std::path::PathBuf;
 use tailguard_sim::report::RunReport;
@@ -63,33 +64,6 @@ impl Mode {
     /// Whether it writes with O_DIRECT (and so needs a target that takes it).
     pub fn direct(self) -> bool {
         !matches!(self, Self::KernelBuffered)
-    }
-}
-
-/// Why bench failed, and the exit status that says so.
-#[derive(Debug)]
-pub struct BenchError {
-    /// What went wrong and the fix.
-    pub message: String,
-    /// 2 for bad input or a failed run, 130 after Ctrl-C.
-    pub status: u8,
-}
-
-impl BenchError {
-    /// Bad input, or a run that failed: exit status 2.
-    pub fn usage(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            status: 2,
-        }
-    }
-
-    /// Interrupted by SIGINT or SIGTERM: exit status 130.
-    pub fn interrupted() -> Self {
-        Self {
-            message: "interrupted; the data files laid out were removed".into(),
-            status: 130,
-        }
     }
 }
 
@@ -153,15 +127,15 @@ pub struct BenchArguments {
 }
 
 /// Runs `tailguard bench`.
-pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
+pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
     target::watch_interrupts();
     let modes = parse_modes(arguments)?;
     if arguments.repeat == 0 {
-        return Err(BenchError::usage("--repeat 0 runs nothing; give 1 or more"));
+        return Err(CliError::usage("--repeat 0 runs nothing; give 1 or more"));
     }
     let format = match (arguments.json, arguments.output_format) {
         (true, OutputFormat::FioJson) => {
-            return Err(BenchError::usage(
+            return Err(CliError::usage(
                 "--json and --output-format fio-json ask for two formats; give one",
             ))
         }
@@ -179,7 +153,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
     let untargeted =
         (0..job.scenario.jobs.len()).any(|index| job.options_of(index).target.is_none());
     if default_target.is_none() && untargeted {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{}: no target; {} or pass --target PATH (a directory, an existing regular file, or \
              a block device with --allow-device)",
             source.display(),
@@ -224,7 +198,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
 }
 
 /// The modes `--mode` names (all three by default).
-fn parse_modes(arguments: &BenchArguments) -> Result<Vec<Mode>, BenchError> {
+fn parse_modes(arguments: &BenchArguments) -> Result<Vec<Mode>, CliError> {
     if arguments.mode.is_empty() {
         return Ok(Mode::ALL.to_vec());
     }
@@ -233,7 +207,7 @@ fn parse_modes(arguments: &BenchArguments) -> Result<Vec<Mode>, BenchError> {
         .iter()
         .map(|name| {
             Mode::parse(name).ok_or_else(|| {
-                BenchError::usage(format!(
+                CliError::usage(format!(
                     "unknown mode `{name}` in --mode; use one of: tailguard, kernel-direct, \
                      kernel-buffered"
                 ))
@@ -283,7 +257,7 @@ fn run_modes(
     modes: &[Mode],
     arguments: &BenchArguments,
     format: OutputFormat,
-) -> Result<Vec<report::BenchRun>, BenchError> {
+) -> Result<Vec<report::BenchRun>, CliError> {
     let groups = job.groups();
     let mut runs: Vec<report::BenchRun> = Vec::new();
     let run_count = arguments.repeat as usize * modes.len() * groups.len();
@@ -343,7 +317,7 @@ fn write_results(
     header: &str,
     command: &str,
     runs: &[report::BenchRun],
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     let reports: Vec<RunReport> = runs.iter().map(|run| run.report.clone()).collect();
     if let Some(path) = &arguments.report {
         let notes = [
@@ -351,7 +325,7 @@ fn write_results(
             format!("{header}; modes interleaved in run order."),
         ];
         let title = format!("tailguard bench: {}", source.display());
-        crate::html::write(path, &title, &notes, &reports).map_err(BenchError::usage)?;
+        crate::html::write(path, &title, &notes, &reports).map_err(CliError::usage)?;
         eprintln!("tailguard bench: wrote {}", path.display());
     }
     let text = match format {
@@ -360,7 +334,7 @@ fn write_results(
         OutputFormat::FioJson => Some(report::to_fio_json(runs)),
     };
     if let Some(text) = text {
-        let text = text.map_err(|error| BenchError::usage(error.to_string()))?;
+        let text = text.map_err(|error| CliError::usage(error.to_string()))?;
         println!("{text}");
         return Ok(());
     }
@@ -385,9 +359,8 @@ fn write_results(
 /// Reads the workload from the job file or, with `--fio`, imports it from a fio
 /// job file (printing the import's notes); returns it with its path and how to
 /// name it on a command line.
-fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, String), BenchError> {
-    let failed =
-        |error: tailguard_sim::scenario::ScenarioError| BenchError::usage(error.to_string());
+fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, String), CliError> {
+    let failed = |error: tailguard_sim::scenario::ScenarioError| CliError::usage(error.to_string());
     match (&arguments.fio, &arguments.jobs) {
         (Some(path), _) => {
             let imported = fio::FioImport::from_file(path).map_err(failed)?;
@@ -404,7 +377,7 @@ fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, Strin
             let job = job::BenchJob::from_file(path).map_err(failed)?;
             Ok((job, path.clone(), path.display().to_string()))
         }
-        (None, None) => Err(BenchError::usage(
+        (None, None) => Err(CliError::usage(
             "give a job file (tailguard bench JOBS.toml) or a fio job file (--fio FILE)",
         )),
     }

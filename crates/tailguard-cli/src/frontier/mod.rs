@@ -30,7 +30,7 @@ pub mod result;
 
 use crate::bench::driver::{self, SchedulerSettings};
 use crate::bench::target::{self, Plan};
-use crate::bench::BenchError;
+use crate::error::CliError;
 use crate::progress::Progress;
 use grid::{Grid, Setting};
 use measure::Workload;
@@ -265,7 +265,7 @@ pub fn trace(
     rounds: u32,
     progress: &Progress,
     command: String,
-) -> Result<FrontierResult, BenchError> {
+) -> Result<FrontierResult, CliError> {
     let samples = measure::measure(settings, workload, plan, base, rounds, progress)?;
     FrontierResult::build(
         command,
@@ -274,15 +274,15 @@ pub fn trace(
         settings,
         &samples,
     )
-    .map_err(BenchError::usage)
+    .map_err(CliError::usage)
 }
 
 /// Runs `tailguard frontier`.
-pub fn run(arguments: &FrontierArguments) -> Result<(), BenchError> {
+pub fn run(arguments: &FrontierArguments) -> Result<(), CliError> {
     target::watch_interrupts();
     let base = arguments.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     if !base.is_dir() {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{} is not a directory; give an existing directory on the disk to measure \
              (tailguard frontier DIR), or none for the current one",
             base.display()
@@ -327,7 +327,7 @@ fn write_outputs(
     arguments: &FrontierArguments,
     result: &FrontierResult,
     base: &Path,
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     let json_to_stdout = arguments.json.as_deref() == Some(Path::new("-"));
     if !json_to_stdout {
         println!(
@@ -342,12 +342,12 @@ fn write_outputs(
     }
     if let Some(path) = &arguments.json {
         let text = serde_json::to_string_pretty(result)
-            .map_err(|error| BenchError::usage(error.to_string()))?;
+            .map_err(|error| CliError::usage(error.to_string()))?;
         if json_to_stdout {
             println!("{text}");
         } else {
             std::fs::write(path, text + "\n").map_err(|error| {
-                BenchError::usage(format!(
+                CliError::usage(format!(
                     "cannot write {}: {error}; give --json a path in a writable directory",
                     path.display()
                 ))
@@ -371,7 +371,7 @@ fn write_outputs(
             ),
         ];
         let page = crate::html::frontier::page("tailguard frontier", &notes, result);
-        crate::html::write_text(path, &page).map_err(BenchError::usage)?;
+        crate::html::write_text(path, &page).map_err(CliError::usage)?;
         eprintln!("tailguard frontier: wrote {}", path.display());
     }
     Ok(())

@@ -36,7 +36,7 @@
 //! `--report`, an HTML page ([`report`]).
 
 use crate::bench::target::{interrupted, watch_interrupts};
-use crate::bench::BenchError;
+use crate::error::CliError;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -314,7 +314,7 @@ impl Curve {
 }
 
 /// Runs `tailguard tune`.
-pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
+pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     watch_interrupts();
     let format = if arguments.format == "seastar" {
         ProfileFormat::SeastarYaml
@@ -329,7 +329,7 @@ pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
     });
     for path in std::iter::once(&output).chain(arguments.report.as_ref()) {
         if path.exists() && !arguments.allow_overwrite {
-            return Err(BenchError::usage(format!(
+            return Err(CliError::usage(format!(
                 "{} exists; pass --allow-overwrite to replace it, or give another --output/--report",
                 path.display()
             )));
@@ -356,14 +356,14 @@ pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
     for line in &summary {
         println!("{line}");
     }
-    profile.save(&output, format).map_err(|error| {
-        BenchError::usage(format!("cannot write {}: {error}", output.display()))
-    })?;
+    profile
+        .save(&output, format)
+        .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
     println!("profile written to {}", output.display());
     if let Some(path) = &arguments.report {
         let title = format!("tailguard tune: {}", arguments.path.display());
         std::fs::write(path, report::html_page(&title, &summary, &curves)).map_err(|error| {
-            BenchError::usage(format!("cannot write {}: {error}", path.display()))
+            CliError::usage(format!("cannot write {}: {error}", path.display()))
         })?;
         println!("report written to {}", path.display());
     }
@@ -388,9 +388,9 @@ fn measure_curves(
     only: &[String],
     budget: Duration,
     start: Instant,
-) -> Result<Vec<Curve>, BenchError> {
+) -> Result<Vec<Curve>, CliError> {
     let failed = |error: std::io::Error| {
-        BenchError::usage(format!("measuring {}: {error}", test.path.display()))
+        CliError::usage(format!("measuring {}: {error}", test.path.display()))
     };
     let file = test.file.try_clone().map_err(failed)?;
     let mut prober = Prober::new(file, test.size_bytes, test.alignment_bytes).map_err(failed)?;
@@ -410,7 +410,7 @@ fn measure_curves(
     .filter(|spec| only.is_empty() || only.iter().any(|name| name == spec.name))
     .collect();
     if specs.is_empty() {
-        return Err(BenchError::usage(
+        return Err(CliError::usage(
             "--curves selects only write curves, and the target is read-only; pass --allow-write",
         ));
     }
@@ -427,7 +427,7 @@ fn measure_curves(
         curves.push(measure_curve(&mut prober, spec, curve_budget, &mut tick).map_err(failed)?);
         if interrupted() {
             bar.finish_and_clear();
-            return Err(BenchError::interrupted());
+            return Err(CliError::interrupted());
         }
     }
     bar.finish_and_clear();
@@ -502,7 +502,7 @@ fn build_profile(
     test: &TestFile,
     curves: &[Curve],
     elapsed_s: f64,
-) -> Result<ProfileFile, BenchError> {
+) -> Result<ProfileFile, CliError> {
     let uncalibrated = tailguard::scheduler::default_profile(&test.device);
     let mut notes = Vec::new();
     let rate = |name: &str, fallback: f64, notes: &mut Vec<String>| match find(curves, name)
@@ -562,7 +562,7 @@ fn build_profile(
     profile.metadata = Some(metadata);
     profile.devices.insert(test.device.name.clone(), entry);
     profile.resolve().map_err(|error| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "the measured profile is not usable ({error}); the device may have failed requests"
         ))
     })?;

@@ -25,7 +25,7 @@
 use crate::bench::target::{
     block_device_bytes, device_in_use, fill_random, interrupted, mount_of, open_exclusive, Mount,
 };
-use crate::bench::BenchError;
+use crate::error::CliError;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -93,12 +93,12 @@ pub struct TargetOptions {
     pub layout_budget: Duration,
 }
 
-fn usage(message: String) -> BenchError {
-    BenchError::usage(message)
+fn usage(message: String) -> CliError {
+    CliError::usage(message)
 }
 
 /// Checks the target and opens (or lays out) the test file.
-pub fn prepare(target: &Path, options: &TargetOptions) -> Result<TestFile, BenchError> {
+pub fn prepare(target: &Path, options: &TargetOptions) -> Result<TestFile, CliError> {
     let shown = target.display();
     let metadata = std::fs::metadata(target).map_err(|error| {
         usage(format!(
@@ -137,7 +137,7 @@ fn open_direct(path: &Path, write: bool, create: bool) -> io::Result<File> {
 }
 
 /// The error for a failed open, naming the likely fix.
-fn open_error(path: &Path, error: &io::Error, creating: bool) -> BenchError {
+fn open_error(path: &Path, error: &io::Error, creating: bool) -> CliError {
     let shown = path.display();
     let fix = match error.raw_os_error() {
         Some(libc::EINVAL) => {
@@ -158,7 +158,7 @@ fn open_error(path: &Path, error: &io::Error, creating: bool) -> BenchError {
     usage(format!("cannot open {shown} with O_DIRECT: {error}; {fix}"))
 }
 
-fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<TestFile, BenchError> {
+fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<TestFile, CliError> {
     let opened = if kind == TargetKind::BlockDevice {
         open_exclusive(path, allow_write, libc::O_DIRECT)
     } else {
@@ -212,7 +212,7 @@ fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<Tes
 }
 
 /// Refuses a block device that is mounted, or whose partition is.
-fn refuse_if_mounted(target: &Path, rdev: u64) -> Result<(), BenchError> {
+fn refuse_if_mounted(target: &Path, rdev: u64) -> Result<(), CliError> {
     match mount_of(rdev) {
         Some(Mount {
             source,
@@ -261,7 +261,7 @@ pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, Str
     Ok(size)
 }
 
-fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, BenchError> {
+fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, CliError> {
     let size_bytes = layout_size(options.size_bytes, free_bytes(directory))
         .map_err(|message| usage(format!("{}: {message}", directory.display())))?;
     let path = directory.join(format!(".tailguard-tune-{}.data", std::process::id()));
@@ -314,7 +314,7 @@ fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, BenchE
 
 /// Fills the file with incompressible data, 1 MiB at a time, until it is full
 /// or the budget is spent. Returns the bytes written.
-fn write_data(test: &TestFile, budget: Duration) -> Result<u64, BenchError> {
+fn write_data(test: &TestFile, budget: Duration) -> Result<u64, CliError> {
     let deadline = Instant::now() + budget;
     let mut chunk = AlignedBuffer::new(LAYOUT_CHUNK_BYTES, test.alignment_bytes.max(4096))
         .map_err(|error| usage(format!("cannot allocate a layout buffer: {error}")))?;
@@ -322,7 +322,7 @@ fn write_data(test: &TestFile, budget: Duration) -> Result<u64, BenchError> {
     let mut written = 0u64;
     while written < test.size_bytes && Instant::now() < deadline {
         if interrupted() {
-            return Err(BenchError::interrupted());
+            return Err(CliError::interrupted());
         }
         fill_random(&mut chunk, &mut state);
         test.file.write_all_at(&chunk, written).map_err(|error| {
