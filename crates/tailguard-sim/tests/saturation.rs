@@ -12,8 +12,8 @@
 //! Reads are checked on every model. Writes alone are checked on the models
 //! where the budget's Little's-law rule (it keeps a lone writer's queue within
 //! the goal, so that a read arriving later is not stuck behind it) leaves them
-//! at 95% or more; on `hdd` and `sata-ssd` that rule still costs lone writes
-//! 7-22% (see BENCHMARKS.md, "One class alone").
+//! at 95% or more; on `hdd` and `sata-ssd` that rule costs lone writes more
+//! than that.
 
 use tailguard_sim::engine::run;
 use tailguard_sim::scenario::Scenario;

@@ -12,9 +12,9 @@
 //!    the kernel just before the next one was pushed, and this call submits the
 //!    last; with `eager_submit(false)`, all of the turn's ops go in this one
 //!    call. When there is nothing else to do, the same call sleeps until a
-//!    completion or a submitter's wake-up. (Eager because on a virtio disk
-//!    requests submitted together complete together: see
-//!    `SchedulerBuilder::eager_submit`.)
+//!    completion or a submitter's wake-up. (Eager because on some disks,
+//!    virtio ones among them, requests submitted together complete together:
+//!    see `SchedulerBuilder::eager_submit`.)
 //! 4. **reap** every available completion in a batch, complete the pieces in the
 //!    dispatchers, and deliver each finished request to its waiter.
 //!

@@ -1495,7 +1495,7 @@ impl BackendExecutor {
     /// Pushes the backlog until the backend refuses, handing each op to the
     /// kernel before the next is pushed (one `io_uring_enter` per request, as
     /// fio does by default: on a virtio disk, requests submitted together
-    /// complete together, and that cost a fifth of the IOPS at queue depth 16).
+    /// complete together, which costs IOPS at deeper queues).
     /// The last op goes with `wait`'s own submit, so queue depth 1 costs one
     /// system call per request.
     fn flush(&mut self) -> io::Result<()> {

@@ -188,7 +188,7 @@ const LATENCY_TARGET_FLOOR_MULTIPLE: f64 = 2.0;
 /// The latency target tune suggests from the random-read curve: twice the p99
 /// of a lone read (queue depth 1, the device's floor), but never below the
 /// library's default (1 ms). Not the knee's p99: that is the latency of a
-/// saturated device (5 ms on a virtio disk), the opposite of a goal. A floor
+/// saturated device, the opposite of a goal. A floor
 /// of several milliseconds (a rotating disk) gives a target to match, so the
 /// budget still allows the concurrency the disk needs (Seastar issue #584).
 fn latency_target_us(random_read: &Curve) -> Option<u64> {
