@@ -279,7 +279,7 @@ fn present(
         &[crate::html::frontier::section(frontier)],
         reports,
     );
-    crate::html::write_text(&arguments.report, &page).map_err(CliError::usage)?;
+    crate::html::write_text(&arguments.report, &page)?;
     println!("report: {}", arguments.report.display());
     Ok(())
 }

@@ -9,7 +9,7 @@
 use std::fmt;
 
 /// Why a `tailguard` subcommand failed, and the exit status that says so.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct CliError {
     /// What went wrong and the fix.
     pub message: String,

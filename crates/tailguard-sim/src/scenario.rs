@@ -32,7 +32,7 @@
 //! that name the key and say how to fix it, and nothing panics on bad input.
 
 use crate::device::{self, DeviceModel};
-use crate::policy::{ClassInfo, DeviceInfo, PolicyContext};
+use crate::policy::{ClassInfo, DeviceInfo, PolicyContext, PolicyName};
 use crate::ConfigError;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
@@ -270,9 +270,9 @@ pub struct Scenario {
     /// Jobs, in file order.
     pub jobs: Vec<JobSpec>,
     /// `[policy.NAME]` tables.
-    pub policy_parameters: BTreeMap<String, toml::Table>,
+    pub policy_parameters: BTreeMap<PolicyName, toml::Table>,
     /// The policies to compare when the command line names none.
-    pub policies: Vec<String>,
+    pub policies: Vec<PolicyName>,
 }
 
 #[derive(Deserialize)]
@@ -389,25 +389,29 @@ impl Scenario {
                 "the scenario has no [[job]]; add at least one",
             ));
         }
-        for name in raw.policy.keys().chain(&raw.policies) {
-            if !crate::policy::POLICY_NAMES.contains(&name.as_str()) {
-                return Err(ConfigError::new(
-                    format!("policy.{name}"),
-                    format!(
-                        "unknown policy; use one of: {}",
-                        crate::policy::POLICY_NAMES.join(", ")
-                    ),
-                ));
-            }
-        }
+        let policy_parameters = raw
+            .policy
+            .into_iter()
+            .map(|(name, parameters)| {
+                Ok((
+                    PolicyName::parse(&name, format!("policy.{name}"))?,
+                    parameters,
+                ))
+            })
+            .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
+        let policies = raw
+            .policies
+            .iter()
+            .map(|name| PolicyName::parse(name, "policies"))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             duration_ns,
             seed: raw.seed,
             devices,
             classes,
             jobs,
-            policy_parameters: raw.policy,
-            policies: raw.policies,
+            policy_parameters,
+            policies,
         })
     }
 

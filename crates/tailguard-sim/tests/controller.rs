@@ -52,10 +52,11 @@
 use std::path::Path;
 use tailguard_core::{Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
 use tailguard_sim::engine::{run_observed, FinishedRequest};
+use tailguard_sim::policy::PolicyName;
 use tailguard_sim::scenario::Scenario;
 
 /// Per-request results of one run.
-fn observe(scenario: &Scenario, policy: &str) -> Vec<FinishedRequest> {
+fn observe(scenario: &Scenario, policy: PolicyName) -> Vec<FinishedRequest> {
     let mut finished = Vec::new();
     run_observed(scenario, policy, scenario.seed, &mut |request| {
         finished.push(*request)
@@ -198,7 +199,10 @@ fn alone_and_ours(
     let scenario = model_scenario(check, tailguard, 32, device);
     let mut alone = scenario.clone();
     alone.jobs.retain(|job| job.name != "readers");
-    (observe(&alone, "fifo"), observe(&scenario, "tailguard"))
+    (
+        observe(&alone, PolicyName::Fifo),
+        observe(&scenario, PolicyName::Tailguard),
+    )
 }
 
 /// What one configuration achieved against a check.
@@ -282,9 +286,11 @@ fn judge(check: Check, tailguard: &str) -> Verdict {
         let floor = match check.floor {
             Floor::SmallPieces => observe(
                 &model_scenario(check, "controller = \"fixed\"\nbudget_us = 1", 32, ""),
-                "tailguard",
+                PolicyName::Tailguard,
             ),
-            Floor::OneWriteAtATime => observe(&model_scenario(check, tailguard, 1, ""), "fifo"),
+            Floor::OneWriteAtATime => {
+                observe(&model_scenario(check, tailguard, 1, ""), PolicyName::Fifo)
+            }
         };
         let samples = finished
             .iter()
@@ -413,7 +419,7 @@ fn slowdown_scenario_reaction_and_recovery() {
         class_index(&scenario, "reads"),
         class_index(&scenario, "background"),
     );
-    let finished = observe(&scenario, "tailguard");
+    let finished = observe(&scenario, PolicyName::Tailguard);
     let step = 100 * NANOS_PER_MILLISECOND;
     let before = rate(&finished, writes, 2 * SECOND, 3 * SECOND);
     for i in 20..70 {

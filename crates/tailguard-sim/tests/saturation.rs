@@ -16,6 +16,7 @@
 //! than that.
 
 use tailguard_sim::engine::run;
+use tailguard_sim::policy::PolicyName;
 use tailguard_sim::scenario::Scenario;
 
 const SEEDS: [u64; 2] = [1, 2];
@@ -60,11 +61,11 @@ fn ratios(model: &str, pattern: &str, block: &str) -> Vec<f64> {
     SEEDS
         .iter()
         .map(|&seed| {
-            let bytes = |policy: &str| {
+            let bytes = |policy: PolicyName| {
                 let report = run(&scenario, policy, seed).unwrap();
                 report.class("alone", "dev").unwrap().bytes as f64
             };
-            bytes("tailguard") / bytes("fifo")
+            bytes(PolicyName::Tailguard) / bytes(PolicyName::Fifo)
         })
         .collect()
 }

@@ -155,19 +155,19 @@ pub struct SchedulerSettings {
     /// How `tailguard` mode sizes each device's in-flight budget: `fixed` (from
     /// the profile and the latency target) or `adaptive` (resized online from
     /// completion times; see the README's "online latency controller").
-    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = parse_controller)]
+    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = crate::flags::CONTROLLER)]
     pub controller: ControllerChoice,
     /// When `tailguard` mode hands requests to the kernel: `each` as it is
     /// dispatched (the library's default), or `per-turn`, all of an engine
     /// turn's in one system call.
-    #[arg(long, value_name = "WHEN", default_value = "each", value_parser = ["each", "per-turn"])]
-    pub submit: String,
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = SubmitChoice::Each)]
+    pub submit: SubmitChoice,
     /// Who runs `tailguard` mode's engine while the driver thread waits:
     /// `block-on` (the driver itself, inside `Scheduler::block_on`: no thread
     /// hop per request) or `engine-thread` (the engine thread; the driver is
     /// woken for each completion, as a future awaited on another runtime is).
-    #[arg(long, value_name = "WHO", default_value = "block-on", value_parser = ["block-on", "engine-thread"])]
-    pub driver: String,
+    #[arg(long, value_name = "WHO", value_enum, default_value_t = DriverChoice::BlockOn)]
+    pub driver: DriverChoice,
     /// Serve `tailguard` mode's scheduler metrics (OpenMetrics text) over HTTP
     /// at http://ADDRESS/metrics while the command runs; loopback addresses
     /// only (127.0.0.1:9464; port 0 picks a free one, printed on stderr).
@@ -190,17 +190,21 @@ impl Default for SchedulerSettings {
             profile: None,
             latency_target_us: None,
             controller: ControllerChoice::Fixed,
-            submit: String::new(),
-            driver: String::new(),
+            submit: SubmitChoice::Each,
+            driver: DriverChoice::BlockOn,
             metrics_listen: None,
             metrics_linger_s: 0,
         }
     }
 }
 
-/// `--controller`'s parser: the core's names (`fixed`, `adaptive`).
-fn parse_controller(name: &str) -> Result<ControllerChoice, String> {
-    name.parse()
+/// When `tailguard` mode hands requests to the kernel (`--submit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SubmitChoice {
+    /// Each request as it is dispatched (the library's default).
+    Each,
+    /// All of an engine turn's requests in one system call.
+    PerTurn,
 }
 
 impl SchedulerSettings {
@@ -210,7 +214,7 @@ impl SchedulerSettings {
         if let Some(path) = &self.profile {
             builder = builder.profile_file(path)?;
         }
-        if self.submit == "per-turn" {
+        if self.submit == SubmitChoice::PerTurn {
             builder = builder.eager_submit(false);
         }
         builder = builder.controller(self.controller);
@@ -1041,7 +1045,7 @@ fn new_buffer(length: usize) -> Result<AlignedBuffer, CliError> {
 
 /// Who runs the scheduler's engine while `tailguard` mode's driver thread
 /// waits for completions (`--driver`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DriverChoice {
     /// The driver waits inside [`Scheduler::block_on`], so it runs the engine
     /// itself (submits, sleeps in the ring, reaps) whenever it would wait: no
@@ -1051,17 +1055,6 @@ pub enum DriverChoice {
     /// every completion is a cross-thread wake-up, as for futures awaited on
     /// another runtime (tokio).
     EngineThread,
-}
-
-impl DriverChoice {
-    /// Parses `--driver`'s value (the parser has checked it).
-    fn parse(name: &str) -> Self {
-        if name == "engine-thread" {
-            Self::EngineThread
-        } else {
-            Self::BlockOn
-        }
-    }
 }
 
 /// A request's future: a read or write, or a sync.
@@ -1241,7 +1234,7 @@ impl SchedulerExecutor {
             .collect::<io::Result<Vec<_>>>()
             .map_err(failed)?;
         let ready = Arc::new(ReadyTokens::default());
-        let driver = DriverChoice::parse(&settings.driver);
+        let driver = settings.driver;
         let alarm = match driver {
             DriverChoice::BlockOn => {
                 let ready = ready.clone();

@@ -31,8 +31,8 @@ pub mod report;
 pub mod shape;
 pub mod target;
 
-/// The ways of doing the I/O that bench compares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The ways of doing the I/O that bench compares (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
     /// Through the scheduler, O_DIRECT, one class per job class.
     Tailguard,
@@ -54,11 +54,6 @@ impl Mode {
             Self::KernelDirect => "kernel-direct",
             Self::KernelBuffered => "kernel-buffered",
         }
-    }
-
-    /// Parses a mode name.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|mode| mode.name() == name)
     }
 
     /// Whether it writes with O_DIRECT (and so needs a target that takes it).
@@ -98,8 +93,8 @@ pub struct BenchArguments {
     pub target: Option<PathBuf>,
     /// Modes to compare, comma-separated: tailguard, kernel-direct,
     /// kernel-buffered. Default: all three.
-    #[arg(long, value_delimiter = ',')]
-    pub mode: Vec<String>,
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub mode: Vec<Mode>,
     /// Runs per mode, interleaved (A B A B).
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
@@ -129,7 +124,7 @@ pub struct BenchArguments {
 /// Runs `tailguard bench`.
 pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
     target::watch_interrupts();
-    let modes = parse_modes(arguments)?;
+    let modes = selected_modes(arguments);
     if arguments.repeat == 0 {
         return Err(CliError::usage("--repeat 0 runs nothing; give 1 or more"));
     }
@@ -198,22 +193,12 @@ pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
 }
 
 /// The modes `--mode` names (all three by default).
-fn parse_modes(arguments: &BenchArguments) -> Result<Vec<Mode>, CliError> {
+fn selected_modes(arguments: &BenchArguments) -> Vec<Mode> {
     if arguments.mode.is_empty() {
-        return Ok(Mode::ALL.to_vec());
+        Mode::ALL.to_vec()
+    } else {
+        arguments.mode.clone()
     }
-    arguments
-        .mode
-        .iter()
-        .map(|name| {
-            Mode::parse(name).ok_or_else(|| {
-                CliError::usage(format!(
-                    "unknown mode `{name}` in --mode; use one of: tailguard, kernel-direct, \
-                     kernel-buffered"
-                ))
-            })
-        })
-        .collect()
 }
 
 /// The targets the jobs run on, for the report's header.
@@ -325,7 +310,7 @@ fn write_results(
             format!("{header}; modes interleaved in run order."),
         ];
         let title = format!("tailguard bench: {}", source.display());
-        crate::html::write(path, &title, &notes, &reports).map_err(CliError::usage)?;
+        crate::html::write(path, &title, &notes, &reports)?;
         eprintln!("tailguard bench: wrote {}", path.display());
     }
     let text = match format {
@@ -380,5 +365,17 @@ fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, Strin
         (None, None) => Err(CliError::usage(
             "give a job file (tailguard bench JOBS.toml) or a fio job file (--fio FILE)",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mode;
+
+    #[test]
+    fn a_mode_is_named_in_reports_as_on_the_command_line() {
+        for mode in Mode::ALL {
+            assert_eq!(crate::flags::name_of(&mode), mode.name());
+        }
     }
 }

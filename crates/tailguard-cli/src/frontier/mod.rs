@@ -111,7 +111,7 @@ pub struct FrontierArguments {
 }
 
 /// A `--latency-targets` value, `none` as 0 (dropped later).
-fn parse_target_or_none(text: &str) -> Result<u64, String> {
+fn parse_target_or_none(text: &str) -> Result<u64, CliError> {
     if text.trim().eq_ignore_ascii_case("none") {
         Ok(0)
     } else {
@@ -120,7 +120,7 @@ fn parse_target_or_none(text: &str) -> Result<u64, String> {
 }
 
 /// A `--duration` value in seconds.
-pub fn parse_duration_s(text: &str) -> Result<f64, String> {
+pub fn parse_duration_s(text: &str) -> Result<f64, CliError> {
     let trimmed = text.trim();
     let (number, scale) = if let Some(number) = trimmed.strip_suffix("ms") {
         (number, 1e-3)
@@ -129,15 +129,15 @@ pub fn parse_duration_s(text: &str) -> Result<f64, String> {
     } else {
         (trimmed, 1.0)
     };
-    let seconds = number
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| format!("`{text}` is not a duration; write e.g. 5s or 1500ms"))?
-        * scale;
+    let seconds = number.trim().parse::<f64>().map_err(|_| {
+        CliError::usage(format!(
+            "`{text}` is not a duration; write e.g. 5s or 1500ms"
+        ))
+    })? * scale;
     if !(1.0..=600.0).contains(&seconds) {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "--duration {text} is out of range; give 1s to 600s per point"
-        ));
+        )));
     }
     Ok(seconds)
 }
@@ -242,10 +242,23 @@ impl FrontierArguments {
         if let Some(target_us) = settings.latency_target_us {
             let _ = write!(command, " --latency-target-us {target_us}");
         }
+        let defaults = crate::bench::driver::SchedulerSettings::default();
         for (flag, value, default) in [
-            ("--controller", settings.controller.name(), "fixed"),
-            ("--submit", settings.submit.as_str(), "each"),
-            ("--driver", settings.driver.as_str(), "block-on"),
+            (
+                "--controller",
+                settings.controller.name().to_string(),
+                defaults.controller.name().to_string(),
+            ),
+            (
+                "--submit",
+                crate::flags::name_of(&settings.submit),
+                crate::flags::name_of(&defaults.submit),
+            ),
+            (
+                "--driver",
+                crate::flags::name_of(&settings.driver),
+                crate::flags::name_of(&defaults.driver),
+            ),
         ] {
             if value != default {
                 let _ = write!(command, " {flag} {value}");
@@ -274,7 +287,6 @@ pub fn trace(
         settings,
         &samples,
     )
-    .map_err(CliError::usage)
 }
 
 /// Runs `tailguard frontier`.
@@ -371,7 +383,7 @@ fn write_outputs(
             ),
         ];
         let page = crate::html::frontier::page("tailguard frontier", &notes, result);
-        crate::html::write_text(path, &page).map_err(CliError::usage)?;
+        crate::html::write_text(path, &page)?;
         eprintln!("tailguard frontier: wrote {}", path.display());
     }
     Ok(())

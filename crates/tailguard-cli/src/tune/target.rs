@@ -234,16 +234,16 @@ fn free_bytes(directory: &Path) -> Option<u64> {
 
 /// How large a file to lay out: `--size`, or 1 GiB capped at a quarter of the
 /// free space, rounded down to whole MiB.
-pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, String> {
+pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, CliError> {
     let mib = 1u64 << 20;
     let size = match (requested, free) {
         (Some(requested), Some(free)) if requested > free => {
-            return Err(format!(
+            return Err(CliError::usage(format!(
                 "not enough space: --size asks for {} MiB, the filesystem has {} MiB free; \
                  free some space or give a smaller --size",
                 requested / mib,
                 free / mib
-            ))
+            )))
         }
         (Some(requested), _) => requested,
         (None, Some(free)) => DEFAULT_SIZE_BYTES.min(free / 4),
@@ -251,12 +251,12 @@ pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, Str
     };
     let size = size / mib * mib;
     if size < MINIMUM_SIZE_BYTES {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "not enough space: tune needs a test file of at least {} MiB (got {} MiB to work \
              with); free some space or give a larger --size",
             MINIMUM_SIZE_BYTES / mib,
             size / mib
-        ));
+        )));
     }
     Ok(size)
 }
@@ -358,10 +358,10 @@ mod tests {
     #[test]
     fn too_little_space_is_a_clear_error() {
         let error = layout_size(None, Some(32 << 20)).unwrap_err();
-        assert!(error.contains("not enough space"), "{error}");
+        assert!(error.message.contains("not enough space"), "{error}");
         let error = layout_size(Some(1 << 30), Some(100 << 20)).unwrap_err();
-        assert!(error.contains("--size"), "{error}");
+        assert!(error.message.contains("--size"), "{error}");
         let error = layout_size(Some(1 << 20), None).unwrap_err();
-        assert!(error.contains("at least 16 MiB"), "{error}");
+        assert!(error.message.contains("at least 16 MiB"), "{error}");
     }
 }
