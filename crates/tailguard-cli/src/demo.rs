@@ -52,6 +52,7 @@ use crate::progress::Progress;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tailguard_sim::report::{human_duration, ClassReport, RunReport};
+use tailguard_sim::scenario::Scenario;
 
 /// How many times the dirty background threshold the writer's file holds.
 pub const THRESHOLD_MULTIPLE: u64 = 3;
@@ -129,95 +130,140 @@ pub fn run(arguments: &DemoArguments) -> Result<(), CliError> {
         &base,
         frontier_points(frontier_quick(arguments)).len(),
     );
-    let duration_s = sizing.duration_s;
-    let mut solo_job = demo_job(&sizing, (duration_s / 2.0).max(0.5), false)?;
-    let mixed = demo_job(&sizing, duration_s, true)?.scenario;
-
-    eprintln!(
-        "tailguard demo: laying out a {:.0} MiB read file in {}",
-        sizing.read_bytes as f64 / MIB as f64,
-        directory.path.display()
-    );
     let mut layout = target::Layout::default();
-    let read_plan = target::prepare(&mut solo_job, &directory.path, false, true, &mut layout)?;
-    let solo = solo_job.scenario;
-    let write_path = directory.path.join("writes.data");
-    preallocate(&write_path, sizing.write_bytes)?;
-    let mixed_plan = Plan {
-        files: vec![read_plan.files[0].clone(), write_path],
-        job_file: vec![0, 1],
-        job_base: vec![0, 0],
-        device_name: read_plan.device_name.clone(),
-        alignment: read_plan.alignment,
-    };
-
+    let setup = Setup::lay_out(&sizing, &directory.path, &mut layout)?;
     let progress = Progress::new("tailguard demo");
-    let runs: [(&str, &tailguard_sim::scenario::Scenario, &Plan, Mode); 3] = [
-        ("alone", &solo, &read_plan, Mode::KernelDirect),
-        ("tailguard", &mixed, &mixed_plan, Mode::Tailguard),
-        (
-            "kernel writeback",
-            &mixed,
-            &mixed_plan,
-            Mode::KernelBuffered,
-        ),
-    ];
-    let mut reports = Vec::new();
-    let mut disk_writes = Vec::new();
-    let mut frontier = None;
-    for (index, (name, scenario, plan, mode)) in runs.into_iter().enumerate() {
-        if mode == Mode::KernelBuffered {
-            // Before writeback, whose dirty pages would flush into its runs.
-            frontier = Some(static_frontier(
-                arguments,
-                &sizing,
-                &directory.path,
-                &read_plan,
-                &mut layout,
-                &progress,
-            )?);
-        }
-        target::settle(plan)?;
-        let bar = progress.start_run(
-            &if name == mode.name() {
-                format!("run {}/3: {name}", index + 1)
-            } else {
-                format!("run {}/3: {name} ({})", index + 1, mode.name())
-            },
-            scenario.duration_ns,
-        );
-        let sectors_before = measure::disk_sectors_written(&plan.device_name);
-        let started = std::time::Instant::now();
-        let mut report = driver::run(
-            scenario,
-            plan,
-            mode,
-            &arguments.scheduler,
-            scenario.seed,
-            &mut |elapsed| bar.tick(elapsed),
-        )?
-        .report;
-        let elapsed_s = started.elapsed().as_secs_f64();
-        drop(bar);
-        disk_writes.push(measure::disk_write_rate(
-            sectors_before,
-            measure::disk_sectors_written(&plan.device_name),
-            elapsed_s,
-        ));
-        report.policy = name.to_string();
-        reports.push(report);
-    }
-    // Shown in the order of the story: alone, the problem, the fix.
-    reports.swap(1, 2);
-    disk_writes.swap(1, 2);
+    let run = |number: usize, name: &str, scenario: &Scenario, plan: &Plan, mode: Mode| {
+        run_one(arguments, &progress, number, name, scenario, plan, mode)
+    };
+    let alone = run(
+        1,
+        "alone",
+        &setup.solo,
+        &setup.read_plan,
+        Mode::KernelDirect,
+    )?;
+    let tailguard = run(
+        2,
+        "tailguard",
+        &setup.mixed,
+        &setup.mixed_plan,
+        Mode::Tailguard,
+    )?;
+    // Before writeback, whose dirty pages would flush into its runs.
+    let frontier = static_frontier(
+        arguments,
+        &sizing,
+        &directory.path,
+        &setup.read_plan,
+        &mut layout,
+        &progress,
+    )?;
+    let writeback = run(
+        3,
+        "kernel writeback",
+        &setup.mixed,
+        &setup.mixed_plan,
+        Mode::KernelBuffered,
+    )?;
     drop(layout);
     drop(directory);
+    // Shown in the order of the story: alone, the problem, the fix.
+    let (reports, disk_writes) = [alone, writeback, tailguard].into_iter().unzip();
     let measured = Measured {
         reports,
         disk_writes,
-        frontier: frontier.expect("measured before the writeback run"),
+        frontier,
     };
-    present(arguments, &base, &sizing, &read_plan.device_name, &measured)
+    present(
+        arguments,
+        &base,
+        &sizing,
+        &setup.read_plan.device_name,
+        &measured,
+    )
+}
+
+/// The demo's two workloads and where they run: the readers alone on the
+/// read file, and the readers beside the writer (read file and write file).
+struct Setup {
+    solo: Scenario,
+    read_plan: Plan,
+    mixed: Scenario,
+    mixed_plan: Plan,
+}
+
+impl Setup {
+    /// Builds the workloads and lays out their files in `directory`.
+    fn lay_out(
+        sizing: &Sizing,
+        directory: &Path,
+        layout: &mut target::Layout,
+    ) -> Result<Self, CliError> {
+        let mut solo_job = demo_job(sizing, (sizing.duration_s / 2.0).max(0.5), false)?;
+        let mixed = demo_job(sizing, sizing.duration_s, true)?.scenario;
+        eprintln!(
+            "tailguard demo: laying out a {:.0} MiB read file in {}",
+            sizing.read_bytes as f64 / MIB as f64,
+            directory.display()
+        );
+        let read_plan = target::prepare(&mut solo_job, directory, false, true, layout)?;
+        let write_path = directory.join("writes.data");
+        preallocate(&write_path, sizing.write_bytes)?;
+        let mixed_plan = Plan {
+            files: vec![read_plan.files[0].clone(), write_path],
+            job_file: vec![0, 1],
+            job_base: vec![0, 0],
+            device_name: read_plan.device_name.clone(),
+            alignment: read_plan.alignment,
+        };
+        Ok(Self {
+            solo: solo_job.scenario,
+            read_plan,
+            mixed,
+            mixed_plan,
+        })
+    }
+}
+
+/// Runs run `number` of 3, `name`, from a settled target: its report (named
+/// `name`) and the disk's write rate meanwhile (MB/s, where the kernel tells).
+fn run_one(
+    arguments: &DemoArguments,
+    progress: &Progress,
+    number: usize,
+    name: &str,
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+) -> Result<(RunReport, Option<f64>), CliError> {
+    target::settle(plan)?;
+    let label = if name == mode.name() {
+        format!("run {number}/3: {name}")
+    } else {
+        format!("run {number}/3: {name} ({})", mode.name())
+    };
+    let bar = progress.start_run(&label, scenario.duration_ns);
+    let sectors_before = measure::disk_sectors_written(&plan.device_name);
+    let started = std::time::Instant::now();
+    let mut report = driver::run(
+        scenario,
+        plan,
+        mode,
+        &arguments.scheduler,
+        scenario.seed,
+        &mut |elapsed| bar.tick(elapsed),
+    )?
+    .report;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    drop(bar);
+    let disk_write = measure::disk_write_rate(
+        sectors_before,
+        measure::disk_sectors_written(&plan.device_name),
+        elapsed_s,
+    );
+    report.policy = name.to_string();
+    Ok((report, disk_write))
 }
 
 /// What the demo measured: the three runs (alone, kernel writeback,
