@@ -235,37 +235,39 @@ impl FrontierArguments {
                 self.read_depth
             );
         }
-        let settings = &self.scheduler;
-        if let Some(profile) = &settings.profile {
-            let _ = write!(command, " --profile {}", profile.display());
-        }
-        if let Some(target_us) = settings.latency_target_us {
-            let _ = write!(command, " --latency-target-us {target_us}");
-        }
-        let defaults = crate::bench::driver::SchedulerSettings::default();
-        for (flag, value, default) in [
-            (
-                "--controller",
-                settings.controller.name().to_string(),
-                defaults.controller.name().to_string(),
-            ),
-            (
-                "--submit",
-                crate::flags::name_of(&settings.submit),
-                crate::flags::name_of(&defaults.submit),
-            ),
-            (
-                "--driver",
-                crate::flags::name_of(&settings.driver),
-                crate::flags::name_of(&defaults.driver),
-            ),
-        ] {
-            if value != default {
-                let _ = write!(command, " {flag} {value}");
-            }
-        }
+        command.push_str(&scheduler_flags(&self.scheduler));
         command
     }
+}
+
+/// The flags that reproduce `settings`: those that differ from the defaults.
+fn scheduler_flags(settings: &SchedulerSettings) -> String {
+    let defaults = SchedulerSettings::default();
+    let mut flags = String::new();
+    if let Some(profile) = &settings.profile {
+        let _ = write!(flags, " --profile {}", profile.display());
+    }
+    if let Some(target_us) = settings.latency_target_us {
+        let _ = write!(flags, " --latency-target-us {target_us}");
+    }
+    if settings.controller != defaults.controller {
+        let _ = write!(flags, " --controller {}", settings.controller.name());
+    }
+    if settings.submit != defaults.submit {
+        let _ = write!(
+            flags,
+            " --submit {}",
+            crate::flags::name_of(&settings.submit)
+        );
+    }
+    if settings.driver != defaults.driver {
+        let _ = write!(
+            flags,
+            " --driver {}",
+            crate::flags::name_of(&settings.driver)
+        );
+    }
+    flags
 }
 
 /// Measures `settings` (which must include [`Setting::Solo`]) on `plan` over

@@ -523,57 +523,8 @@ fn build_profile(
     curves: &[Curve],
     elapsed_s: f64,
 ) -> Result<ProfileFile, CliError> {
-    let uncalibrated = tailguard::scheduler::default_profile(&test.device);
     let mut notes = Vec::new();
-    let rate = |kind: CurveKind, fallback: f64, notes: &mut Vec<String>| match find(curves, kind)
-        .and_then(Curve::steady_profile_rate)
-    {
-        Some(rate) => rate,
-        None => {
-            notes.push(format!(
-                "{} not measured (read-only target; pass --allow-write to measure it): \
-                     tailguard's uncalibrated default is written instead",
-                kind.name()
-            ));
-            fallback
-        }
-    };
-    let first_rate = |kind: CurveKind, fallback: f64| {
-        find(curves, kind)
-            .and_then(Curve::first_profile_rate)
-            .unwrap_or(fallback)
-    };
-    let rates = Rates {
-        read_iops: rate(CurveKind::RandomRead, uncalibrated.read_iops, &mut notes),
-        write_iops: rate(CurveKind::RandomWrite, uncalibrated.write_iops, &mut notes),
-        read_bandwidth: rate(
-            CurveKind::SequentialRead,
-            uncalibrated.read_bandwidth,
-            &mut notes,
-        ),
-        write_bandwidth: rate(
-            CurveKind::SequentialWrite,
-            uncalibrated.write_bandwidth,
-            &mut notes,
-        ),
-    };
-    notes.extend(curves.iter().filter_map(Curve::window_note));
-    for curve in curves {
-        if let Some(rates) = curve.rates.filter(FirstAndSteady::throttled) {
-            notes.push(format!(
-                "{} throttled: {:.0} requests/s first, {:.0} steady; the steady rate is used",
-                curve.spec.title, rates.first, rates.steady
-            ));
-        }
-    }
-    let mut entry = DeviceEntry::from_rates(rounded(rates));
-    entry.first = Some(rounded(Rates {
-        read_iops: first_rate(CurveKind::RandomRead, rates.read_iops),
-        write_iops: first_rate(CurveKind::RandomWrite, rates.write_iops),
-        read_bandwidth: first_rate(CurveKind::SequentialRead, rates.read_bandwidth),
-        write_bandwidth: first_rate(CurveKind::SequentialWrite, rates.write_bandwidth),
-    }));
-    entry.max_request_bytes = Some(uncalibrated.max_request_bytes);
+    let mut entry = device_entry(test, curves, &mut notes);
     entry.latency_target_us = find(curves, CurveKind::RandomRead).and_then(latency_target_us);
     let knee = |kind: CurveKind| find(curves, kind).and_then(Curve::knee_record);
     entry.knee.random_read = knee(CurveKind::RandomRead);
@@ -596,6 +547,63 @@ fn build_profile(
         ))
     })?;
     Ok(profile)
+}
+
+/// The device's rates from the curves: the steady ones, and the first ones
+/// (before any throttling). A curve not measured gets the library's
+/// uncalibrated default, and a note says so; so does a throttled curve.
+fn device_entry(test: &TestFile, curves: &[Curve], notes: &mut Vec<String>) -> DeviceEntry {
+    let uncalibrated = tailguard::scheduler::default_profile(&test.device);
+    let rate = |kind: CurveKind, fallback: f64, notes: &mut Vec<String>| match find(curves, kind)
+        .and_then(Curve::steady_profile_rate)
+    {
+        Some(rate) => rate,
+        None => {
+            notes.push(format!(
+                "{} not measured (read-only target; pass --allow-write to measure it): \
+                     tailguard's uncalibrated default is written instead",
+                kind.name()
+            ));
+            fallback
+        }
+    };
+    let first_rate = |kind: CurveKind, fallback: f64| {
+        find(curves, kind)
+            .and_then(Curve::first_profile_rate)
+            .unwrap_or(fallback)
+    };
+    let rates = Rates {
+        read_iops: rate(CurveKind::RandomRead, uncalibrated.read_iops, notes),
+        write_iops: rate(CurveKind::RandomWrite, uncalibrated.write_iops, notes),
+        read_bandwidth: rate(
+            CurveKind::SequentialRead,
+            uncalibrated.read_bandwidth,
+            notes,
+        ),
+        write_bandwidth: rate(
+            CurveKind::SequentialWrite,
+            uncalibrated.write_bandwidth,
+            notes,
+        ),
+    };
+    notes.extend(curves.iter().filter_map(Curve::window_note));
+    for curve in curves {
+        if let Some(rates) = curve.rates.filter(FirstAndSteady::throttled) {
+            notes.push(format!(
+                "{} throttled: {:.0} requests/s first, {:.0} steady; the steady rate is used",
+                curve.spec.title, rates.first, rates.steady
+            ));
+        }
+    }
+    let mut entry = DeviceEntry::from_rates(rounded(rates));
+    entry.first = Some(rounded(Rates {
+        read_iops: first_rate(CurveKind::RandomRead, rates.read_iops),
+        write_iops: first_rate(CurveKind::RandomWrite, rates.write_iops),
+        read_bandwidth: first_rate(CurveKind::SequentialRead, rates.read_bandwidth),
+        write_bandwidth: first_rate(CurveKind::SequentialWrite, rates.write_bandwidth),
+    }));
+    entry.max_request_bytes = Some(uncalibrated.max_request_bytes);
+    entry
 }
 
 /// Whole requests and bytes per second: more digits would be noise.
