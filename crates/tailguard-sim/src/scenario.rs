@@ -321,29 +321,9 @@ fn default_numjobs() -> u32 {
     1
 }
 
-/// A scenario file could not be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScenarioError {
-    /// The file, if it came from one.
-    pub file: Option<String>,
-    /// What is wrong.
-    pub error: ConfigError,
-}
-
-impl std::fmt::Display for ScenarioError {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.file {
-            Some(file) => write!(formatter, "{file}: {}", self.error),
-            None => self.error.fmt(formatter),
-        }
-    }
-}
-
-impl std::error::Error for ScenarioError {}
-
 impl Scenario {
     /// Reads and validates a scenario file.
-    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         read_config_file(path, Self::from_toml)
     }
 
@@ -455,13 +435,11 @@ impl Scenario {
 pub fn read_config_file<T>(
     path: &Path,
     parse: impl FnOnce(&str) -> Result<T, ConfigError>,
-) -> Result<T, ScenarioError> {
-    let file = Some(path.display().to_string());
-    let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
-        file: file.clone(),
-        error: ConfigError::new("(file)", format!("cannot read it: {error}; check the path")),
+) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::new("(file)", format!("cannot read it: {error}; check the path")).in_file(path)
     })?;
-    parse(&text).map_err(|error| ScenarioError { file, error })
+    parse(&text).map_err(|error| error.in_file(path))
 }
 
 /// A TOML syntax or schema error, located by line.

@@ -31,7 +31,7 @@
 //! command line overrides every job's).
 
 use std::path::{Path, PathBuf};
-use tailguard_sim::scenario::{Scenario, ScenarioError};
+use tailguard_sim::scenario::Scenario;
 use tailguard_sim::ConfigError;
 
 /// Top-level keys a bench job file may have.
@@ -126,7 +126,7 @@ pub struct BenchJob {
 
 impl BenchJob {
     /// Reads and validates a job file.
-    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         tailguard_sim::scenario::read_config_file(path, Self::from_toml)
     }
 

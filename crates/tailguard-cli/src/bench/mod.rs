@@ -345,7 +345,7 @@ fn write_results(
 /// job file (printing the import's notes); returns it with its path and how to
 /// name it on a command line.
 fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, String), CliError> {
-    let failed = |error: tailguard_sim::scenario::ScenarioError| CliError::usage(error.to_string());
+    let failed = |error: tailguard_sim::ConfigError| CliError::usage(error.to_string());
     match (&arguments.fio, &arguments.jobs) {
         (Some(path), _) => {
             let imported = fio::FioImport::from_file(path).map_err(failed)?;
