@@ -628,16 +628,7 @@ fn free_bytes(path: &Path) -> Result<u64, CliError> {
 /// Sizes the write file from the dirty threshold and the free space, and the
 /// runs from the flags.
 fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, CliError> {
-    let duration_s = match arguments.duration_s {
-        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3_600.0 => seconds,
-        Some(seconds) => {
-            return Err(CliError::usage(format!(
-                "--duration-s {seconds}: give seconds in (0, 3600]"
-            )))
-        }
-        None if arguments.quick => 12.0,
-        None => 40.0,
-    };
+    let duration_s = demo_duration_s(arguments)?;
     if let Some(mib) = arguments.size_mib {
         if mib == 0 {
             return Err(CliError::usage("--size-mib 0: give 1 or more"));
@@ -654,20 +645,7 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, CliError>
     } else {
         1024 * MIB
     };
-    let threshold =
-        match (
-            read_proc_number("/proc/sys/vm/dirty_background_bytes"),
-            read_proc_number("/proc/sys/vm/dirty_background_ratio"),
-            available_memory_bytes(),
-        ) {
-            (Some(bytes), Some(ratio), Some(available)) => {
-                dirty_background_threshold(bytes, ratio, available)
-            }
-            _ => return Err(CliError::usage(
-                "cannot read vm.dirty_background_bytes/ratio or MemAvailable from /proc, which \
-                 size the writes; pass --size-mib N to size them yourself",
-            )),
-        };
+    let threshold = dirty_threshold_bytes()?;
     let wanted = (THRESHOLD_MULTIPLE * threshold).div_ceil(MIB) * MIB;
     let free = free_bytes(base)?;
     let room = free.saturating_sub(read_bytes) / 2 / MIB * MIB;
@@ -683,22 +661,7 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, CliError>
     }
     let write_bytes = wanted.min(room);
     if write_bytes < wanted {
-        eprintln!(
-            "note: {} has {:.1} GiB free; writing {:.1} GiB instead of {:.1} GiB ({}x the dirty \
-             background threshold of {:.1} GiB), so writeback may overlap the readers for less \
-             time{}; free some space or give a DIR on a bigger filesystem",
-            base.display(),
-            free as f64 / GIB,
-            write_bytes as f64 / GIB,
-            wanted as f64 / GIB,
-            THRESHOLD_MULTIPLE,
-            threshold as f64 / GIB,
-            if write_bytes <= threshold {
-                " (or not at all: the file fits under the threshold)"
-            } else {
-                ""
-            }
-        );
+        warn_of_smaller_writes(base, free, write_bytes, wanted, threshold);
     }
     Ok(Sizing {
         read_bytes,
@@ -706,6 +669,56 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, CliError>
         duration_s,
         threshold_bytes: Some(threshold),
     })
+}
+
+/// Seconds of each run with writes: `--duration-s`, else by `--quick`.
+fn demo_duration_s(arguments: &DemoArguments) -> Result<f64, CliError> {
+    match arguments.duration_s {
+        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3_600.0 => Ok(seconds),
+        Some(seconds) => Err(CliError::usage(format!(
+            "--duration-s {seconds}: give seconds in (0, 3600]"
+        ))),
+        None if arguments.quick => Ok(12.0),
+        None => Ok(40.0),
+    }
+}
+
+/// The kernel's dirty background threshold, from /proc.
+fn dirty_threshold_bytes() -> Result<u64, CliError> {
+    match (
+        read_proc_number("/proc/sys/vm/dirty_background_bytes"),
+        read_proc_number("/proc/sys/vm/dirty_background_ratio"),
+        available_memory_bytes(),
+    ) {
+        (Some(bytes), Some(ratio), Some(available)) => {
+            Ok(dirty_background_threshold(bytes, ratio, available))
+        }
+        _ => Err(CliError::usage(
+            "cannot read vm.dirty_background_bytes/ratio or MemAvailable from /proc, which \
+             size the writes; pass --size-mib N to size them yourself",
+        )),
+    }
+}
+
+/// Says that the filesystem's free space cuts the write file below what
+/// shows writeback best, and what that costs.
+fn warn_of_smaller_writes(base: &Path, free: u64, write_bytes: u64, wanted: u64, threshold: u64) {
+    eprintln!(
+        "note: {} has {:.1} GiB free; writing {:.1} GiB instead of {:.1} GiB ({}x the dirty \
+             background threshold of {:.1} GiB), so writeback may overlap the readers for less \
+             time{}; free some space or give a DIR on a bigger filesystem",
+        base.display(),
+        free as f64 / GIB,
+        write_bytes as f64 / GIB,
+        wanted as f64 / GIB,
+        THRESHOLD_MULTIPLE,
+        threshold as f64 / GIB,
+        if write_bytes <= threshold {
+            " (or not at all: the file fits under the threshold)"
+        } else {
+            ""
+        }
+    );
 }
 
 fn describe_sizing(sizing: &Sizing, base: &Path, frontier_runs: usize) {
