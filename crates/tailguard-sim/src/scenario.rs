@@ -187,8 +187,8 @@ impl ProfileOverrides {
 pub struct DeviceSpec {
     /// The name jobs refer to.
     pub name: String,
-    /// The model name.
-    pub model: String,
+    /// The model.
+    pub model: device::ModelName,
     /// Model parameters, as written.
     pub parameters: toml::Table,
     /// What the scheduler believes about the device.
@@ -423,7 +423,7 @@ impl Scenario {
             .iter()
             .enumerate()
             .map(|(index, spec)| {
-                device::build(&spec.model, &spec.parameters, derive_seed(seed, 1, index))
+                device::build(spec.model, &spec.parameters, derive_seed(seed, 1, index))
                     .expect("validated at parse time")
             })
             .collect()
@@ -510,14 +510,14 @@ fn take_string(table: &mut toml::Table, key: &str) -> Result<String, ConfigError
 fn parse_device(table: &toml::Table) -> Result<DeviceSpec, ConfigError> {
     let mut parameters = table.clone();
     let name = take_string(&mut parameters, "name")?;
-    let model = take_string(&mut parameters, "model")?;
+    let model = device::ModelName::parse(&take_string(&mut parameters, "model")?)?;
     let overrides = match parameters.remove("profile") {
         Some(value) => ProfileOverrides::deserialize(value).map_err(|error| {
             ConfigError::new("profile", error.to_string().trim_end().to_string())
         })?,
         None => ProfileOverrides::default(),
     };
-    let built = device::build(&model, &parameters, 0)?;
+    let built = device::build(model, &parameters, 0)?;
     let profile = overrides.apply(built.profile());
     profile
         .validate()
