@@ -54,9 +54,11 @@ pub const NUMJOBS_MAX: u32 = 4_096;
 /// on the simulator's memory (each held request costs about a hundred bytes).
 pub const REQUESTS_HELD_MAX: u64 = 1 << 22;
 /// Most requests one job (all its instances) may bring by open-loop arrivals
-/// over its run: enough for a million IOPS for four minutes, and a bound on
-/// how long a simulation runs and on what a device that falls behind queues.
-pub const ARRIVALS_MAX: u64 = 1 << 28;
+/// over its run, and all the jobs of a scenario together: enough for a
+/// million IOPS for half a minute, and a bound on how long a simulation runs
+/// and on what a device that falls behind queues (each queued request costs
+/// about a hundred bytes: at most a few GB).
+pub const ARRIVALS_MAX: u64 = 1 << 25;
 /// The size of the address space a job uses when it names none (16 GiB).
 pub const REGION_BYTES_DEFAULT: u64 = 16 << 30;
 
@@ -369,6 +371,7 @@ impl Scenario {
                 "the scenario has no [[job]]; add at least one",
             ));
         }
+        validate_scenario_load(&jobs)?;
         let policy_parameters = raw
             .policy
             .into_iter()
@@ -655,6 +658,72 @@ fn validate_load(
     Ok(())
 }
 
+/// Refuses a scenario whose jobs *together* bring more requests than the
+/// simulator holds (each job alone passed [`validate_load`]): more than
+/// [`REQUESTS_HELD_MAX`] in flight at once by `queue_depth` and
+/// `burst_bytes`, or more than [`ARRIVALS_MAX`] open-loop arrivals. The key
+/// named is that of the job bringing the most.
+fn validate_scenario_load(jobs: &[JobSpec]) -> Result<(), ConfigError> {
+    // Per job: (requests held at once, open-loop arrivals).
+    let loads: Vec<(f64, f64)> = jobs
+        .iter()
+        .map(|job| {
+            let instances = f64::from(job.numjobs);
+            match job.arrival {
+                Arrival::ClosedLoop { queue_depth } => (f64::from(queue_depth) * instances, 0.0),
+                Arrival::Burst { burst_bytes } => (
+                    burst_bytes.div_ceil(job.block_size_bytes) as f64 * instances,
+                    0.0,
+                ),
+                Arrival::OpenLoop { rate_iops } => {
+                    let span_s =
+                        job.stop_ns.saturating_sub(job.start_ns) as f64 / NANOS_PER_SECOND_F64;
+                    (0.0, rate_iops * instances * span_s)
+                }
+            }
+        })
+        .collect();
+    let largest = |load: fn(&(f64, f64)) -> f64| {
+        let total: f64 = loads.iter().map(load).sum();
+        // The first of the largest.
+        let job = (0..loads.len()).fold(0, |best, job| {
+            if load(&loads[job]) > load(&loads[best]) {
+                job
+            } else {
+                best
+            }
+        });
+        (total, job)
+    };
+    let (held, held_job) = largest(|load| load.0);
+    if held > REQUESTS_HELD_MAX as f64 {
+        let key = match jobs[held_job].arrival {
+            Arrival::Burst { .. } => "burst_bytes",
+            _ => "queue_depth",
+        };
+        return Err(ConfigError::new(
+            format!("job[{held_job}].{key}"),
+            format!(
+                "the jobs together ask for {held:.3e} requests in flight (queue_depth x numjobs \
+                 and burst_bytes / block_size x numjobs), more than the simulator holds \
+                 ({REQUESTS_HELD_MAX}); lower them, or split the scenario"
+            ),
+        ));
+    }
+    let (arrivals, arrivals_job) = largest(|load| load.1);
+    if arrivals > ARRIVALS_MAX as f64 {
+        return Err(ConfigError::new(
+            format!("job[{arrivals_job}].rate_iops"),
+            format!(
+                "the jobs together bring {arrivals:.3e} open-loop arrivals (rate_iops x numjobs \
+                 x seconds), more than the simulator holds ({ARRIVALS_MAX}); lower the rates \
+                 or duration_s, or split the scenario"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn parse_arrival(job: &RawJob) -> Result<Arrival, ConfigError> {
     match (job.queue_depth, job.rate_iops, job.burst_bytes) {
         (None, None, None) => Ok(Arrival::ClosedLoop { queue_depth: 1 }),
@@ -727,6 +796,43 @@ queue_depth = 8
         }
         let text = MINIMAL.replace("queue_depth = 8", "rate_iops = 1e6");
         assert!(Scenario::from_toml(&text).is_ok());
+    }
+
+    #[test]
+    fn loads_the_simulator_cannot_hold_together_are_refused_naming_a_key() {
+        let job = |n: usize, load: &str| {
+            format!(
+                "[[job]]\nname = \"j{n}\"\nclass = \"reads\"\ndevice = \"disk\"\n\
+                 pattern = \"randread\"\nblock_size = \"4k\"\n{load}\n"
+            )
+        };
+        let head = MINIMAL
+            .split("[[job]]")
+            .next()
+            .unwrap()
+            .replace("duration_s = 2", "duration_s = 20");
+        // Each job alone is within the limits; together they are not.
+        let arrivals = "rate_iops = 1e6";
+        let held = "queue_depth = 65536\nnumjobs = 48";
+        for (jobs, key) in [
+            (vec![arrivals, arrivals], "job[0].rate_iops"),
+            (vec!["queue_depth = 1", held, held], "job[1].queue_depth"),
+        ] {
+            for load in &jobs {
+                let alone = format!("{head}{}", job(0, load));
+                assert!(Scenario::from_toml(&alone).is_ok(), "{load} alone");
+            }
+            let text = jobs
+                .iter()
+                .enumerate()
+                .fold(head.clone(), |text, (n, load)| text + &job(n, load));
+            let error = Scenario::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, key, "{error}");
+            assert!(
+                error.to_string().contains("more than the simulator holds"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

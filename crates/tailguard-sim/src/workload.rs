@@ -171,7 +171,11 @@ impl Workload {
         now + ((gap_s * NANOS_PER_SECOND_F64).round() as Nanos).max(1)
     }
 
-    fn next_request(&mut self, instance_index: usize, now: Nanos) -> RequestTemplate {
+    /// One more request of the instance, intended at `now`, whatever its
+    /// arrival: for a driver that lets a closed loop's or a burst's requests
+    /// out one at a time (bench, under its in-flight limit) instead of through
+    /// [`Workload::on_start`] and [`Workload::on_completion`].
+    pub fn next_request(&mut self, instance_index: usize, now: Nanos) -> RequestTemplate {
         let instance = &mut self.instances[instance_index];
         let job = &self.jobs[instance.job];
         let block = job.block_size_bytes;

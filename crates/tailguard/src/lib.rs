@@ -6,10 +6,13 @@
 //! file's device: a weighted fair queue by device-time cost between classes, and
 //! an in-flight budget derived from the device's profile and latency target
 //! (see `tailguard-core`). An engine thread runs the io_uring ring (or a thread
-//! pool where io_uring is unavailable), takes submissions in batches, submits
-//! once per loop iteration and reaps completions in batches; a thread that
-//! blocks on a result ([`IoFuture::wait`], [`Scheduler::block_on`]) runs that
-//! loop itself while the engine is free, so it waits without a thread hop.
+//! pool where io_uring is unavailable), takes submissions in batches, hands
+//! each request to the kernel as it is dispatched (or all of a loop
+//! iteration's at once, with `eager_submit(false)`) and reaps completions in
+//! batches; a thread that blocks on a result ([`IoFuture::wait`],
+//! [`Scheduler::block_on`]) runs that loop itself while the engine is free, so
+//! it waits without a thread hop. The design is described in the repository's
+//! `docs/design/engine.md`.
 //!
 //! ```no_run
 //! use tailguard::{AlignedBuffer, Scheduler};

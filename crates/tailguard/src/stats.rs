@@ -19,7 +19,11 @@
 //! with 3 significant digits over 1 ns .. 1 hour, for percentiles, and exact
 //! counts in fixed buckets ([`BUCKET_BOUNDS_NS`]), for exporters whose
 //! histograms need fixed bounds. The HDR type stays private, so the crate can
-//! change it without breaking callers.
+//! change it without breaking callers. The HDR histogram is allocated at the
+//! first value recorded and grows (auto-resizes) to the largest value
+//! recorded, so a class that has done nothing holds no counts, and an active
+//! one only those its range of times needs (a histogram sized for an hour
+//! from the start holds a third of a megabyte of them).
 //!
 //! Every type here serialises with serde (a histogram as its count, sum,
 //! percentiles and buckets). The structs are `#[non_exhaustive]`: fields are
@@ -67,7 +71,8 @@ pub const BUCKET_BOUNDS_NS: [u64; 22] = [
 /// [`BUCKET_BOUNDS_NS`].
 #[derive(Clone, Debug)]
 pub struct LatencyHistogram {
-    histogram: Histogram<u64>,
+    /// `None` until the first value.
+    histogram: Option<Histogram<u64>>,
     sum_ns: u64,
     /// Per bucket of [`BUCKET_BOUNDS_NS`], then one for everything above.
     bucket_counts: [u64; BUCKET_BOUNDS_NS.len() + 1],
@@ -83,8 +88,7 @@ impl LatencyHistogram {
     /// An empty histogram.
     pub fn new() -> Self {
         Self {
-            histogram: Histogram::new_with_bounds(1, HISTOGRAM_MAX_NS, 3)
-                .expect("valid histogram bounds"),
+            histogram: None,
             sum_ns: 0,
             bucket_counts: [0; BUCKET_BOUNDS_NS.len() + 1],
         }
@@ -93,8 +97,19 @@ impl LatencyHistogram {
     /// Records one time. Values are clamped to 1 ns .. 1 hour for the
     /// percentiles; the sum and the buckets take the value as it is.
     pub fn record(&mut self, nanoseconds: u64) {
-        self.histogram
-            .saturating_record(nanoseconds.clamp(1, HISTOGRAM_MAX_NS));
+        let histogram = self
+            .histogram
+            .get_or_insert_with(|| Histogram::new(3).expect("3 significant digits are valid"));
+        let length = histogram.distinct_values();
+        histogram
+            .record(nanoseconds.clamp(1, HISTOGRAM_MAX_NS))
+            .expect("an auto-resizing histogram takes any value up to an hour");
+        // A resize grows the counts as a `Vec` grows (up to twice their
+        // length); the clone holds exactly their length. It happens once per
+        // doubling of the range.
+        if histogram.distinct_values() != length {
+            *histogram = histogram.clone();
+        }
         self.sum_ns = self.sum_ns.saturating_add(nanoseconds);
         let bucket = BUCKET_BOUNDS_NS.partition_point(|&bound| bound < nanoseconds);
         self.bucket_counts[bucket] += 1;
@@ -102,12 +117,12 @@ impl LatencyHistogram {
 
     /// How many times were recorded.
     pub fn len(&self) -> u64 {
-        self.histogram.len()
+        self.histogram.as_ref().map_or(0, Histogram::len)
     }
 
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
-        self.histogram.is_empty()
+        self.len() == 0
     }
 
     /// The exact sum of every recorded time (saturating at `u64::MAX`).
@@ -118,17 +133,19 @@ impl LatencyHistogram {
     /// The time at `quantile` (0.0 ..= 1.0), to 3 significant digits; 0 when
     /// empty.
     pub fn value_at_quantile(&self, quantile: f64) -> u64 {
-        self.histogram.value_at_quantile(quantile)
+        self.histogram
+            .as_ref()
+            .map_or(0, |histogram| histogram.value_at_quantile(quantile))
     }
 
     /// The smallest recorded time (to 3 significant digits); 0 when empty.
     pub fn min(&self) -> u64 {
-        self.histogram.min()
+        self.histogram.as_ref().map_or(0, Histogram::min)
     }
 
     /// The largest recorded time (to 3 significant digits); 0 when empty.
     pub fn max(&self) -> u64 {
-        self.histogram.max()
+        self.histogram.as_ref().map_or(0, Histogram::max)
     }
 
     /// The exact mean (from the exact sum); 0.0 when empty.
@@ -151,10 +168,25 @@ impl LatencyHistogram {
             .zip(self.bucket_counts.iter().copied())
     }
 
+    /// The bytes it holds on the heap (its HDR counts; the fixed buckets are
+    /// inline).
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        self.histogram.as_ref().map_or(0, |histogram| {
+            histogram.distinct_values() * std::mem::size_of::<u64>()
+        })
+    }
+
     /// Adds every time recorded in `other`.
     pub fn add(&mut self, other: &LatencyHistogram) {
-        // Both have the same bounds, which `add` accepts.
-        let _ = self.histogram.add(&other.histogram);
+        match (&mut self.histogram, &other.histogram) {
+            (_, None) => {}
+            (None, Some(theirs)) => self.histogram = Some(theirs.clone()),
+            // Auto-resizing: `add` grows this one to the other's range.
+            (Some(mine), Some(theirs)) => {
+                let _ = mine.add(theirs);
+            }
+        }
         self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
         for (mine, theirs) in self.bucket_counts.iter_mut().zip(other.bucket_counts) {
             *mine += theirs;
@@ -348,6 +380,29 @@ impl StatsSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_class_holds_no_counts_and_an_active_one_only_its_range() {
+        let idle = ClassStats::new("idle".into(), 100);
+        let histograms = [&idle.queue_wait_ns, &idle.device_time_ns, &idle.latency_ns];
+        assert_eq!(histograms.map(LatencyHistogram::heap_bytes), [0, 0, 0]);
+        let mut active = LatencyHistogram::new();
+        for latency_ns in (1..=1000).map(|step| step * 500) {
+            active.record(latency_ns);
+        }
+        assert!(active.heap_bytes() <= 96 << 10, "{}", active.heap_bytes());
+        let p50 = active.value_at_quantile(0.5);
+        assert!(p50.abs_diff(250_000) <= 250, "{p50}: within 0.1%");
+        let mut total = LatencyHistogram::new();
+        total.add(&LatencyHistogram::new());
+        assert!(total.is_empty());
+        total.add(&active);
+        let mut long = LatencyHistogram::new();
+        long.record(3_000_000_000);
+        total.add(&long);
+        assert_eq!(total.len(), 1001);
+        assert_eq!(total.max(), long.max(), "the sum grew to the longer range");
+    }
 
     #[test]
     fn buckets_sum_and_percentiles_agree_with_what_was_recorded() {

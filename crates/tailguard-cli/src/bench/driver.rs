@@ -37,12 +37,18 @@
 //! `tailguard` mode the scheduler's own statistics split the rest into its
 //! queue wait and device time ([`BenchRun`]).
 //!
+//! What a run holds in flight is bounded whatever its jobs ask
+//! ([`crate::bench::limit`]): open-loop arrivals past a job's limit are
+//! dropped and reported as overload with the rate the device sustained;
+//! closed loops and bursts past it wait for a completion.
+//!
 //! Submission stops at each job's `stop_s`; the run ends when everything
 //! submitted has completed (a burst may end after `duration_s`: see
 //! `last_completion_s`). Ctrl-C ends it early: in-flight requests are waited
 //! for (their buffers belong to the kernel until then), queued ones dropped.
 
 use crate::bench::job::{JobOptions, SyncKind};
+use crate::bench::limit::{InFlight, InFlightLimits, JobOverload};
 use crate::bench::report::{BenchRun, DirectionStats};
 use crate::bench::shape::{check_verified, fill_verified, is_verified_block, reshape, ShapeState};
 use crate::bench::target::{interrupted, Plan};
@@ -257,7 +263,8 @@ pub fn run_with_options(
         Mode::KernelDirect => Box::new(BackendExecutor::new(plan, true, threads)?),
         Mode::KernelBuffered => Box::new(BackendExecutor::new(plan, false, threads)?),
     };
-    let result = Driver::new(scenario, plan, mode, seed, job_options)
+    let limits = InFlightLimits::default();
+    let result = Driver::new(scenario, plan, mode, seed, job_options, limits)
         .and_then(|driver| driver.drive(executor.as_mut(), progress));
     if result.is_err() {
         executor.abandon_queued();
@@ -277,7 +284,12 @@ pub fn run_with_options(
         report,
         directions,
         written,
+        overloads,
+        ..
     } = result?;
+    for overload in &overloads {
+        eprintln!("tailguard bench: {}: {}", mode.name(), overload.describe());
+    }
     let stats = executor
         .scheduler_stats()
         .transpose()
@@ -287,6 +299,7 @@ pub fn run_with_options(
     end_fsync(scenario, plan, mode, job_options)?;
     let mut run = BenchRun::new(report, stats.as_ref());
     run.directions = directions;
+    run.overloads = overloads;
     Ok(run)
 }
 
@@ -324,6 +337,14 @@ struct Outcome {
     directions: Vec<DirectionStats>,
     /// Blocks verify jobs wrote, for the read-back check.
     written: Vec<WrittenBlock>,
+    /// The jobs that met their in-flight limit.
+    overloads: Vec<JobOverload>,
+    /// The most requests the run had in flight at once.
+    #[cfg_attr(not(test), allow(dead_code))]
+    in_flight_peak: u64,
+    /// Data buffers allocated over the run.
+    #[cfg_attr(not(test), allow(dead_code))]
+    buffers_allocated: u64,
 }
 
 /// One run's state: the workload, its timers, the requests in flight, and
@@ -357,8 +378,9 @@ struct Driver<'a> {
     instance_job: Vec<usize>,
     /// Per instance of a shaped job: its shaping state.
     shape_states: Vec<Option<ShapeState>>,
-    /// Per accumulator row: reads and writes, for fio's JSON.
-    directions: Vec<[DirectionStats; 2]>,
+    /// Per accumulator row: reads and writes, for fio's JSON (each made at
+    /// its first completion: an idle direction holds no histograms).
+    directions: Vec<[Option<DirectionStats>; 2]>,
     /// Blocks verify jobs wrote, by (file, offset): (job, length). A later
     /// write that overlaps earlier ones replaces them.
     written: BTreeMap<(usize, u64), (usize, u64)>,
@@ -369,6 +391,12 @@ struct Driver<'a> {
     /// torn, through the page cache), so neither one's pattern is expected
     /// on the device afterwards.
     verify_in_flight: Vec<(usize, u64, u64, u64, bool)>,
+    /// What the jobs hold in flight, against their limits.
+    in_flight: InFlight,
+    /// Per job: its largest request, what the in-flight limits count.
+    request_bytes_max: Vec<u64>,
+    /// Data buffers allocated over the run.
+    buffers_allocated: u64,
     start: Instant,
 }
 
@@ -379,62 +407,53 @@ impl<'a> Driver<'a> {
         mode: Mode,
         seed: u64,
         job_options: &[JobOptions],
+        limits: InFlightLimits,
     ) -> Result<Self, CliError> {
         let workload = Workload::new(scenario, seed);
-        let duration_ns = scenario.duration_ns;
-        let timers = workload
-            .start_times()
-            .into_iter()
-            .enumerate()
-            .filter(|&(_, start)| start < duration_ns)
-            .map(|(instance, start)| Reverse((start, instance, TimerKind::Start)))
-            .collect();
         let job_options: Vec<JobOptions> = (0..scenario.jobs.len())
             .map(|job| job_options.get(job).cloned().unwrap_or_default())
             .collect();
         let (accumulators, row_of, measure_from_ns) =
             accumulators(scenario, &plan.device_name, &job_options);
-        let mut directions = Vec::new();
-        for (class, &row) in row_of.iter().enumerate() {
-            if row != usize::MAX {
-                let name = &scenario.classes[class].name;
-                directions.push([
-                    DirectionStats::new(name, false),
-                    DirectionStats::new(name, true),
-                ]);
-            }
-        }
         let instance_job: Vec<usize> = scenario
             .jobs
             .iter()
             .enumerate()
             .flat_map(|(index, job)| std::iter::repeat_n(index, job.numjobs as usize))
             .collect();
-        let shape_states = instance_job
+        let request_bytes_max: Vec<u64> = scenario
+            .jobs
             .iter()
-            .enumerate()
-            .map(|(instance, &job)| {
-                (!job_options[job].shape.is_plain())
-                    .then(|| ShapeState::new(derive_seed(seed, 7, instance)))
+            .zip(&job_options)
+            .map(|(job, options)| {
+                let sizes = options.shape.sizes(job.block_size_bytes);
+                sizes.into_iter().max().unwrap_or(job.block_size_bytes)
             })
             .collect();
+        let in_flight = InFlight::new(limits, &request_bytes_max, instance_job.len());
+        let (buffers, buffers_allocated) = buffers(scenario, &job_options, &in_flight)?;
         Ok(Self {
-            buffers: buffers(scenario, &job_options)?,
+            buffers,
+            buffers_allocated,
             instance_bytes: vec![0; workload.instance_count()],
             instance_writes: vec![0; workload.instance_count()],
             pending_syncs: HashMap::new(),
             measure_from_ns,
-            shape_states,
-            directions,
+            shape_states: shape_states(&instance_job, &job_options, seed),
+            directions: row_of
+                .iter()
+                .filter(|&&row| row != usize::MAX)
+                .map(|_| [None, None])
+                .collect(),
             instance_job,
             scenario,
             plan,
             mode,
             seed,
+            timers: start_timers(&workload, scenario.duration_ns),
             workload,
             accumulators,
             row_of,
-            timers,
             pending: HashMap::new(),
             next_token: 0,
             generated: Vec::new(),
@@ -442,6 +461,8 @@ impl<'a> Driver<'a> {
             written: BTreeMap::new(),
             written_max_bytes: 0,
             verify_in_flight: Vec::new(),
+            in_flight,
+            request_bytes_max,
             start: Instant::now(),
         })
     }
@@ -474,6 +495,7 @@ impl<'a> Driver<'a> {
                 next_progress = instant + PROGRESS_INTERVAL;
             }
             self.fire_timers(self.ns_at(instant));
+            self.release_owed(self.ns_at(instant));
             self.submit_generated(executor)?;
             if self.timers.is_empty() && self.pending.is_empty() && self.pending_syncs.is_empty() {
                 break;
@@ -502,22 +524,81 @@ impl<'a> Driver<'a> {
             if self.exhausted(instance) {
                 continue;
             }
-            let generated = &mut self.generated;
             let next = match kind {
-                TimerKind::Start => self.workload.on_start(when, instance, generated),
-                TimerKind::Arrival => self.workload.on_timer(when, instance, generated),
+                TimerKind::Start => self.start_instance(when, instance),
+                TimerKind::Arrival => self.arrive(when, instance),
                 TimerKind::Think => {
-                    self.workload.on_completion(when, instance, generated);
+                    self.refill(when, instance);
                     None
                 }
-            };
-            let next = match kind {
-                TimerKind::Think => next,
-                _ => self.even_arrival(instance, when, kind == TimerKind::Start, next),
             };
             if let Some(next) = next {
                 self.timers
                     .push(Reverse((next, instance, TimerKind::Arrival)));
+            }
+        }
+    }
+
+    /// An instance starts at `when`: a closed loop owes its queue depth, a
+    /// burst its requests; an open loop returns its first arrival.
+    fn start_instance(&mut self, when: Nanos, instance: usize) -> Option<Nanos> {
+        let job = self.instance_job[instance];
+        let spec = &self.scenario.jobs[job];
+        let (count, burst) = match spec.arrival {
+            Arrival::ClosedLoop { queue_depth } => (u64::from(queue_depth), false),
+            Arrival::Burst { burst_bytes } => (burst_bytes.div_ceil(spec.block_size_bytes), true),
+            Arrival::OpenLoop { .. } => {
+                let next = self.workload.on_start(when, instance, &mut self.generated);
+                return self.even_arrival(instance, when, true, next);
+            }
+        };
+        self.in_flight.owe(job, instance, count, when, burst);
+        None
+    }
+
+    /// An open-loop arrival at `when`: its request goes if its job has room
+    /// in flight, else it is dropped (and counted). Returns the next arrival.
+    fn arrive(&mut self, when: Nanos, instance: usize) -> Option<Nanos> {
+        let before = self.generated.len();
+        let next = self.workload.on_timer(when, instance, &mut self.generated);
+        if self.generated.len() > before {
+            let job = self.instance_job[instance];
+            let bytes = self.request_bytes_max[job];
+            if self.in_flight.arrive(job, bytes) {
+                self.generated.pop();
+            } else {
+                self.in_flight.start(job, bytes);
+            }
+        }
+        self.even_arrival(instance, when, false, next)
+    }
+
+    /// A closed-loop instance's request completed, or the think time after
+    /// one passed, at `when`: it owes its next request, before its job's stop.
+    fn refill(&mut self, when: Nanos, instance: usize) {
+        let job = self.instance_job[instance];
+        let spec = &self.scenario.jobs[job];
+        if matches!(spec.arrival, Arrival::ClosedLoop { .. }) && when < spec.stop_ns {
+            self.in_flight.owe(job, instance, 1, when, false);
+        }
+    }
+
+    /// Lets out what closed-loop and burst instances owe, while their jobs
+    /// have room in flight. A closed loop's held-back requests are forgotten
+    /// at its stop (a burst's all go, however long they take).
+    fn release_owed(&mut self, now: Nanos) {
+        for job in 0..self.scenario.jobs.len() {
+            let bytes = self.request_bytes_max[job];
+            let spec = &self.scenario.jobs[job];
+            let stopped = matches!(spec.arrival, Arrival::ClosedLoop { .. }) && now >= spec.stop_ns;
+            while let Some((instance, intended)) = self.in_flight.take_owed(job, bytes, now) {
+                if stopped || self.exhausted(instance) {
+                    self.in_flight.forgive(job, instance);
+                    continue;
+                }
+                self.in_flight.start(job, bytes);
+                let template = self.workload.next_request(instance, intended);
+                self.generated.push(template);
             }
         }
     }
@@ -551,73 +632,100 @@ impl<'a> Driver<'a> {
         let mut generated = std::mem::take(&mut self.generated);
         for template in generated.drain(..) {
             if self.exhausted(template.instance) {
+                let job = template.job;
+                self.in_flight.finish(job, self.request_bytes_max[job]);
                 continue;
             }
-            let job = &self.scenario.jobs[template.job];
-            let (offset_bytes, length_bytes) = match &mut self.shape_states[template.instance] {
-                Some(state) => {
-                    let shape = &self.job_options[template.job].shape;
-                    reshape(shape, state, job, template.offset_bytes)
-                }
-                None => (template.offset_bytes, template.length_bytes),
-            };
-            // The last request of a bounded instance moves only what is left
-            // (a whole number of the job's blocks, as bounds are).
-            let length_bytes = match self.job_options[template.job].io_bytes_per_instance {
-                Some(limit) => length_bytes.min(limit - self.instance_bytes[template.instance]),
-                None => length_bytes,
-            };
-            self.instance_bytes[template.instance] += length_bytes;
-            let class = job.class;
-            let write = job.pattern.direction() == tailguard_core::Direction::Write;
-            let length = length_bytes as usize;
-            let mut buffer = match self.buffers.get_mut(&length).and_then(Vec::pop) {
-                Some(buffer) => buffer,
-                None => new_buffer(length)?,
-            };
-            if write && self.job_options[template.job].verify {
-                let seed = derive_seed(self.seed, offset_bytes, self.next_token as usize);
-                fill_verified(&mut buffer, offset_bytes, seed);
-            }
-            let token = self.next_token;
-            self.next_token += 1;
-            if write && self.job_options[template.job].verify {
-                let file = self.plan.job_file[template.job];
-                self.note_verify_write(file, offset_bytes, length_bytes, token);
-            }
-            let submitted_ns = self.ns_at(Instant::now());
-            let row = self.row_of[class];
-            let measured = submitted_ns >= self.measure_from_ns[row];
-            if measured {
-                self.accumulators[row].on_submit(submitted_ns);
-            }
-            executor.submit(Request {
-                token,
-                class,
-                file: self.plan.job_file[template.job],
-                kind: if write {
-                    RequestKind::Write
-                } else {
-                    RequestKind::Read
-                },
-                offset: offset_bytes - self.plan.job_base[template.job],
-                buffer: Some(buffer),
-            })?;
-            let pending = Pending {
-                template,
-                class,
-                submitted_ns,
-                offset_bytes,
-                length_bytes,
-                measured,
-            };
-            self.pending.insert(token, pending);
-            if write {
-                self.sync_after_write(executor, template.instance, template.job)?;
-            }
+            self.submit_one(executor, template)?;
         }
         self.generated = generated;
         Ok(())
+    }
+
+    /// Shapes one request, fills its buffer and hands it to the executor.
+    fn submit_one(
+        &mut self,
+        executor: &mut dyn Executor,
+        template: RequestTemplate,
+    ) -> Result<(), CliError> {
+        let job = &self.scenario.jobs[template.job];
+        let (offset_bytes, length_bytes) = match &mut self.shape_states[template.instance] {
+            Some(state) => {
+                let shape = &self.job_options[template.job].shape;
+                reshape(shape, state, job, template.offset_bytes)
+            }
+            None => (template.offset_bytes, template.length_bytes),
+        };
+        // The last request of a bounded instance moves only what is left
+        // (a whole number of the job's blocks, as bounds are).
+        let length_bytes = match self.job_options[template.job].io_bytes_per_instance {
+            Some(limit) => length_bytes.min(limit - self.instance_bytes[template.instance]),
+            None => length_bytes,
+        };
+        self.instance_bytes[template.instance] += length_bytes;
+        let class = job.class;
+        let write = job.pattern.direction() == tailguard_core::Direction::Write;
+        let token = self.next_token;
+        self.next_token += 1;
+        let buffer = self.take_buffer(template.job, write, offset_bytes, length_bytes, token)?;
+        let submitted_ns = self.ns_at(Instant::now());
+        let row = self.row_of[class];
+        let measured = submitted_ns >= self.measure_from_ns[row];
+        if measured {
+            self.accumulators[row].on_submit(submitted_ns);
+        }
+        executor.submit(Request {
+            token,
+            class,
+            file: self.plan.job_file[template.job],
+            kind: if write {
+                RequestKind::Write
+            } else {
+                RequestKind::Read
+            },
+            offset: offset_bytes - self.plan.job_base[template.job],
+            buffer: Some(buffer),
+        })?;
+        let pending = Pending {
+            template,
+            class,
+            submitted_ns,
+            offset_bytes,
+            length_bytes,
+            measured,
+        };
+        self.pending.insert(token, pending);
+        if write {
+            self.sync_after_write(executor, template.instance, template.job)?;
+        }
+        Ok(())
+    }
+
+    /// A buffer for request `token` of `job` (a free one, else a new one),
+    /// filled with the verify pattern for a verify job's write.
+    fn take_buffer(
+        &mut self,
+        job: usize,
+        write: bool,
+        offset_bytes: u64,
+        length_bytes: u64,
+        token: u64,
+    ) -> Result<AlignedBuffer, CliError> {
+        let length = length_bytes as usize;
+        let mut buffer = match self.buffers.get_mut(&length).and_then(Vec::pop) {
+            Some(buffer) => buffer,
+            None => {
+                self.buffers_allocated += 1;
+                new_buffer(length)?
+            }
+        };
+        if write && self.job_options[job].verify {
+            let seed = derive_seed(self.seed, offset_bytes, token as usize);
+            fill_verified(&mut buffer, offset_bytes, seed);
+            let file = self.plan.job_file[job];
+            self.note_verify_write(file, offset_bytes, length_bytes, token);
+        }
+        Ok(buffer)
     }
 
     /// Counts an instance's write and, every `sync_every_writes`, submits a
@@ -667,6 +775,8 @@ impl<'a> Driver<'a> {
         let Some(request) = self.pending.remove(&finished.token) else {
             return Ok(());
         };
+        let job = request.template.job;
+        self.in_flight.finish(job, self.request_bytes_max[job]);
         let Some(buffer) = finished.buffer else {
             return Ok(());
         };
@@ -680,20 +790,7 @@ impl<'a> Driver<'a> {
         }
         let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
         if request.measured {
-            let row = self.row_of[request.class];
-            let intended_ns = template.intended_at.min(request.submitted_ns);
-            self.accumulators[row].on_complete(
-                completed_ns,
-                intended_ns,
-                request.submitted_ns,
-                bytes as u64,
-            );
-            self.directions[row][usize::from(write)].record(
-                intended_ns,
-                request.submitted_ns,
-                completed_ns,
-                bytes as u64,
-            );
+            self.measure(&request, completed_ns, bytes as u64);
         }
         self.buffers.entry(buffer.len()).or_default().push(buffer);
         let think_ns = self.job_options[template.job].think_ns;
@@ -706,10 +803,23 @@ impl<'a> Driver<'a> {
             self.timers
                 .push(Reverse((when, template.instance, TimerKind::Think)));
         } else {
-            self.workload
-                .on_completion(completed_ns, template.instance, &mut self.generated);
+            self.refill(completed_ns, template.instance);
         }
         Ok(())
+    }
+
+    /// Counts a measured request that completed at `completed_ns` having
+    /// moved `bytes`, in its class's row and direction.
+    fn measure(&mut self, request: &Pending, completed_ns: Nanos, bytes: u64) {
+        let template = &request.template;
+        let write = template.direction == tailguard_core::Direction::Write;
+        let row = self.row_of[request.class];
+        let intended_ns = template.intended_at.min(request.submitted_ns);
+        self.accumulators[row].on_complete(completed_ns, intended_ns, request.submitted_ns, bytes);
+        let name = &self.scenario.classes[request.class].name;
+        self.directions[row][usize::from(write)]
+            .get_or_insert_with(|| DirectionStats::new(name, write))
+            .record(intended_ns, request.submitted_ns, completed_ns, bytes);
     }
 
     /// A verify job's block: a write is remembered for the read-back check;
@@ -836,6 +946,7 @@ impl<'a> Driver<'a> {
             .any(|o| o.io_bytes_per_instance.is_some());
         let duration_s = self.scenario.duration_ns as f64 / 1e9;
         let directions = self.direction_stats(&classes);
+        let overloads = self.overloads(&classes);
         let report = RunReport {
             policy: self.mode.name().to_string(),
             seed: self.seed,
@@ -854,7 +965,38 @@ impl<'a> Driver<'a> {
                 .iter()
                 .map(|(&(_, offset), &(job, length))| (job, offset, length))
                 .collect(),
+            overloads,
+            in_flight_peak: self.in_flight.run_requests_peak(),
+            buffers_allocated: self.buffers_allocated,
         }
+    }
+
+    /// The jobs that met their in-flight limit, with the rate their class
+    /// sustained.
+    fn overloads(&self, classes: &[ClassReport]) -> Vec<JobOverload> {
+        self.in_flight
+            .overloaded()
+            .map(|(job, [limit, peak, arrivals, dropped, held_back])| {
+                let spec = &self.scenario.jobs[job];
+                let row = self.row_of[spec.class];
+                JobOverload {
+                    job: spec.name.clone(),
+                    class: self.scenario.classes[spec.class].name.clone(),
+                    asked_iops: match spec.arrival {
+                        Arrival::OpenLoop { rate_iops } => {
+                            Some(rate_iops * f64::from(spec.numjobs))
+                        }
+                        _ => None,
+                    },
+                    sustained_iops: classes.get(row).map_or(0.0, |class| class.iops),
+                    in_flight_limit: limit,
+                    in_flight_peak: peak,
+                    arrivals,
+                    dropped,
+                    held_back,
+                }
+            })
+            .collect()
     }
 
     /// The directions that did I/O, with their active time: from the
@@ -873,7 +1015,7 @@ impl<'a> Driver<'a> {
             let jobs = self.scenario.jobs.iter().filter(|job| job.class == class);
             let stop_ns = jobs.map(|job| job.stop_ns).max().unwrap_or(0);
             let last_ns = (classes[row].last_completion_s * 1e9) as u64;
-            for mut stats in pair {
+            for mut stats in pair.into_iter().flatten() {
                 if stats.ops > 0 {
                     stats.active_ns = last_ns
                         .min(stop_ns)
@@ -885,6 +1027,33 @@ impl<'a> Driver<'a> {
         }
         out
     }
+}
+
+/// The instances' start timers (those that start within the run).
+fn start_timers(workload: &Workload, duration_ns: Nanos) -> BinaryHeap<Timer> {
+    workload
+        .start_times()
+        .into_iter()
+        .enumerate()
+        .filter(|&(_, start)| start < duration_ns)
+        .map(|(instance, start)| Reverse((start, instance, TimerKind::Start)))
+        .collect()
+}
+
+/// Per instance of a shaped job: its shaping state.
+fn shape_states(
+    instance_job: &[usize],
+    job_options: &[JobOptions],
+    seed: u64,
+) -> Vec<Option<ShapeState>> {
+    instance_job
+        .iter()
+        .enumerate()
+        .map(|(instance, &job)| {
+            (!job_options[job].shape.is_plain())
+                .then(|| ShapeState::new(derive_seed(seed, 7, instance)))
+        })
+        .collect()
 }
 
 /// Fsyncs the file of every job with `end_fsync`, once each.
@@ -1010,29 +1179,40 @@ fn accumulators(
     (accumulators, row_of, measure_from_ns)
 }
 
-/// Buffers for what the jobs put in flight at once, allocated and touched
-/// before the clock starts: faulting in a burst's memory mid-run would make
-/// the driver late for every other job.
+/// Buffers for what the jobs put in flight at once (at most their in-flight
+/// limits), allocated and touched before the clock starts: faulting in a
+/// burst's memory mid-run would make the driver late for every other job.
+/// Also how many there are.
 fn buffers(
     scenario: &Scenario,
     job_options: &[JobOptions],
-) -> Result<HashMap<usize, Vec<AlignedBuffer>>, CliError> {
+    in_flight: &InFlight,
+) -> Result<(HashMap<usize, Vec<AlignedBuffer>>, u64), CliError> {
     let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
-    for (job, options) in scenario.jobs.iter().zip(job_options) {
+    let mut allocated = 0;
+    let mut allocated_bytes = 0;
+    let run_bytes_max = in_flight.limits().run_bytes_max;
+    for (index, (job, options)) in scenario.jobs.iter().zip(job_options).enumerate() {
         let per_instance = match job.arrival {
             Arrival::ClosedLoop { queue_depth } => u64::from(queue_depth),
             Arrival::Burst { burst_bytes } => burst_bytes.div_ceil(job.block_size_bytes),
             Arrival::OpenLoop { .. } => 4,
         };
+        let count = (per_instance * u64::from(job.numjobs)).min(in_flight.job_limit(index));
         for length in options.shape.sizes(job.block_size_bytes) {
             let length = length as usize;
-            for _ in 0..per_instance * u64::from(job.numjobs) {
+            for _ in 0..count {
+                if allocated_bytes + length as u64 > run_bytes_max {
+                    break;
+                }
+                allocated_bytes += length as u64;
                 let buffer = new_buffer(length)?;
                 buffers.entry(length).or_default().push(buffer);
+                allocated += 1;
             }
         }
     }
-    Ok(buffers)
+    Ok((buffers, allocated))
 }
 
 fn new_buffer(length: usize) -> Result<AlignedBuffer, CliError> {
@@ -1603,5 +1783,224 @@ impl Drop for BackendExecutor {
             }
             self.backend.reap(&mut results);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device that serves nothing before `serve_from`, then everything it
+    /// holds on each wait; it counts the most requests it held at once.
+    struct CountingDevice {
+        held: Vec<Request>,
+        held_max: usize,
+        serve_from: Instant,
+    }
+
+    impl CountingDevice {
+        fn stalled_for(stall: Duration) -> Self {
+            Self {
+                held: Vec::new(),
+                held_max: 0,
+                serve_from: Instant::now() + stall,
+            }
+        }
+    }
+
+    impl Executor for CountingDevice {
+        fn submit(&mut self, request: Request) -> Result<(), CliError> {
+            self.held.push(request);
+            self.held_max = self.held_max.max(self.held.len());
+            Ok(())
+        }
+
+        fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
+            let now = Instant::now();
+            if now < self.serve_from || self.held.is_empty() {
+                let until = deadline.min(self.serve_from.max(now + Duration::from_micros(50)));
+                std::thread::sleep(until.saturating_duration_since(now));
+            }
+            if Instant::now() >= self.serve_from {
+                for request in self.held.drain(..) {
+                    let bytes = request.buffer.as_ref().map_or(0, |buffer| buffer.len());
+                    out.push(Done {
+                        token: request.token,
+                        result: Ok(bytes),
+                        buffer: request.buffer,
+                        at: Instant::now(),
+                    });
+                }
+            }
+            Ok(())
+        }
+
+        fn in_flight(&self) -> usize {
+            self.held.len()
+        }
+    }
+
+    fn scenario(jobs: &str, duration_s: f64) -> Scenario {
+        let text = format!(
+            "duration_s = {duration_s}\n[[device]]\nname = \"d\"\nmodel = \"sata-ssd\"\n\
+             [[class]]\nname = \"a\"\nshares = 1\n[[class]]\nname = \"b\"\nshares = 1\n{jobs}"
+        );
+        Scenario::from_toml(&text).unwrap()
+    }
+
+    fn plan(jobs: usize) -> Plan {
+        Plan {
+            files: vec![PathBuf::from("/nonexistent")],
+            job_file: vec![0; jobs],
+            job_base: vec![0; jobs],
+            device_name: "mock".into(),
+            alignment: None,
+        }
+    }
+
+    fn drive(scenario: &Scenario, limits: InFlightLimits, device: &mut CountingDevice) -> Outcome {
+        let plan = plan(scenario.jobs.len());
+        Driver::new(scenario, &plan, Mode::KernelDirect, 1, &[], limits)
+            .and_then(|driver| driver.drive(device, &mut |_| {}))
+            .unwrap()
+    }
+
+    fn small_limits() -> InFlightLimits {
+        InFlightLimits {
+            job_requests_max: 64,
+            ..InFlightLimits::default()
+        }
+    }
+
+    #[test]
+    fn open_loop_arrivals_past_the_limit_are_dropped_and_reported() {
+        // Readers asking 100000 IOPS beside a closed-loop writer, on a device
+        // that serves nothing until the arrivals are over.
+        let scenario = scenario(
+            "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"randread\"\n\
+             block_size = \"4k\"\nrate_iops = 100000.0\n\
+             [[job]]\nclass = \"b\"\ndevice = \"d\"\npattern = \"seqwrite\"\n\
+             block_size = \"128k\"\nqueue_depth = 2\n",
+            0.2,
+        );
+        let mut device = CountingDevice::stalled_for(Duration::from_millis(200));
+        let outcome = drive(&scenario, small_limits(), &mut device);
+        assert!(device.held_max <= 64 + 2, "held {}", device.held_max);
+        assert!(outcome.in_flight_peak <= 64 + 2);
+        assert!(outcome.buffers_allocated <= 64 + 2);
+        let [overload] = &outcome.overloads[..] else {
+            panic!("one job overloaded: {:?}", outcome.overloads);
+        };
+        assert_eq!(overload.job, "job0");
+        assert_eq!(overload.asked_iops, Some(100_000.0));
+        let reads = outcome.report.class("a", "mock").unwrap();
+        assert!(overload.dropped > 0);
+        assert_eq!(overload.arrivals, reads.ops + overload.dropped, "none lost");
+        assert_eq!(reads.submitted, reads.ops);
+    }
+
+    #[test]
+    fn a_closed_loop_deeper_than_the_limit_runs_at_the_limit() {
+        let scenario = scenario(
+            "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"randread\"\n\
+             block_size = \"4k\"\nqueue_depth = 65536\nnumjobs = 16\n",
+            0.05,
+        );
+        let mut device = CountingDevice::stalled_for(Duration::ZERO);
+        let outcome = drive(&scenario, InFlightLimits::default(), &mut device);
+        let limit = InFlightLimits::default().job_requests_max;
+        assert!(device.held_max as u64 <= limit, "held {}", device.held_max);
+        assert!(outcome.buffers_allocated <= limit);
+        let [overload] = &outcome.overloads[..] else {
+            panic!("one job limited: {:?}", outcome.overloads);
+        };
+        assert_eq!(overload.in_flight_limit, limit);
+        assert!(overload.held_back > 0);
+        let reads = &outcome.report.classes[0];
+        assert!(reads.ops >= limit);
+        assert_eq!(reads.ops, reads.submitted);
+        assert!(
+            reads.submitted < 65536 * 16,
+            "held-back requests are not let out after the job's stop"
+        );
+    }
+
+    /// The bytes a driver holds on the heap for its classes' measurements.
+    fn class_heap_bytes(driver: &Driver) -> usize {
+        let accumulators: usize = driver
+            .accumulators
+            .iter()
+            .map(ClassAccumulator::heap_bytes)
+            .sum();
+        let directions: usize = driver
+            .directions
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|stats| {
+                let histograms = [&stats.slat_ns, &stats.clat_ns, &stats.lat_ns];
+                histograms
+                    .iter()
+                    .map(|histogram| histogram.distinct_values() * 8)
+                    .sum::<usize>()
+            })
+            .sum();
+        accumulators + directions
+    }
+
+    #[test]
+    fn an_idle_class_costs_the_driver_a_few_bytes() {
+        let classes = 2000;
+        let mut text =
+            String::from("duration_s = 1\n[[device]]\nname = \"d\"\nmodel = \"sata-ssd\"\n");
+        for class in 0..classes {
+            text += &format!(
+                "[[class]]\nname = \"c{class}\"\nshares = 1\n[[job]]\nclass = \"c{class}\"\n\
+                 device = \"d\"\npattern = \"randread\"\nblock_size = \"4k\"\n"
+            );
+        }
+        let scenario = Scenario::from_toml(&text).unwrap();
+        let plan = plan(classes);
+        let mut driver = Driver::new(
+            &scenario,
+            &plan,
+            Mode::KernelDirect,
+            1,
+            &[],
+            InFlightLimits::default(),
+        )
+        .unwrap();
+        let idle = class_heap_bytes(&driver) / classes;
+        assert!(idle < 64, "{idle} bytes per idle class");
+        // One completed read of 100 µs: the class's histograms cover that range only.
+        let template = driver.workload.next_request(0, 0);
+        let request = Pending {
+            template,
+            class: 0,
+            submitted_ns: 1_000,
+            offset_bytes: template.offset_bytes,
+            length_bytes: 4096,
+            measured: true,
+        };
+        driver.measure(&request, 100_000, 4096);
+        let active = class_heap_bytes(&driver) - idle * classes;
+        assert!(active < 300 << 10, "{active} bytes for one active class");
+    }
+
+    #[test]
+    fn a_burst_larger_than_the_limit_is_fed_through_it_whole() {
+        let scenario = scenario(
+            "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"seqwrite\"\n\
+             block_size = \"4k\"\nburst_bytes = \"16m\"\n",
+            0.05,
+        );
+        let mut device = CountingDevice::stalled_for(Duration::ZERO);
+        let outcome = drive(&scenario, small_limits(), &mut device);
+        assert!(device.held_max <= 64, "held {}", device.held_max);
+        assert_eq!(
+            outcome.report.classes[0].ops, 4096,
+            "every request of the burst"
+        );
+        assert_eq!(outcome.overloads[0].held_back, 4096 - 64);
     }
 }

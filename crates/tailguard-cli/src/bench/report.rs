@@ -25,12 +25,14 @@
 //! `late max` for the driver's lateness, and `wait p99` and `dev p99` from the
 //! scheduler's statistics (`-` in the kernel modes).
 
+use crate::bench::limit::JobOverload;
 use serde::Serialize;
+use std::fmt::Write as _;
 use tailguard::stats::{ClassStats, LatencyHistogram};
 use tailguard::StatsSnapshot;
 use tailguard_sim::report::{
-    human_duration, rate_and_latency_cells, render_grouped_table, ClassReport, LatencyUs,
-    Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
+    human_duration, rate_and_latency_cells, record_exact, render_grouped_table, ClassReport,
+    LatencyUs, Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
 };
 
 /// A summary of one histogram of times, in microseconds.
@@ -109,12 +111,19 @@ pub struct BenchRun {
     /// Per class and direction that did I/O, the driver's histograms (for
     /// `--output-format fio-json`); empty when the driver kept none.
     pub directions: Vec<DirectionStats>,
+    /// The jobs that met their in-flight limit (open-loop arrivals dropped,
+    /// or closed-loop and burst requests held back); see
+    /// [`crate::bench::limit`].
+    pub overloads: Vec<JobOverload>,
 }
 
 /// The driver's own histograms of a direction's times, in nanoseconds (fio's
 /// output needs the standard deviation, which the scheduler's histograms do
 /// not keep).
 pub type DirectionHistogram = hdrhistogram::Histogram<u64>;
+
+/// The longest time the direction histograms hold: one day, in nanoseconds.
+const DIRECTION_HISTOGRAM_MAX_NS: u64 = 86_400_000_000_000;
 
 /// What one class did in one direction during a run, as fio reports a job's
 /// `read` or `write` section.
@@ -140,12 +149,16 @@ pub struct DirectionStats {
 }
 
 impl DirectionStats {
-    /// Empty statistics for a class's direction.
+    /// Empty statistics for a class's direction. The histograms (1 ns to a
+    /// day) start small and grow to the largest time recorded, so they hold
+    /// only the counts the direction's range of times needs. They keep 2
+    /// significant digits (a percentile within 0.8% of the time it names):
+    /// finer than fio's own percentiles (buckets 1/64 of a power of two
+    /// wide, 1.6%), which is what their `fio-json` output stands in for, at
+    /// an eighth of the memory of 3 digits (the table's percentiles come from
+    /// the run report's 3-digit histogram).
     pub fn new(class: &str, write: bool) -> Self {
-        let histogram = || {
-            DirectionHistogram::new_with_bounds(1, 86_400_000_000_000, 3)
-                .expect("valid histogram bounds")
-        };
+        let histogram = || DirectionHistogram::new(2).expect("2 significant digits are valid");
         Self {
             class: class.to_string(),
             write,
@@ -164,7 +177,7 @@ impl DirectionStats {
         self.ops += 1;
         self.bytes += bytes;
         let add = |histogram: &mut DirectionHistogram, value: u64| {
-            histogram.saturating_record(value.max(1));
+            record_exact(histogram, value.clamp(1, DIRECTION_HISTOGRAM_MAX_NS));
         };
         add(&mut self.slat_ns, submitted_ns.saturating_sub(intended_ns));
         add(&mut self.clat_ns, completed_ns.saturating_sub(submitted_ns));
@@ -189,6 +202,7 @@ impl BenchRun {
             scheduler,
             group: 0,
             directions: Vec::new(),
+            overloads: Vec::new(),
         }
     }
 }
@@ -207,6 +221,9 @@ pub struct BenchRunJson<'a> {
     pub duration_s: f64,
     /// Per (class, device) pair.
     pub classes: Vec<BenchClassJson<'a>>,
+    /// The jobs that met their in-flight limit (left out when none did).
+    #[serde(skip_serializing_if = "<[JobOverload]>::is_empty")]
+    pub overload: &'a [JobOverload],
 }
 
 /// One class in bench's JSON; see the module docs for the renamed fields.
@@ -293,6 +310,7 @@ impl<'a> BenchRunJson<'a> {
                 .zip(&run.scheduler)
                 .map(|(row, scheduler)| BenchClassJson::new(row, scheduler.as_ref()))
                 .collect(),
+            overload: &run.overloads,
         }
     }
 }
@@ -475,6 +493,11 @@ pub fn render_table(runs: &[BenchRun]) -> String {
          (the driver's lateness); wait p99, dev p99: the scheduler's queue wait and device \
          time (tailguard mode only)\n",
     );
+    for run in runs {
+        for overload in &run.overloads {
+            let _ = writeln!(out, "{}: {}", run.report.policy, overload.describe());
+        }
+    }
     out
 }
 
