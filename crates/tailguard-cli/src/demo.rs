@@ -552,18 +552,35 @@ fn command_line(arguments: &DemoArguments) -> String {
 /// The demo's own directory, removed with everything in it when dropped.
 struct DemoDirectory {
     path: PathBuf,
+    /// The directory, open: its `flock` marks it as this run's
+    /// ([`crate::lifecycle`]) until the directory is removed.
+    _held: std::fs::File,
 }
 
 impl DemoDirectory {
+    /// Removes what killed demos left in `base`, then creates and holds this
+    /// run's directory.
     fn create(base: &Path) -> Result<Self, CliError> {
+        crate::lifecycle::note_leftovers(base);
         let path = base.join(format!("tailguard-demo-{}", std::process::id()));
-        std::fs::create_dir(&path).map_err(|error| {
+        let failed = |error: std::io::Error| {
             CliError::usage(format!(
                 "cannot create {}: {error}; give a writable directory (tailguard demo DIR)",
                 path.display()
             ))
-        })?;
-        Ok(Self { path })
+        };
+        std::fs::create_dir(&path).map_err(failed)?;
+        let held = std::fs::File::open(&path).and_then(|directory| {
+            crate::lifecycle::hold(&directory)?;
+            Ok(directory)
+        });
+        match held {
+            Ok(held) => Ok(Self { path, _held: held }),
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&path);
+                Err(failed(error))
+            }
+        }
     }
 }
 

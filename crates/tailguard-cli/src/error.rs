@@ -13,7 +13,7 @@ use std::fmt;
 pub struct CliError {
     /// What went wrong and the fix.
     pub message: String,
-    /// 2 for bad input or a failed run, 130 after Ctrl-C.
+    /// 2 for bad input or a failed run, 130 after Ctrl-C (128 + the signal).
     pub status: u8,
 }
 
@@ -26,11 +26,16 @@ impl CliError {
         }
     }
 
-    /// Interrupted by SIGINT or SIGTERM: exit status 130.
+    /// Interrupted by SIGINT, SIGTERM or SIGHUP: exit status 128 + the
+    /// signal's number (130 for SIGINT).
     pub fn interrupted() -> Self {
+        let signal = crate::lifecycle::interrupt_signal().unwrap_or(libc::SIGINT);
         Self {
-            message: "interrupted; the data files laid out were removed".into(),
-            status: 130,
+            message: format!(
+                "interrupted ({}); the data files laid out were removed",
+                crate::lifecycle::signal_name(signal)
+            ),
+            status: (128 + signal) as u8,
         }
     }
 }

@@ -19,6 +19,8 @@
 //!   beside kernel writeback, beside writes through tailguard), a small
 //!   frontier against static O_DIRECT settings, and writes
 //!   `tailguard-demo.html`.
+//! - `tailguard clean [DIR...]` removes what killed runs left in a directory
+//!   (every run also does so in its own directory first; see [`lifecycle`]).
 //!
 //! The library's `tracing` events go to standard error: warnings by default
 //! (such as the announced fall-back from io_uring to the thread pool), more
@@ -33,11 +35,13 @@ mod error;
 mod flags;
 mod frontier;
 mod html;
+mod lifecycle;
 mod metrics;
 mod progress;
 mod render;
 mod tune;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tailguard_sim::policy::PolicyName;
@@ -67,6 +71,10 @@ enum Command {
     /// what tailguard does instead, and how it compares with static O_DIRECT
     /// settings (about 3 minutes; --quick about 1).
     Demo(demo::DemoArguments),
+    /// Remove what killed bench, tune, frontier or demo runs left in a
+    /// directory (files named with a process id that no longer runs); files
+    /// of running ones stay.
+    Clean(lifecycle::CleanArguments),
 }
 
 #[derive(Debug, clap::Args)]
@@ -108,6 +116,7 @@ fn main() -> ExitCode {
         Command::Tune(arguments) => tune::run(&arguments),
         Command::Frontier(arguments) => frontier::run(&arguments),
         Command::Demo(arguments) => demo::run(&arguments),
+        Command::Clean(arguments) => lifecycle::run_clean(&arguments),
     };
     match result {
         Ok(()) => {
@@ -115,7 +124,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("error: {}", error.message);
+            // Not eprintln!, which panics when standard error is gone (a
+            // closed terminal, whose SIGHUP may be why the run stopped).
+            let _ = writeln!(std::io::stderr(), "error: {}", error.message);
             ExitCode::from(error.status)
         }
     }

@@ -17,12 +17,13 @@ use std::process::Command;
 const REFERENCE: &str = "docs/reference/cli.md";
 
 /// Subcommands, and whether they take the shared scheduler options.
-const SUBCOMMANDS: [(&str, bool); 5] = [
+const SUBCOMMANDS: [(&str, bool); 6] = [
     ("sim", false),
     ("bench", true),
     ("tune", false),
     ("demo", true),
     ("frontier", true),
+    ("clean", false),
 ];
 
 fn reference() -> String {

@@ -24,6 +24,16 @@
 //! [`FaultDevice`], on any path including a panic's unwinding, ends every
 //! fault (stalled requests finish), detaches the loop device and unmounts
 //! the filesystem.
+//!
+//! The FUSE server runs in the process that started the device, so that
+//! process must end normally: killed (SIGKILL, or a signal with no handler)
+//! while the kernel holds requests for the device, it can leave threads
+//! waiting on the server that died with it, and anything that looks at the
+//! mount (`losetup -a`, `du` over its parent) waits too. The kernel's
+//! FUSE control filesystem ends such a connection:
+//! `mount -t fusectl none /sys/fs/fuse/connections`, then
+//! `echo 1 > /sys/fs/fuse/connections/N/abort` (N: the mount's minor device
+//! number in `/proc/self/mountinfo`), `losetup -d` and `umount -l`.
 
 mod faults;
 mod fs;

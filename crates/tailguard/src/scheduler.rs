@@ -99,7 +99,10 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Worker threads of the thread-pool backend. Default 4.
+    /// Worker threads the thread-pool backend starts with. Default 4. The
+    /// pool adds a thread whenever an op would otherwise wait for a busy one
+    /// (up to [`SchedulerBuilder::ring_depth`]), so that a device that stalls
+    /// holds only its own requests' threads, never another device's.
     pub fn threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
         self

@@ -80,6 +80,9 @@ use tailguard_sim::workload::{RequestTemplate, Workload};
 const RING_DEPTH: u32 = 1024;
 /// The longest the driver sleeps without checking for Ctrl-C.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Requests generated or handed over between two checks for Ctrl-C inside
+/// one turn of the run loop (a few hundred microseconds of work).
+const STOP_POLL_ITEMS: u32 = 256;
 /// How often the driver reports its progress.
 pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
 /// The memory alignment of every buffer (enough for any O_DIRECT target).
@@ -516,8 +519,9 @@ impl<'a> Driver<'a> {
     /// Runs the timers due by `now`: instance starts, open-loop arrivals and
     /// the ends of think times.
     fn fire_timers(&mut self, now: Nanos) {
+        let mut fired = 0u32;
         while let Some(&Reverse((when, instance, kind))) = self.timers.peek() {
-            if when > now {
+            if when > now || stop_polled(&mut fired) {
                 break;
             }
             self.timers.pop();
@@ -630,7 +634,11 @@ impl<'a> Driver<'a> {
     /// instances that have moved their bytes).
     fn submit_generated(&mut self, executor: &mut dyn Executor) -> Result<(), CliError> {
         let mut generated = std::mem::take(&mut self.generated);
+        let mut handed = 0u32;
         for template in generated.drain(..) {
+            if stop_polled(&mut handed) {
+                return Err(CliError::interrupted());
+            }
             if self.exhausted(template.instance) {
                 let job = template.job;
                 self.in_flight.finish(job, self.request_bytes_max[job]);
@@ -1584,6 +1592,15 @@ impl Drop for Alarm {
     }
 }
 
+/// Counts one more item of a batch and, every [`STOP_POLL_ITEMS`], whether
+/// the run was interrupted: a batch an overloaded run generates (every
+/// arrival due since the last turn of the loop) would otherwise delay Ctrl-C
+/// by as long as it takes.
+fn stop_polled(count: &mut u32) -> bool {
+    *count += 1;
+    *count % STOP_POLL_ITEMS == 0 && interrupted()
+}
+
 /// The kernel modes: a raw backend, no scheduler.
 struct BackendExecutor {
     backend: Box<dyn Backend>,
@@ -1673,7 +1690,13 @@ impl BackendExecutor {
     /// system call per request.
     fn flush(&mut self) -> io::Result<()> {
         let mut first = true;
+        let mut pushed = 0u32;
         while let Some(op) = self.backlog.pop_front() {
+            if stop_polled(&mut pushed) {
+                // Ctrl-C: the rest is abandoned, not handed to the kernel.
+                self.backlog.push_front(op);
+                break;
+            }
             if !first {
                 self.backend.submit(false)?;
             }

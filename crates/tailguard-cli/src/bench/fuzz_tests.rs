@@ -23,6 +23,7 @@ const JOB_BASES: &[&str] = &[
     include_str!("../../../../benchmarks/bench-writeback.toml"),
     include_str!("../../../../benchmarks/demo-readers.toml"),
     include_str!("../../../../benchmarks/demo-scenario.toml"),
+    include_str!("../../../../benchmarks/seed001-two-targets.toml"),
 ];
 
 const FIO_BASES: &[&str] = &[

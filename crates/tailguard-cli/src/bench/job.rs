@@ -402,4 +402,25 @@ mod tests {
         .unwrap_err();
         assert_eq!(error.key, "job[0].group");
     }
+
+    #[test]
+    fn the_seed_001_job_file_puts_each_writer_on_its_own_target() {
+        let job = BenchJob::from_toml(include_str!(
+            "../../../../benchmarks/seed001-two-targets.toml"
+        ))
+        .unwrap();
+        assert_eq!(job.target, None, "no file-wide target");
+        let targets: Vec<_> = (0..3)
+            .map(|index| job.options_of(index).target.unwrap())
+            .collect();
+        assert_eq!(
+            targets,
+            [
+                PathBuf::from("/var/tmp"),
+                PathBuf::from("/var/tmp"),
+                PathBuf::from("/dev/STICK")
+            ]
+        );
+        assert_eq!(job.groups(), [vec![0], vec![1, 2]], "alone, then beside");
+    }
 }

@@ -9,10 +9,13 @@
 //!   (pseudo-random, incompressible) data so reads hit allocated blocks. The
 //!   files are registered in a [`Layout`] *before* they are created, and the
 //!   layout removes them when dropped: at the end of a run, on an error, and
-//!   after Ctrl-C (the run loop notices the flag from [`watch_interrupts`]
-//!   within 100 ms and returns an error).
+//!   after Ctrl-C, SIGTERM or SIGHUP (the run loop notices the flag from
+//!   [`watch_interrupts`] within 100 ms and returns an error). The run holds
+//!   each file's `flock` while it lives, and leftovers of killed runs are
+//!   removed before laying out ([`crate::lifecycle`]).
 //! - An existing **regular file** is used in place and never removed: jobs
-//!   address their `offset..offset + size` of it directly.
+//!   address their `offset..offset + size` of it directly. The run holds an
+//!   exclusive `flock` on it, so a second run on it is refused.
 //! - A **block device** is accepted only with `--allow-device`, since bench
 //!   writes to it, and only when nothing has it mounted or claimed: its number
 //!   must not appear in `/proc/self/mountinfo` (nor its partitions', by number
@@ -34,53 +37,10 @@ use crate::error::CliError;
 use std::fs::File;
 use std::os::unix::fs::{FileExt as _, FileTypeExt, MetadataExt as _, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use tailguard::device::{self, DirectIoAlignment};
 use tailguard_sim::scenario::Scenario;
 
-/// Set once SIGINT or SIGTERM arrives.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-/// Blocks SIGINT and SIGTERM in this thread (and so in every thread it starts
-/// afterwards) and starts a thread that waits for them with `sigwait` and raises
-/// the returned flag. No handler runs inside another thread's system call, so no
-/// io_uring wait is cut short with EINTR. A second signal exits at once (status
-/// 130) without cleaning up. Call it before starting any other thread.
-pub fn watch_interrupts() -> &'static AtomicBool {
-    // SAFETY: plain libc calls on a zero-initialised, then properly initialised,
-    // signal set owned by this function.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-    let spawned = std::thread::Builder::new()
-        .name("tailguard-signals".into())
-        .spawn(move || loop {
-            let mut signal = 0;
-            // SAFETY: `set` is a valid signal set and `signal` a valid out pointer.
-            if unsafe { libc::sigwait(&set, &mut signal) } == 0
-                && INTERRUPTED.swap(true, Ordering::SeqCst)
-            {
-                // SAFETY: _exit is always safe to call; it ends the process.
-                unsafe { libc::_exit(130) };
-            }
-        });
-    if spawned.is_err() {
-        // Without the watcher, let the default action (termination) stand.
-        // SAFETY: as above, with the same set.
-        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
-    }
-    &INTERRUPTED
-}
-
-/// Whether SIGINT or SIGTERM has arrived.
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
-}
+pub use crate::lifecycle::{interrupted, watch_interrupts};
 
 /// Files laid out for a run, removed on drop; and the exclusive descriptor of a
 /// block device target, closed on drop.
@@ -88,6 +48,9 @@ pub fn interrupted() -> bool {
 pub struct Layout {
     created: Vec<PathBuf>,
     claimed_device: Option<File>,
+    /// Open descriptors whose `flock` marks the run's own data files, and the
+    /// user's file targets, as held ([`crate::lifecycle`]); released on drop.
+    held: Vec<File>,
 }
 
 impl Drop for Layout {
@@ -198,6 +161,7 @@ pub fn prepare(
         return Ok(plan);
     }
     if metadata.is_dir() {
+        crate::lifecycle::note_leftovers(target);
         if direct {
             let probe = target.join(format!(".tailguard-bench-{}-probe", std::process::id()));
             layout.created.push(probe.clone());
@@ -210,7 +174,7 @@ pub fn prepare(
                 std::process::id()
             ));
             layout.created.push(path.clone());
-            create_data_file(&path, end - start)?;
+            layout.held.push(create_data_file(&path, end - start)?);
             plan.files.push(path);
         }
         for &region in &job.job_region {
@@ -218,6 +182,7 @@ pub fn prepare(
             plan.job_base.push(regions[region].0);
         }
     } else if metadata.is_file() {
+        layout.held.push(lock_file_target(target)?);
         for (index, job) in scenario.jobs.iter().enumerate() {
             let end = job.offset_bytes + job.region_bytes;
             if end > metadata.len() {
@@ -547,25 +512,34 @@ pub fn block_device_bytes(device: &File) -> std::io::Result<u64> {
     Ok(bytes)
 }
 
-/// Creates a data file at `path` and fills it with `bytes` of data.
-fn create_data_file(path: &Path, bytes: u64) -> Result<(), CliError> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|error| {
-            usage(format!(
-                "cannot lay out data file {}: {error}",
-                path.display()
-            ))
-        })?;
-    fill(&file, 0, bytes, path)?;
-    file.sync_all().map_err(|error| {
+/// Creates a data file at `path`, holds its owner's lock
+/// ([`crate::lifecycle::hold`]) and fills it with `bytes` of data; returns it
+/// open, so the lock lasts as long as the caller keeps it.
+fn create_data_file(path: &Path, bytes: u64) -> Result<File, CliError> {
+    let failed = |error: std::io::Error| {
         usage(format!(
             "cannot lay out data file {}: {error}",
             path.display()
         ))
-    })
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(failed)?;
+    crate::lifecycle::hold(&file).map_err(failed)?;
+    fill(&file, 0, bytes, path)?;
+    crate::lifecycle::sync_data_interruptibly(&file, path)?;
+    Ok(file)
+}
+
+/// Opens a user's file target and takes the run's lock on it before anything
+/// is written ([`crate::lifecycle::lock_target`]); a second run is refused.
+fn lock_file_target(path: &Path) -> Result<File, CliError> {
+    let file =
+        File::open(path).map_err(|error| usage(format!("target {}: {error}", path.display())))?;
+    crate::lifecycle::lock_target(&file, path)?;
+    Ok(file)
 }
 
 /// Writes `bytes` of pseudo-random data into `file` from `offset` on.
@@ -605,7 +579,8 @@ pub fn fill_random(chunk: &mut [u8], state: &mut u64) {
 }
 
 /// Makes every file's data durable and drops it from the page cache, so a run
-/// starts neither with another mode's dirty pages nor with warm reads.
+/// starts neither with another mode's dirty pages nor with warm reads. The
+/// sync stops early on Ctrl-C ([`crate::lifecycle::sync_data_interruptibly`]).
 pub fn settle(plan: &Plan) -> Result<(), CliError> {
     for path in &plan.files {
         let file = File::options()
@@ -613,8 +588,7 @@ pub fn settle(plan: &Plan) -> Result<(), CliError> {
             .write(true)
             .open(path)
             .map_err(|error| usage(format!("{}: {error}", path.display())))?;
-        file.sync_data()
-            .map_err(|error| usage(format!("{}: {error}", path.display())))?;
+        crate::lifecycle::sync_data_interruptibly(&file, path)?;
         // Advice only: a failure leaves the pages cached, which the run survives.
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
     }

@@ -6,11 +6,14 @@
 //! - A directory: tune lays out its own file, `.tailguard-tune-PID.data`
 //!   (`--size`, default 1 GiB or a quarter of the free space, whichever is
 //!   smaller), filled with incompressible data so reads hit allocated blocks,
-//!   and removes it at the end, on errors, and after Ctrl-C ([`TestFile`]'s
-//!   `Drop`). The layout takes at most a fifth of the time budget; a slow disk
+//!   and removes it at the end, on errors, and after Ctrl-C, SIGTERM or SIGHUP
+//!   ([`TestFile`]'s `Drop`). It holds the file's `flock` while it runs, and
+//!   removes what killed runs left in the directory first
+//!   ([`crate::lifecycle`]). The layout takes at most a fifth of the time budget; a slow disk
 //!   gets a smaller file rather than a longer run. Read and write tests run.
 //! - An existing regular file: used in place and never removed. Only read
-//!   tests run, unless `--allow-write`, which overwrites its contents.
+//!   tests run, unless `--allow-write`, which overwrites its contents. Tune
+//!   holds an exclusive `flock` on it, so a second run on it is refused.
 //! - A block device: refused unless `--allow-device`, and refused while it or a
 //!   partition on it is mounted or anything holds it, as bench does: it is
 //!   opened with `O_EXCL` ([`open_exclusive`]), which the kernel refuses while a
@@ -178,6 +181,9 @@ fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<Tes
             open_error(path, &error, false)
         }
     })?;
+    if kind == TargetKind::RegularFile {
+        crate::lifecycle::lock_target(&file, path)?;
+    }
     let device = device::device_of(&file).map_err(|error| usage(error.to_string()))?;
     let alignment = device::direct_io_alignment(&file, &device);
     let end = match kind {
@@ -264,6 +270,7 @@ pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, Cli
 fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, CliError> {
     let size_bytes = layout_size(options.size_bytes, free_bytes(directory))
         .map_err(|message| usage(format!("{}: {message}", directory.display())))?;
+    crate::lifecycle::note_leftovers(directory);
     let path = directory.join(format!(".tailguard-tune-{}.data", std::process::id()));
     let file = open_direct(&path, true, true).map_err(|e| open_error(&path, &e, true))?;
     let mut test = TestFile {
@@ -276,6 +283,9 @@ fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, CliErr
         kind: TargetKind::Directory,
         remove_on_drop: Some(path),
     };
+    // The owner's lock: the file is this run's while `test.file` is open.
+    crate::lifecycle::hold(&test.file)
+        .map_err(|error| usage(format!("cannot lock {}: {error}", test.path.display())))?;
     test.alignment_bytes =
         device::direct_io_alignment(&test.file, &test.device).memory_bytes as usize;
     // Reserve the space first: a full disk fails now, with a clear message.

@@ -114,11 +114,19 @@ pub fn any_block_device() -> Option<PathBuf> {
 /// Sends SIGINT to `child` and waits up to `within` for it to exit; kills it
 /// and fails the test if it does not. `what` names the command in the failure.
 pub fn interrupt_and_wait(child: &mut Child, within: Duration, what: &str) -> ExitStatus {
+    signal_and_wait(child, libc::SIGINT, within, what)
+}
+
+/// Sends `signal` to `child` and waits up to `within` for it to exit; kills it
+/// and fails the test if it does not. `what` names the command in the failure.
+pub fn signal_and_wait(
+    child: &mut Child,
+    signal: libc::c_int,
+    within: Duration,
+    what: &str,
+) -> ExitStatus {
     // SAFETY: a plain kill(2) of the child we started.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
     let deadline = Instant::now() + within;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -126,7 +134,7 @@ pub fn interrupt_and_wait(child: &mut Child, within: Duration, what: &str) -> Ex
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("{what} did not stop within {within:?} of SIGINT");
+            panic!("{what} did not stop within {within:?} of signal {signal}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -12,6 +12,19 @@
 //! `depth` bounds staged plus submitted-but-not-reaped ops: past it `push` hands
 //! the op back.
 //!
+//! # Growth
+//!
+//! The pool starts with the threads it was given and adds one whenever
+//! `submit` hands over an op that no idle worker can take at once, up to
+//! `depth` (the most ops in flight, so never more threads than ops). A worker
+//! blocks in its system call for as long as the device takes, so with a fixed
+//! number of threads a device that stalls (a failing USB stick) would hold
+//! every thread, and the ops of every other device would wait behind it: the
+//! pool would be one in-flight limit shared by all devices, the trap of the
+//! seed-001 report (docs/problems.md). Growing instead leaves each device's
+//! dispatcher budget as the only limit on its requests in flight. Threads,
+//! once started, stay until the pool is dropped.
+//!
 //! # Wake-up
 //!
 //! `submit(true)` sleeps on the completion condvar until the completion list is
@@ -37,6 +50,8 @@ use std::thread::JoinHandle;
 /// The work queue: ops handed over by `submit`, not yet taken by a worker.
 struct Work {
     queue: VecDeque<Op>,
+    /// Workers waiting for an op (or woken and about to take one).
+    idle: usize,
     shutdown: bool,
 }
 
@@ -77,7 +92,9 @@ pub struct ThreadPool {
 }
 
 impl ThreadPool {
-    /// `threads` workers; at most `depth` ops in flight. Both must be at least 1.
+    /// `threads` workers to start with (more are added as ops need them, up
+    /// to `depth`; see the module docs); at most `depth` ops in flight. Both
+    /// must be at least 1.
     pub fn new(threads: usize, depth: u32) -> io::Result<Self> {
         if threads == 0 || depth == 0 {
             return Err(io::Error::new(
@@ -91,6 +108,7 @@ impl ThreadPool {
         let shared = Arc::new(Shared {
             work: Mutex::new(Work {
                 queue: VecDeque::with_capacity(depth as usize),
+                idle: 0,
                 shutdown: false,
             }),
             work_ready: Condvar::new(),
@@ -110,21 +128,37 @@ impl ThreadPool {
             in_flight: 0,
             workers: Vec::with_capacity(threads),
         };
-        for index in 0..threads {
-            let shared = pool.shared.clone();
+        for _ in 0..threads.min(pool.depth) {
             // On error `pool` is dropped, which stops and joins the workers
             // already started.
-            let worker = std::thread::Builder::new()
-                .name(format!("tailguard-io-{index}"))
-                .spawn(move || worker(&shared))?;
-            pool.workers.push(worker);
+            pool.add_worker(false)?;
         }
         Ok(pool)
     }
+
+    /// Starts one more worker; `counted_idle`: the caller counted it in
+    /// `Work::idle` already (it comes for an op in the queue).
+    fn add_worker(&mut self, counted_idle: bool) -> io::Result<()> {
+        let shared = self.shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("tailguard-io-{}", self.workers.len()))
+            .spawn(move || worker(&shared, counted_idle))?;
+        self.workers.push(worker);
+        Ok(())
+    }
+
+    /// Workers running now (those started with the pool and those added).
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
 }
 
-/// A worker: takes ops one at a time until shutdown.
-fn worker(shared: &Shared) {
+/// A worker: takes ops one at a time until shutdown. `counted_idle`: it was
+/// counted in `Work::idle` when started, and uncounts itself first.
+fn worker(shared: &Shared, counted_idle: bool) {
+    if counted_idle {
+        lock(&shared.work).idle -= 1;
+    }
     loop {
         let op = {
             let mut work = lock(&shared.work);
@@ -135,10 +169,12 @@ fn worker(shared: &Shared) {
                 if let Some(op) = work.queue.pop_front() {
                     break op;
                 }
+                work.idle += 1;
                 work = shared
                     .work_ready
                     .wait(work)
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
+                work.idle -= 1;
             }
         };
         // SAFETY: the op was pushed under the `Backend::push` contract: its buffer
@@ -236,7 +272,21 @@ impl Backend for ThreadPool {
         if handed > 0 {
             let mut work = lock(&self.shared.work);
             work.queue.extend(self.staged.drain(..));
+            // Ops no idle worker will take: each gets a new worker, counted
+            // idle from now on so that the next submit does not count it
+            // again before it has taken its op.
+            let unserved = work.queue.len().saturating_sub(work.idle);
+            let added = unserved.min(self.depth.saturating_sub(self.workers.len()));
+            work.idle += added;
             drop(work);
+            for index in 0..added {
+                if let Err(error) = self.add_worker(true) {
+                    // The ops wait for a busy worker instead: slower, not lost.
+                    lock(&self.shared.work).idle -= added - index;
+                    tracing::warn!(%error, "tailguard thread pool: could not add a worker");
+                    break;
+                }
+            }
             if handed >= self.workers.len() {
                 self.shared.work_ready.notify_all();
             } else {
