@@ -14,9 +14,9 @@
 //! The first term keeps the device's queue short enough for the target. The second
 //! keeps it deep enough for throughput: a device must hold a few commands to overlap
 //! one command's processing with another's transfer, and a rotating disk needs the
-//! next command queued before the current one ends, or it loses a revolution
-//! (seed 003). Seastar's fixed 0.75 ms goal gives a disk about one request in flight
-//! (its issue #584); here a disk whose 4 KiB cost is 5 ms gets at least 20 ms.
+//! next command queued before the current one ends, or it loses a revolution. A
+//! fixed sub-millisecond goal would give a disk about one request in flight; here
+//! a disk whose 4 KiB cost is 5 ms gets at least 20 ms.
 //!
 //! ## The split size follows the budget
 //!
@@ -28,9 +28,8 @@
 //! splits large requests into pieces small enough that two fit: per direction,
 //! the largest power-of-two multiple of 4 KiB, at most `max_request_bytes`, whose
 //! cost is at most `budget / PIPELINE_PIECES` ([`split_bytes`]). A tight latency
-//! target thus means finer interleaving, not lower throughput. On the `sata-ssd`
-//! profile (300 µs target) writes are split at 64 KiB (145 µs each): the seed 000
-//! burst streams at full speed while a read waits behind at most about one piece.
+//! target thus means finer interleaving, not lower throughput: a write burst
+//! streams at full speed while a read waits behind at most about one piece.
 //!
 //! ## Admission
 //!
@@ -52,7 +51,8 @@
 //! device time and queue wait) and may return a new limit;
 //! [`crate::controller::FixedBudget`] never does, and
 //! [`crate::controller::AdaptiveBudget`] follows the device (see its module).
-//! This module knows nothing of controllers: it holds the budget they resize. Shrinking below
+//! This module knows nothing of controllers: it holds the budget they resize.
+//! Shrinking below
 //! the current in-flight cost is allowed: dispatch simply pauses until completions
 //! bring in-flight cost under the new limit.
 

@@ -1,172 +1,162 @@
 //! The adaptive latency controller: the smallest budget that sustains throughput.
 //!
-//! [`AdaptiveBudget`] resizes a device's in-flight budget from completions alone.
-//! It cuts time into *windows* (at least [`WINDOW_MIN_NS`] and
-//! [`WINDOW_COMPLETIONS`] completions, at most [`WINDOW_MAX_NS`]), and at the end
-//! of each it measures the **rate** at which the device completes cost (cost-ns
-//! per ns: 1.0 when the profile is exact and the device busy), the **queueing
-//! delay** the budget causes, by Little's law (mean in-flight cost ÷ rate), and
-//! how many reads were **late because of the work ahead of them**. One function,
-//! [`AdaptiveBudget::classify`], names the situation; one match acts on it:
+//! [`AdaptiveBudget`] resizes a device's in-flight budget from completions
+//! alone. It cuts time into *windows* (at least
+//! [`ControllerConfig::window_min_ns`] and
+//! [`ControllerConfig::window_completions`] completions, at most
+//! [`ControllerConfig::window_max_ns`]) and at the end of each measures the
+//! **rate** at which the device completes cost (cost-ns per ns: 1.0 when the
+//! profile is exact and the device busy), the **queueing delay** the budget
+//! causes by Little's law (mean in-flight cost ÷ rate), and the **late reads**.
+//! [`AdaptiveBudget::classify`] names the window's [`Situation`] by the rules
+//! below, in this order, and one match acts on it. Every number the rules use
+//! is a field of [`ControllerConfig`]; the *goal* is
+//! [`ControllerConfig::goal_fraction`] of the latency target.
 //!
-//! - **congested**: more than 1% of the window's reads spent longer than the
-//!   latency target on the device (from dispatch to completion) *and would
-//!   have been on time without the work dispatched ahead of them*; or, when no read completed in the last [`READS_REMEMBERED_NS`], the
-//!   Little's-law delay exceeds the goal (what a read arriving now would wait at
-//!   a first-come-first-served device). The budget shrinks at once to what
-//!   drains within the goal, by at most 4× per window. This holds whether or not
-//!   the budget held work back: a budget far above what the workload keeps in
-//!   flight (a guessed profile that overrates the device) is cut from what was
-//!   in flight, not from itself, or a later burst would fill it. A read's wait
-//!   in the fair queue is left out: it says the budget is full, not that it
-//!   is too large, and counting it made a spiral on XFS over a loop device
-//!   (64 outstanding reads waiting for a budget cut to its minimum, each wait
-//!   a late read, each late read another cut: 740 of 980 windows congested,
-//!   reads and writes both worse than under the fixed budget).
-//! - **slow start**: with a guessed profile ([`DeviceProfile::uncalibrated`]) the
-//!   dispatcher starts from the smallest budget
-//!   ([`LatencyController::start_limit_ns`]) and the budget doubles every window
-//!   until the first congestion or until a doubling would take the Little's-law
-//!   delay over the goal, paying or not (small budgets split pieces small, and a
-//!   step that does not change the split size pays nothing). Starting from the
-//!   target in guessed cost units let a USB stick queue 1.4 s of writes before
-//!   its first completion.
-//! - **underused**: the budget held work back (pieces were queued) and, by the
-//!   reads seen (or by Little's law when there are none), there is room: probe
-//!   upwards by [`GROW_STEP`] (doubling while growth keeps paying, like TCP's slow
-//!   start, so a bad starting point costs a few windows, not seconds). Like
-//!   TCP's slow-start threshold, a congested window remembers the budget it cut
-//!   to: doubling stops there, and above it each step adds a quarter of it,
-//!   until [`THRESHOLD_PAID_WINDOWS`] paid windows in a row forget it
-//!   ([`AdaptiveBudget::congestion_threshold_ns`]). A growth probe during
-//!   which the window congested delays the next one by
-//!   [`GROW_BACKOFF_NS`], doubling with each failure up to
-//!   [`GROW_BACKOFF_MAX_NS`], until the threshold is forgotten: a probe costs
-//!   the reads a window, and where one more step always congests (a virtio
-//!   disk whose write bursts swing the rate ±30% per window) probing every
-//!   few windows made one window in five congested.
-//! - **probe verdicts**: a growth is judged only once it changed what was in
-//!   flight by [`IN_FLIGHT_GREW`] (pieces come in whole sizes, so a 25% larger
-//!   budget may hold the same pieces: that is *unfelt* and the probe grows on);
-//!   it is kept only if the rate rose by at least [`GROWTH_PAYS`] (5%) *and the
-//!   reads did not pay for it* (next), otherwise undone. A shrink probe is kept
-//!   only if the rate stayed within [`SHRINK_KEEPS`] of the rate before it. So
-//!   the budget settles at the *knee* of throughput against depth, from either
-//!   side.
-//! - **reads pay for no growth**: a growth probe in whose window more reads
-//!   missed the target (for any reason) than the share before the probe
-//!   predicts, by more than one and more than [`LATE_READS_PER_HUNDRED`] in a
-//!   hundred, is wasted whatever the rate. Reads excused one by one as the
-//!   floor (below) can still be made late by the depth: on a virtio disk (1 ms
-//!   target, the demo's 16 readers beside a 1 MiB writer) 48 of a window's 85
-//!   reads took 2.6 ms with 0.77 ms of work ahead at the window's rate (the
-//!   work ahead drained about 3x slower for them than the rate says), each was
-//!   excused, and the rate alone, which the writes' bursts move by ±30% from
-//!   one 10 ms window to the next, judged the growth paid. The budget doubled
-//!   on, to 15–20 ms of cost and a Little's-law delay of 2.2–4.6 ms, before a
-//!   window called congestion: read p99 3.5–4.1 ms where the readers alone
-//!   have 1.3 ms.
-//! - **settled**: while Little's law judges (no recent reads), after a wasted
-//!   growth the next probe goes down, looking for a smaller budget with the same
-//!   throughput; probes are [`HOLD_WINDOWS`] apart.
-//! - **idle** or **fine**: hold.
+//! 1. **Protected reads.** A read is one of the window's reads only if its
+//!    class had less than one budget of its own work queued when it was
+//!    dispatched ([`CompletionSample::class_backlogged`]): a class with a deeper
+//!    queue waits for itself more than for anyone else, and a smaller budget
+//!    would only slow it down. Such a read is *late* when its device time
+//!    (dispatch to completion) exceeds the target and it would have been on
+//!    time without the other classes' work ahead of it, drained at the
+//!    window's rate ([`CompletionSample::ahead_other_ns`]); a read over the
+//!    target with little such work ahead is the device's floor, which no
+//!    budget changes. Time waited in the fair queue never makes a read late:
+//!    it says the budget is full, not that it is too large.
+//! 2. **Congestion.** A window is congested when more than
+//!    [`ControllerConfig::late_reads_per_hundred`] in a hundred of its reads are
+//!    late, or, while *Little's law judges* (no read of any class completed
+//!    within [`ControllerConfig::reads_remembered_ns`], and no writer is
+//!    alone: rule 5), when the Little's-law delay exceeds the goal
+//!    (what a read arriving now would wait at a first-come-first-served
+//!    device). The budget is cut at once to what drains within the goal (by
+//!    Little's law, and by the worst late read), by a factor between
+//!    [`ControllerConfig::congestion_cut_min`] and
+//!    [`ControllerConfig::congestion_cut_max`]; a budget the workload did not
+//!    fill is cut from what was in flight, not from itself, so a later burst
+//!    cannot fill it. The budget cut to becomes the *congestion threshold*.
+//! 3. **Stalls say nothing about depth.** A window in which more than
+//!    [`ControllerConfig::stall_fraction`] passed between two completions is
+//!    judged for congestion only: no probe starts from it or is judged by it.
+//! 4. **Slow start.** With a guessed profile ([`DeviceProfile::uncalibrated`])
+//!    the budget starts at its minimum
+//!    ([`LatencyController::start_limit_ns`]) and doubles every window in which
+//!    it held work back, until the first congestion or until a doubling would
+//!    take the Little's-law delay over the goal: small budgets split pieces
+//!    small, and a step that does not change the split size pays nothing
+//!    although a larger one would. Until slow start ends, a Little's-law delay
+//!    over the goal without recent reads is congestion even for a writer alone
+//!    (rule 5), so a read arriving later does not find the overshoot ahead.
+//! 5. **A writer alone: throughput alone.** While no read of any class, and no
+//!    piece that found another class's work ahead of it
+//!    ([`CompletionSample::ahead_other_ns`]), completed within
+//!    [`ControllerConfig::alone_after_ns`] (counted from the first
+//!    completion), no one can be made late or
+//!    short of its shares, and the budget's goal is throughput: growth probes
+//!    double, and one starts, and is judged by rules 7 and 8, only on the rate
+//!    and in-flight cost averaged over at least
+//!    [`ControllerConfig::knee_completions`] since the budget last changed (one
+//!    window of a seeking disk swings by more than the knee test's margin);
+//!    Little's law does not judge, the congestion threshold does not bound
+//!    growth, and the budget never probes downwards. A
+//!    read that arrives later finds at most the knee's worth of work ahead, and
+//!    its first late window cuts the budget (rule 2). Otherwise each window is
+//!    judged by itself.
+//! 6. **Growth probes.** When the budget held work back and there is room (the
+//!    window has recent reads, none of them late; a writer is alone; or one
+//!    more step keeps the Little's-law delay within the goal), it grows by
+//!    [`ControllerConfig::grow_step`], and by
+//!    [`ControllerConfig::grow_step_fast`] once growth paid twice in a row.
+//!    Above the congestion threshold each step adds only
+//!    [`ControllerConfig::grow_step`] of the threshold, until
+//!    [`ControllerConfig::threshold_paid_windows`] paid windows in a row forget
+//!    it.
+//! 7. **The knee test.** A growth probe is judged once it changed the mean
+//!    in-flight cost by [`ControllerConfig::in_flight_grew`] (pieces come in
+//!    whole sizes; until then it grows on from the same baseline). It is kept
+//!    if the rate rose by [`ControllerConfig::growth_pays`] and undone
+//!    otherwise, so the budget settles where more depth stops buying
+//!    throughput.
+//! 8. **Reads pay for no growth.** A growth probe in whose window more reads
+//!    missed the target, for any reason, than the share before it predicts (by
+//!    more than one, and more than
+//!    [`ControllerConfig::late_reads_per_hundred`] in a hundred) is undone
+//!    whatever the rate: the per-read test of rule 1 trusts the window's rate
+//!    to say how long the work ahead took, which a bursty device belies.
+//! 9. **Failed growth backs off.** A growth probe during which a window
+//!    congested delays the next one by [`ControllerConfig::grow_backoff_ns`],
+//!    doubling with each failure up to [`ControllerConfig::grow_backoff_max_ns`],
+//!    until the threshold is forgotten.
+//! 10. **Shrink probes only while Little's law judges.** After a wasted growth
+//!     the next probe goes down by [`ControllerConfig::shrink_step`] and is
+//!     kept while the rate stays within [`ControllerConfig::shrink_keeps`] of
+//!     the rate before the first step; probes are
+//!     [`ControllerConfig::hold_windows`] apart. A shrink probe never takes the
+//!     budget below [`ControllerConfig::shrink_floor_pieces`] pieces, and after
+//!     a costly one none starts for [`ControllerConfig::shrink_backoff_ns`],
+//!     doubling up to [`ControllerConfig::shrink_backoff_max_ns`]. While reads
+//!     judge, the budget only probes upwards: a smaller budget buys reads
+//!     nothing once they meet the target, and a write cache hides a smaller
+//!     budget's cost for longer than a window.
+//! 11. **Starving devices.** A read late and overtaken by more than
+//!     [`ControllerConfig::starved_overtaken_factor`] budgets of newer work
+//!     ([`CompletionSample::overtaken_ns`]) shows a device that reorders its
+//!     queue and starves old pieces (a disk's shortest-seek-first queue behind
+//!     a stream). For [`ControllerConfig::starvation_memory_ns`] (renewed by
+//!     every read still overtaken) pieces become overdue
+//!     ([`LatencyController::overdue_after_ns`]): a read as soon as it is the
+//!     oldest in flight, a write after
+//!     [`ControllerConfig::overdue_write_factor`] times its expected time, and
+//!     the dispatcher feeds the device nothing newer until the piece is served.
+//!     Before starvation is seen, a read is overdue after
+//!     [`ControllerConfig::read_overdue_targets`] targets, a watchdog so that
+//!     the first starved read is served at all. Neither applies to a read of a
+//!     backlogged class (the dispatcher's choice): it is served after its own
+//!     class's queue anyway.
+//! 12. **Stalling devices hold two pieces.** For
+//!     [`ControllerConfig::stall_memory_ns`] after a stalled window whose
+//!     stall was at most [`ControllerConfig::pipeline_stall_targets`] targets
+//!     long, the budget holds at most [`PIPELINE_PIECES`] pieces of the size it
+//!     splits to, and a growth step that cap would take back goes instead to
+//!     the smallest budget that splits larger pieces. A read behind a stall
+//!     waits for the stall and then for every piece queued behind it, and a
+//!     device that serves one command at a time gains nothing from a queue:
+//!     only larger pieces can pay there, and the knee test judges them.
+//! 13. **Bounds.** The budget stays between four of the most expensive 4 KiB
+//!     requests (so the device always pipelines; see [`crate::budget`]) and
+//!     [`ControllerConfig::limit_max_targets`] latency targets
+//!     ([`BudgetBounds`]).
 //!
-//! - **starvation**: a read late and overtaken (served after more than
-//!   [`STARVED_OVERTAKEN_FACTOR`] budgets of work dispatched *after* it,
-//!   [`CompletionSample::overtaken_ns`]) shows a device that reorders its queue
-//!   and starves old pieces (a disk's shortest-seek-first queue behind a
-//!   sequential stream). No budget fixes that, and the per-window test would
-//!   call it a floor; so for [`STARVATION_MEMORY_NS`] (renewed by every read
-//!   still overtaken) the controller marks pieces overdue
-//!   ([`LatencyController::overdue_after_ns`]): a read as soon as it is the
-//!   oldest in flight, a write after [`OVERDUE_WRITE_FACTOR`] times its expected
-//!   time. The dispatcher then feeds the device nothing newer until the piece is
-//!   served. Before starvation is seen, a read is overdue only after
-//!   [`READ_OVERDUE_TARGETS`] latency targets (a watchdog, so that the first
-//!   starved read is served at all). The rule is off unless starvation is seen, so devices that serve in
-//!   order or in parallel (and the slowdown scenario) never pay for it; on
-//!   `hdd` it brings read p99 from 1.29 s to the floor (22 ms).
-//! - **stalling devices: two pieces, grown by size**: for
-//!   [`STALL_MEMORY_NS`] after a window in which the device stalled (more than
-//!   [`STALL_FRACTION`] of it between two completions: a USB stick erasing,
-//!   200–600 ms; only stalls up to [`PIPELINE_STALL_TARGETS`] targets long
-//!   count), the budget holds at most [`PIPELINE_PIECES`] pieces of the
-//!   size it splits to (any decision above is cut to that), and a growth step
-//!   the cap would take back goes instead to the smallest budget that splits
-//!   larger pieces. A read behind a stall waits for the stall, then for every
-//!   piece queued behind it; on `usb-flash` the stall alone is about the
-//!   target (read p99 one write at a time: 541.5 ms against 500 ms), so each
-//!   piece beyond double buffering lands whole on the tail, while the stick
-//!   gains nothing from a queue (one command at a time, each one's overhead
-//!   after the previous completion). Only larger pieces can pay there (fewer
-//!   commands), and the knee test judges them as usual: on `usb-flash` 32 KiB
-//!   pieces run 7.9% faster than 16 KiB ones between stalls, 64 KiB ones 4.3%
-//!   faster again, under [`GROWTH_PAYS`] (a single window, ~17 writes, judges
-//!   them ±6%, so now and then they pass). Before, the budget kept three or
-//!   four 64 KiB pieces (~70 ms of writes) ahead of such reads for the first
-//!   minute and read p99 was 561 ms; with the rule 539 ms at 93.2% of the
-//!   rate (sixth pass in `BENCHMARKS.md`; 536.8 ms at 91.1% with the
-//!   changes of the seventh). No other simulated device shows a stalled window, so
-//!   the rule changes nothing there.
-//! - **probe backoff and floor**: a shrink probe never takes the budget below
-//!   [`SHRINK_FLOOR_PIECES`] of the pieces it carries (with fewer, a disk loses
-//!   its stream at the first late answer), and after a costly one no shrink
-//!   probe is tried for [`SHRINK_BACKOFF_NS`], doubling with each costly one:
-//!   on a disk the damage of a costly probe outlives its window.
-//!
-//! ## Whom the target protects
-//!
-//! The latency target is a promise to classes that ask for less than they
-//! get. A read counts as one of the window's reads (for the late and
-//! over-target tests above) only if, when it was dispatched, its own class had
-//! less than one budget of work still queued behind it
-//! ([`CompletionSample::class_backlogged`]): a class with a deeper queue of
-//! its own waits for itself more than for anyone else, and a smaller budget
-//! would only slow it down. And a read is late *because of the work ahead*
-//! only if it would have been on time without the other classes' part of that
-//! work ([`CompletionSample::ahead_other_ns`]): a class's own queue at the
-//! device is its own concurrency, which no budget can take away without taking
-//! it from the class. So one saturating class alone, or several saturating
-//! classes together, are judged by throughput (the knee test) and not held at
-//! a latency no one asked for, while a light latency class beside a bulk one
-//! is protected as before. Reads of every class still count as recent reads,
-//! so Little's law judges the budget only when no read happens at all.
+//! So one saturating class alone, or several saturating classes together, are
+//! judged by throughput (the knee test) and not held at a latency no one asked
+//! for, while a light latency class beside a bulk one is protected. Reads of
+//! every class still count as recent reads, so Little's law judges the budget
+//! only when no read happens at all, and only while classes share the device.
 //!
 //! ## What inspired it, and how it differs
 //!
-//! blk-wbt (CoDel-like) watches the *minimum* read latency in ~100 ms windows
-//! and halves the write depth when even the fastest read misses the target, so
-//! an isolated slow read does not count; kyber keeps a separate token pool per
-//! domain (reads, writes) and shrinks a domain's depth when a latency
-//! percentile of another exceeds its target. Both only know latency, so they
-//! cannot tell a deep queue that buys throughput (a disk's elevator, an SSD's
-//! parallel units) from one that only adds delay; Seastar's fixed
-//! sub-millisecond goal starves disks for the same reason (its issue #584). Here
-//! the budget is device time, so Little's law turns the measured rate into a
-//! predicted delay for any budget, and the knee test grows the queue only while
-//! it pays in throughput. Further differences:
+//! blk-wbt (CoDel-like) watches the *minimum* read latency in windows and
+//! shrinks the write depth when even the fastest read misses the target; kyber
+//! keeps a token pool per domain (reads, writes) and shrinks a domain's depth
+//! when a latency percentile of another exceeds its target. Both only know
+//! latency, so they cannot tell a deep queue that buys throughput (a disk's
+//! elevator, an SSD's parallel units) from one that only adds delay; a fixed
+//! sub-millisecond goal (Seastar's) starves disks for the same reason. Here the
+//! budget is device time, so Little's law turns the measured rate into a
+//! predicted delay for any budget, and the knee test grows the queue only
+//! while it pays in throughput. Further differences:
 //!
 //! - **Reads are judged one by one, against the work ahead of them.** Like
-//!   wbt's minimum, this ignores the device's *floor*: a read late with little
-//!   work ahead of it (a GC stall, a USB write stall, a seek) would be late at
-//!   any budget, so shrinking would cost throughput and not help. Unlike a
-//!   minimum, it still sees a tail made by queueing (the 1% that matters for a
-//!   p99 target). The test trusts the window's rate to say how long the work
-//!   ahead took, which is not always so (a virtio disk, above): so a growth
-//!   probe counts every read over the target, excused or not.
-//! - **Reads are not throttled behind stalled writes.** kyber's per-domain pools
-//!   become the dispatcher's progress rule (a class with nothing in flight may
-//!   always send one piece), which works for any number of classes.
-//! - **While reads judge, the budget only probes upwards.** A smaller budget
-//!   buys reads nothing once they meet the target, and on a device with a
-//!   write cache (`sata-ssd`, `nvme`) the throughput cost of a smaller budget
-//!   (smaller pieces) shows only after the cache turns over (~150 ms), far
-//!   later than one window: downward probes walked such devices down to 80% of
-//!   their rate, each step looking free.
-//! - **No profile needed.** Rates are measured in the profile's cost units, so a
-//!   wrong profile only scales them: a device three times slower than believed
-//!   shows a rate of 0.33 and gets a budget three times smaller in cost, the
-//!   same in real time. A profile only makes the first window closer.
+//!   wbt's minimum, this ignores the device's floor; unlike a minimum, it still
+//!   sees a tail made by queueing (the 1% that matters for a p99 target).
+//! - **Reads are not throttled behind stalled writes.** kyber's per-domain
+//!   pools become the dispatcher's progress rule (a class with nothing in
+//!   flight may always send one piece), which works for any number of classes.
+//! - **No profile needed.** Rates are measured in the profile's cost units, so
+//!   a wrong profile only scales them: a device three times slower than
+//!   believed shows a rate of 0.33 and gets a budget three times smaller in
+//!   cost, the same in real time. A profile only makes the first window closer.
 //!
 //! Every decision is counted in [`ControllerStats`] (grows, shrinks, holds,
 //! congested windows) and the last one is kept whole as a [`Decision`] (its
@@ -202,7 +192,7 @@ pub struct CompletionSample {
     /// Whether its class still had at least one budget of its own work waiting
     /// in the fair queue when it was dispatched: the class asks for more than
     /// it gets, so its latency is its own queue's, and the latency target is not its promise (see
-    /// [`crate::controller`], "whom the target protects").
+    /// [`crate::controller`], rule 1).
     pub class_backlogged: bool,
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
@@ -308,11 +298,21 @@ impl ControllerChoice {
         }
     }
 
-    /// The controller for a device with `profile`.
+    /// The controller for a device with `profile`, with the default tunables.
     pub fn build(self, profile: &DeviceProfile) -> Box<dyn LatencyController> {
+        self.build_with(profile, ControllerConfig::default())
+    }
+
+    /// The controller for a device with `profile`, with these tunables (which
+    /// [`ControllerChoice::Fixed`] has no use for).
+    pub fn build_with(
+        self,
+        profile: &DeviceProfile,
+        config: ControllerConfig,
+    ) -> Box<dyn LatencyController> {
         match self {
             Self::Fixed => Box::new(FixedBudget),
-            Self::Adaptive => Box::new(AdaptiveBudget::for_profile(profile)),
+            Self::Adaptive => Box::new(AdaptiveBudget::for_profile_with(profile, config)),
         }
     }
 }
@@ -335,134 +335,166 @@ impl std::str::FromStr for ControllerChoice {
     }
 }
 
-/// Shortest window: 10 ms, long enough to average over many completions of a
-/// fast device, short enough to react to a slowdown in well under a second.
-pub const WINDOW_MIN_NS: Nanos = 10 * NANOS_PER_MILLISECOND;
-/// Longest window: 200 ms, so a slow device (a disk doing 1 MiB pieces, a USB
-/// stick) is still judged five times a second.
-pub const WINDOW_MAX_NS: Nanos = 200 * NANOS_PER_MILLISECOND;
-/// A window in which more than this fraction passed between two completions
-/// (or before the first) holds a device stall (a USB stick erasing, 200-600 ms):
-/// it is judged for congestion, but probes neither start from it nor are judged
-/// by it. On `usb-flash` a growth probe started from a stalled window looked paid
-/// in the next, stall-free one, and the budget ratcheted up 3× in 8 s.
-pub const STALL_FRACTION: f64 = 0.5;
-/// Completions a window waits for (within the bounds above): 64 keeps the rate's
-/// counting error near 1.5%, well under the 5% knee test.
-pub const WINDOW_COMPLETIONS: u64 = 64;
-/// A growth probe is kept only if the rate rose by at least 5%: below that the
-/// extra depth buys delay, not throughput (the knee).
-pub const GROWTH_PAYS: f64 = 1.05;
-/// A growth probe is judged only once the mean in-flight cost rose by 10%: a
-/// larger budget that still holds the same whole pieces tells nothing.
-pub const IN_FLIGHT_GREW: f64 = 1.1;
-/// A shrink probe is kept only if the rate stayed at 98% or more of the rate
-/// before it. Stricter than [`GROWTH_PAYS`] so alternating probes cannot walk the
-/// budget down a throughput slope a little at a time.
-pub const SHRINK_KEEPS: f64 = 0.98;
-/// First step of a growth probe: 25%, enough to see a 5% gain below the knee.
-pub const GROW_STEP: f64 = 1.25;
-/// Step once growth paid twice in a row: double (slow start), so a budget 100×
-/// too small recovers in about seven probes.
-pub const GROW_STEP_FAST: f64 = 2.0;
-/// Consecutive paid growth windows above the congestion threshold after which
-/// the threshold is forgotten and growth may double again (see
-/// [`AdaptiveBudget::congestion_threshold_ns`]). One paid window proves little
-/// where the rate moves ±30% from window to window (a virtio disk's write
-/// bursts); four in a row, each with reads on time, say the device really
-/// takes more than when it last congested (a device that sped up).
-pub const THRESHOLD_PAID_WINDOWS: u32 = 4;
-/// A shrink probe takes 20% off (the inverse of [`GROW_STEP`]).
-pub const SHRINK_STEP: f64 = 0.8;
-/// A congested window cuts the budget to at least a quarter, so a device slowed
-/// to 30% is matched in one window.
-pub const CONGESTION_CUT_MAX: f64 = 0.25;
-/// A congested window cuts at least 10%, even if the estimate says less.
-pub const CONGESTION_CUT_MIN: f64 = 0.9;
-/// Windows held between probes once the knee is found: probing costs a little
-/// throughput or latency each time, so it is done at most every fifth window.
-pub const HOLD_WINDOWS: u32 = 4;
-/// After a costly shrink probe no shrink probe is tried for this long (growth
-/// probes go on); each further costly one doubles it, up to
-/// [`SHRINK_BACKOFF_MAX_NS`]. Counted in time, not windows, and apart from the
-/// growth probes in between: on a disk a costly probe breaks the sequential
-/// stream and the damage outlives its window by hundreds of milliseconds, so a
-/// knee confirmed again and again must be probed rarely.
-pub const SHRINK_BACKOFF_NS: Nanos = 2 * NANOS_PER_SECOND;
-/// The longest wait between shrink probes after costly ones.
-pub const SHRINK_BACKOFF_MAX_NS: Nanos = 64 * NANOS_PER_SECOND;
-/// After a growth probe during which a window congested, no growth probe
-/// starts for this long; each further failure doubles it, up
-/// to [`GROW_BACKOFF_MAX_NS`], until the congestion threshold is forgotten
-/// (growth paid [`THRESHOLD_PAID_WINDOWS`] times in a row). Without it, on a
-/// virtio disk (the demo's 16 readers beside a 1 MiB writer, 1 ms target) a
-/// probe started one window after each congestion and 25% more budget made
-/// the next one: one 10 ms window in five was congested, holding three
-/// quarters of the run's reads over the target (read p99 1.7 ms by the
-/// scheduler's clock, against 1 ms).
-pub const GROW_BACKOFF_NS: Nanos = 100 * NANOS_PER_MILLISECOND;
-/// The longest wait between growth probes after failed ones: a failed probe
-/// costs about one congested window, so at 3.2 s a fast device's failures
-/// hold well under 1% of its reads.
-pub const GROW_BACKOFF_MAX_NS: Nanos = 3_200 * NANOS_PER_MILLISECOND;
-/// A shrink probe never takes the budget below this many pieces: of the split
-/// size the smaller budget would set ([`crate::budget::split_bytes`], when the
-/// controller knows the profile), and of the window's mean piece. With fewer,
-/// the device has at most one piece queued behind the one it serves, and a disk
-/// loses its sequential stream whenever a completion is answered late (seen on
-/// `hdd`: 150 MB/s fell to 15 MB/s for 600 ms). The split size keeps two pieces
-/// within the budget, so a shrink probe may halve the pieces but never leaves
-/// fewer than three in the budget; only congestion cuts below. Judging by the
-/// split size and not only by the pieces completing matters: a deep writer's
-/// queue holds pieces split at an older budget for a few hundred milliseconds.
-pub const SHRINK_FLOOR_PIECES: f64 = 3.0;
-/// The goal for queueing delay, as a fraction of the latency target: a read waits
-/// for the work ahead of it (≤ goal) and for about one piece to make room
-/// (≤ goal / 2), so 2/3 keeps the sum within the target.
-pub const GOAL_FRACTION: f64 = 2.0 / 3.0;
-/// More than 1 in 100 late reads is congestion (the target is a p99).
-pub const LATE_READS_PER_HUNDRED: u64 = 1;
-/// Reads judge the budget while one completed within the last second; after
-/// that, Little's law speaks for the reads that may come.
-pub const READS_REMEMBERED_NS: Nanos = NANOS_PER_SECOND;
-/// How long the evidence of a starving device lasts: a read late and overtaken
-/// by more than [`STARVED_OVERTAKEN_FACTOR`] budgets of newer work turns the
-/// overdue rule on for this long, and each read overtaken at all while it is on
-/// extends it.
-pub const STARVATION_MEMORY_NS: Nanos = 5 * NANOS_PER_SECOND;
-/// A late read overtaken by more than this many times the budget (or the work
-/// that was ahead of it, if more) of newer work was starved by the device's own
-/// reordering. Devices that serve in parallel let a read be overtaken by a few
-/// pieces (at most 3.3 budgets on `sata-ssd` slowed to 30%); a disk's
-/// shortest-seek-first queue starving a read behind a sequential stream lets it
-/// be overtaken by 40 and more.
-pub const STARVED_OVERTAKEN_FACTOR: u64 = 8;
-/// Before starvation is seen, a read still in flight after this many latency
-/// targets is overdue (a watchdog): it has missed its target twice over, and on
-/// a disk whose shortest-seek-first queue serves a sequential stream first it
-/// would otherwise wait until the stream pauses, which a well-pipelined writer
-/// never does. Its late, overtaken completion then turns the starvation rule on.
-/// Devices that serve in order pay only when a read is that late anyway.
-pub const READ_OVERDUE_TARGETS: u64 = 2;
-/// While the overdue rule is on, a write is overdue after this many times its
-/// expected device time (the work ahead and its own cost at the measured rate).
-pub const OVERDUE_WRITE_FACTOR: f64 = 8.0;
-/// The largest budget, in latency targets: a device far faster than its profile
-/// says shows a rate well above 1, and the budget follows, up to this.
-pub const LIMIT_MAX_TARGETS: u64 = 64;
-/// How long a stalled window ([`STALL_FRACTION`]) marks the device as one that
-/// stalls (renewed by each): 10 s, several of a USB stick's stall intervals.
-pub const STALL_MEMORY_NS: Nanos = 10 * NANOS_PER_SECOND;
-/// Only stalls up to this many latency targets long turn the pipeline-pieces
-/// rule on. The rule trades throughput for the queued work (up to the delay
-/// goal, 2/3 of the target) that a read behind a stall waits for after it;
-/// behind a stall of two targets that work is still a quarter of the read's
-/// wait, behind a longer one less and less, while the throughput it costs
-/// stays. A USB stick's stalls (200-600 ms, target 500 ms) are within it; a
-/// virtio disk's host flushes (5-300 ms against a 1 ms target) are not: there
-/// the rule held two pieces for seconds after each, and writes fell from 776
-/// to 464 MB/s (median of three 10 s demo runs) with reads no better.
-pub const PIPELINE_STALL_TARGETS: u64 = 2;
+/// The adaptive controller's tunables: every number its rules use, with the
+/// trade-off each one sets. [`ControllerConfig::default`] is what the engine,
+/// the simulator and the command line use; a scenario may override any field.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControllerConfig {
+    /// Shortest window: longer averages over more completions of a fast
+    /// device, shorter reacts to a slowdown sooner.
+    pub window_min_ns: Nanos,
+    /// Longest window: a slow device is judged at least this often, at the
+    /// price of fewer completions to average over.
+    pub window_max_ns: Nanos,
+    /// Completions a window waits for (within the two bounds above): more keeps
+    /// the rate's counting error well under the knee test's margins, fewer
+    /// decides sooner.
+    pub window_completions: u64,
+    /// A window in which more than this fraction passed between two
+    /// completions holds a device stall, which is judged for congestion but
+    /// neither starts nor judges a probe: lower ignores more windows, higher
+    /// lets a stall pass for a probe's verdict.
+    pub stall_fraction: f64,
+    /// A growth probe is kept only if the rate rose by this factor: higher
+    /// settles at a shallower queue (less delay, maybe less throughput), lower
+    /// lets noise buy depth.
+    pub growth_pays: f64,
+    /// A growth probe is judged only once the mean in-flight cost rose by this
+    /// factor, since a larger budget holding the same whole pieces tells
+    /// nothing: higher probes further before judging.
+    pub in_flight_grew: f64,
+    /// A shrink probe is kept only if the rate stayed at this fraction of the
+    /// rate before it; stricter than `growth_pays` so alternating probes cannot
+    /// walk the budget down a throughput slope.
+    pub shrink_keeps: f64,
+    /// First step of a growth probe: large enough for a gain over
+    /// `growth_pays` to show below the knee, small enough not to overshoot it.
+    pub grow_step: f64,
+    /// Step once growth paid twice in a row (slow start): larger recovers a far
+    /// too small budget in fewer windows, and overshoots further.
+    pub grow_step_fast: f64,
+    /// Paid growth windows in a row above the congestion threshold after which
+    /// it is forgotten: more trusts a noisy rate less, fewer follows a device
+    /// that sped up sooner.
+    pub threshold_paid_windows: u32,
+    /// A shrink probe multiplies the budget by this (the inverse of `grow_step`).
+    pub shrink_step: f64,
+    /// The deepest cut one congested window makes, as a factor: lower matches a
+    /// sudden slowdown in fewer windows, higher forgives a noisy window more.
+    pub congestion_cut_max: f64,
+    /// The shallowest cut a congested window makes, as a factor, even if the
+    /// estimate says less.
+    pub congestion_cut_min: f64,
+    /// Windows held between probes once the knee is found: each probe costs a
+    /// little throughput or latency, more holds find a moved knee later.
+    pub hold_windows: u32,
+    /// After a costly shrink probe no shrink probe starts for this long,
+    /// doubling with each costly one: on a disk a broken stream costs more than
+    /// its window, so a confirmed knee is probed rarely.
+    pub shrink_backoff_ns: Nanos,
+    /// The longest wait between shrink probes after costly ones.
+    pub shrink_backoff_max_ns: Nanos,
+    /// After a growth probe during which a window congested, no growth probe
+    /// starts for this long, doubling with each failure until the threshold is
+    /// forgotten: each failed probe costs the reads a window.
+    pub grow_backoff_ns: Nanos,
+    /// The longest wait between growth probes after failed ones: longer costs
+    /// the reads less, shorter finds a device that sped up sooner.
+    pub grow_backoff_max_ns: Nanos,
+    /// A shrink probe never takes the budget below this many pieces (of the
+    /// split size it would set, and of the window's mean piece): with fewer, a
+    /// disk loses its sequential stream whenever a completion is answered late.
+    pub shrink_floor_pieces: f64,
+    /// The goal for queueing delay, as a fraction of the latency target: a read
+    /// waits for the work ahead (at most the goal) and for about one piece to
+    /// make room (half of it), so two thirds keep the sum within the target.
+    pub goal_fraction: f64,
+    /// More than this many late reads in a hundred make a window congested:
+    /// the target is a p99.
+    pub late_reads_per_hundred: u64,
+    /// Reads judge the budget while one completed within this long; after
+    /// that, Little's law speaks for the reads that may come (or, for a writer
+    /// alone, throughput does).
+    pub reads_remembered_ns: Nanos,
+    /// How long the evidence of a starving device keeps the overdue rule on
+    /// (renewed by every read still overtaken): longer protects reads longer
+    /// after the device last starved one, at the price of a shallower stream.
+    pub starvation_memory_ns: Nanos,
+    /// A late read overtaken by more than this many budgets of newer work was
+    /// starved by the device's own reordering: devices that serve in parallel
+    /// let a read be overtaken by a few pieces, a disk's shortest-seek-first
+    /// queue by many.
+    pub starved_overtaken_factor: u64,
+    /// Before starvation is seen, a read still in flight after this many
+    /// latency targets is overdue (a watchdog, so that the first starved read
+    /// is served at all and can turn the starvation rule on).
+    pub read_overdue_targets: u64,
+    /// While the overdue rule is on, a write is overdue after this many times
+    /// its expected device time (the work ahead and its own cost at the
+    /// measured rate).
+    pub overdue_write_factor: f64,
+    /// The largest budget, in latency targets: a device far faster than its
+    /// profile says shows a rate well above 1, and the budget follows, up to
+    /// this.
+    pub limit_max_targets: u64,
+    /// How long a stalled window keeps the pipeline-pieces rule on (renewed by
+    /// each): several of a stalling device's stall intervals.
+    pub stall_memory_ns: Nanos,
+    /// Only stalls up to this many latency targets long turn the
+    /// pipeline-pieces rule on: behind a longer stall, the work queued after
+    /// it is a small part of a read's wait, while the throughput the rule costs
+    /// stays.
+    pub pipeline_stall_targets: u64,
+    /// While a writer is alone, a growth probe is judged (and started) only
+    /// on the rate averaged over at least this many completions since the
+    /// budget last changed: more beats a noisy device's window-to-window swings,
+    /// fewer reaches the knee sooner.
+    pub knee_completions: u64,
+    /// A writer counts as alone (module docs, rule 5) once no read, and no
+    /// piece that found another class's work ahead of it, completed for this
+    /// long: longer keeps a sparse reader protected through longer pauses,
+    /// shorter lets a writer left alone deepen its queue sooner.
+    pub alone_after_ns: Nanos,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            window_min_ns: 10 * NANOS_PER_MILLISECOND,
+            window_max_ns: 200 * NANOS_PER_MILLISECOND,
+            window_completions: 64,
+            stall_fraction: 0.5,
+            growth_pays: 1.05,
+            in_flight_grew: 1.1,
+            shrink_keeps: 0.98,
+            grow_step: 1.25,
+            grow_step_fast: 2.0,
+            threshold_paid_windows: 4,
+            shrink_step: 0.8,
+            congestion_cut_max: 0.25,
+            congestion_cut_min: 0.9,
+            hold_windows: 4,
+            shrink_backoff_ns: 2 * NANOS_PER_SECOND,
+            shrink_backoff_max_ns: 64 * NANOS_PER_SECOND,
+            grow_backoff_ns: 100 * NANOS_PER_MILLISECOND,
+            grow_backoff_max_ns: 3_200 * NANOS_PER_MILLISECOND,
+            shrink_floor_pieces: 3.0,
+            goal_fraction: 2.0 / 3.0,
+            late_reads_per_hundred: 1,
+            reads_remembered_ns: NANOS_PER_SECOND,
+            starvation_memory_ns: 5 * NANOS_PER_SECOND,
+            starved_overtaken_factor: 8,
+            read_overdue_targets: 2,
+            overdue_write_factor: 8.0,
+            limit_max_targets: 64,
+            stall_memory_ns: 10 * NANOS_PER_SECOND,
+            pipeline_stall_targets: 2,
+            knee_completions: 128,
+            alone_after_ns: NANOS_PER_SECOND,
+        }
+    }
+}
 
 /// What the classifier says about the window that just ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -473,7 +505,7 @@ pub enum Situation {
     /// Reads late because of the work ahead, or (without reads) delay over the
     /// goal: shrink to what drains in time.
     Congested,
-    /// A growth probe raised the rate by at least [`GROWTH_PAYS`]: keep it, grow again.
+    /// A growth probe raised the rate by at least [`ControllerConfig::growth_pays`]: keep it, grow again.
     GrowthPaid,
     /// A growth probe did not change what was in flight: grow further before judging.
     GrowthUnfelt,
@@ -566,51 +598,46 @@ pub struct ControllerStats {
     /// than a whole budget of newer work.
     pub starved_reads: u64,
     /// Whether the overdue rule is on (starvation seen within
-    /// [`STARVATION_MEMORY_NS`]).
+    /// [`ControllerConfig::starvation_memory_ns`]).
     pub starving: bool,
     /// The budget the last congestion cut to, above which growth is additive
     /// (`None`: no congestion yet, or forgotten after
-    /// [`THRESHOLD_PAID_WINDOWS`] paid windows above it).
+    /// [`ControllerConfig::threshold_paid_windows`] paid windows above it).
     pub threshold_ns: Option<Nanos>,
     /// Growth steps held to one additive step by the threshold (a doubling, or
     /// a step larger than the threshold's, that was not taken).
     pub additive_grows: u64,
     /// How long growth probes will wait after the next failed one (0 before
-    /// the first failure; see [`GROW_BACKOFF_NS`]).
+    /// the first failure; see [`ControllerConfig::grow_backoff_ns`]).
     pub grow_backoff_ns: Nanos,
     /// Whether the pipeline-pieces rule is on (a stalled window seen within
-    /// [`STALL_MEMORY_NS`]).
+    /// [`ControllerConfig::stall_memory_ns`]).
     pub stalls: bool,
 }
 
 /// How an [`AdaptiveBudget`] is bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdaptiveConfig {
+pub struct BudgetBounds {
     /// The latency target (what the profile asks for).
     pub latency_target_ns: Nanos,
     /// The smallest budget: four of the most expensive 4 KiB requests, so the
     /// device always pipelines (see [`crate::budget`]).
     pub min_limit_ns: Nanos,
-    /// The largest budget: [`LIMIT_MAX_TARGETS`] latency targets.
+    /// The largest budget: [`ControllerConfig::limit_max_targets`] latency targets.
     pub max_limit_ns: Nanos,
 }
 
-impl AdaptiveConfig {
-    /// Bounds for a profile.
-    pub fn for_profile(profile: &DeviceProfile) -> Self {
+impl BudgetBounds {
+    /// Bounds for a profile under `config`.
+    pub fn for_profile(profile: &DeviceProfile, config: &ControllerConfig) -> Self {
         let min_limit_ns =
             Budget::derived_limit_ns(0, CostModel::new(profile).small_request_cost_ns());
         let target = profile.latency_target_ns();
         Self {
             latency_target_ns: target,
             min_limit_ns,
-            max_limit_ns: (LIMIT_MAX_TARGETS * target).max(min_limit_ns),
+            max_limit_ns: (config.limit_max_targets * target).max(min_limit_ns),
         }
-    }
-
-    /// The goal for queueing delay; see [`GOAL_FRACTION`].
-    pub fn goal_ns(&self) -> f64 {
-        self.latency_target_ns as f64 * GOAL_FRACTION
     }
 }
 
@@ -629,14 +656,14 @@ pub struct WindowSummary {
     pub mean_piece_cost_ns: f64,
     /// Whether pieces waited in the fair queue at most completions.
     pub binding: bool,
-    /// Whether the device stalled: more than [`STALL_FRACTION`] of the window
+    /// Whether the device stalled: more than [`ControllerConfig::stall_fraction`] of the window
     /// passed between two completions (or before the first).
     pub stalled: bool,
     /// The longest time between two completions (or before the first), ns.
     pub longest_gap_ns: Nanos,
     /// Reads completed.
     pub reads: u64,
-    /// Whether a read completed within [`READS_REMEMBERED_NS`] of the window's end.
+    /// Whether a read completed within [`ControllerConfig::reads_remembered_ns`] of the window's end.
     pub reads_recent: bool,
     /// Reads late because of the work ahead of them.
     pub late_reads: u64,
@@ -645,6 +672,16 @@ pub struct WindowSummary {
     /// Reads over the target, whatever the cause (the late ones, and those the
     /// per-read test puts on the device's floor).
     pub over_target_reads: u64,
+    /// Whether the budget's goal is throughput alone (module docs, rule 5): no
+    /// read, and no piece with another class's work ahead, completed within
+    /// [`ControllerConfig::alone_after_ns`].
+    pub unprotected: bool,
+    /// Completions since the budget last changed, this window's included.
+    pub span_completions: u64,
+    /// The rate since the budget last changed.
+    pub span_rate: f64,
+    /// The mean in-flight cost since the budget last changed, ns.
+    pub span_mean_in_flight_ns: f64,
 }
 
 impl WindowSummary {
@@ -676,6 +713,15 @@ struct Window {
     over_target_reads: u64,
 }
 
+/// What completed since the budget last changed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Span {
+    start_ns: Nanos,
+    completions: u64,
+    cost_ns: u128,
+    in_flight_sum_ns: u128,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Probe {
     None,
@@ -695,7 +741,8 @@ enum Probe {
 /// The adaptive controller; see the module docs.
 #[derive(Clone, Debug)]
 pub struct AdaptiveBudget {
-    config: AdaptiveConfig,
+    bounds: BudgetBounds,
+    config: ControllerConfig,
     window: Window,
     started: bool,
     probe: Probe,
@@ -703,21 +750,25 @@ pub struct AdaptiveBudget {
     probe_down_next: bool,
     holds_left: u32,
     last_read_ns: Option<Nanos>,
+    /// The last completion that found another class's work ahead of it.
+    last_shared_ns: Option<Nanos>,
+    /// What completed since the budget last changed, before this window.
+    span: Span,
     last: WindowSummary,
     stats: ControllerStats,
     /// Start from the smallest budget (the profile is a guess).
     start_small: bool,
     /// How long shrink probes wait after the next costly one (doubles each time).
     shrink_backoff_ns: Nanos,
-    /// No shrink probe before then (see [`SHRINK_BACKOFF_NS`]).
+    /// No shrink probe before then (see [`ControllerConfig::shrink_backoff_ns`]).
     shrink_not_before_ns: Nanos,
     /// How long growth probes wait after the next failed one (doubles each time).
     grow_backoff_ns: Nanos,
-    /// No growth probe starts before then (see [`GROW_BACKOFF_NS`]).
+    /// No growth probe starts before then (see [`ControllerConfig::grow_backoff_ns`]).
     grow_not_before_ns: Nanos,
     /// Doubling every window until the first congestion (see [`Situation::SlowStart`]).
     slow_start: bool,
-    /// The overdue rule is on until then (see [`STARVATION_MEMORY_NS`]).
+    /// The overdue rule is on until then (see [`ControllerConfig::starvation_memory_ns`]).
     starving_until_ns: Option<Nanos>,
     /// Where the last congestion cut the budget to (TCP's ssthresh); see
     /// [`AdaptiveBudget::congestion_threshold_ns`].
@@ -726,17 +777,23 @@ pub struct AdaptiveBudget {
     paid_above_threshold: u32,
     /// The last completion's time.
     now_ns: Nanos,
-    /// The device stalls until then (see [`STALL_MEMORY_NS`]).
+    /// The device stalls until then (see [`ControllerConfig::stall_memory_ns`]).
     stalls_until_ns: Option<Nanos>,
     /// How the dispatcher prices and splits pieces, when built from a profile
-    /// (see [`SHRINK_FLOOR_PIECES`]).
+    /// (see [`ControllerConfig::shrink_floor_pieces`]).
     pieces: Option<(CostModel, u64)>,
 }
 
 impl AdaptiveBudget {
-    /// A controller with these bounds.
-    pub fn new(config: AdaptiveConfig) -> Self {
+    /// A controller with these bounds and the default tunables.
+    pub fn new(bounds: BudgetBounds) -> Self {
+        Self::with_config(bounds, ControllerConfig::default())
+    }
+
+    /// A controller with these bounds and tunables.
+    pub fn with_config(bounds: BudgetBounds, config: ControllerConfig) -> Self {
         Self {
+            bounds,
             config,
             window: Window::default(),
             started: false,
@@ -745,12 +802,14 @@ impl AdaptiveBudget {
             probe_down_next: false,
             holds_left: 0,
             last_read_ns: None,
+            last_shared_ns: None,
+            span: Span::default(),
             last: WindowSummary::default(),
             stats: ControllerStats::default(),
             start_small: false,
-            shrink_backoff_ns: SHRINK_BACKOFF_NS,
+            shrink_backoff_ns: config.shrink_backoff_ns,
             shrink_not_before_ns: 0,
-            grow_backoff_ns: GROW_BACKOFF_NS,
+            grow_backoff_ns: config.grow_backoff_ns,
             grow_not_before_ns: 0,
             slow_start: false,
             starving_until_ns: None,
@@ -762,14 +821,20 @@ impl AdaptiveBudget {
         }
     }
 
-    /// A controller for a profile ([`AdaptiveConfig::for_profile`]). For
-    /// [`DeviceProfile::uncalibrated`]'s guess it starts small
-    /// ([`AdaptiveBudget::starting_small`]).
+    /// A controller for a profile ([`BudgetBounds::for_profile`]) with the
+    /// default tunables.
     pub fn for_profile(profile: &DeviceProfile) -> Self {
+        Self::for_profile_with(profile, ControllerConfig::default())
+    }
+
+    /// A controller for a profile ([`BudgetBounds::for_profile`]) with these
+    /// tunables. For [`DeviceProfile::uncalibrated`]'s guess it starts small
+    /// ([`AdaptiveBudget::starting_small`]).
+    pub fn for_profile_with(profile: &DeviceProfile, config: ControllerConfig) -> Self {
         let guess =
             DeviceProfile::uncalibrated(profile.max_request_bytes, profile.latency_target_us);
-        let mut controller =
-            Self::new(AdaptiveConfig::for_profile(profile)).starting_small(*profile == guess);
+        let bounds = BudgetBounds::for_profile(profile, &config);
+        let mut controller = Self::with_config(bounds, config).starting_small(*profile == guess);
         controller.pieces = Some((CostModel::new(profile), profile.max_request_bytes));
         controller
     }
@@ -801,8 +866,18 @@ impl AdaptiveBudget {
     }
 
     /// Its bounds.
-    pub fn config(&self) -> &AdaptiveConfig {
+    pub fn config(&self) -> &BudgetBounds {
+        &self.bounds
+    }
+
+    /// Its tunables.
+    pub fn tunables(&self) -> &ControllerConfig {
         &self.config
+    }
+
+    /// The goal for queueing delay; see [`ControllerConfig::goal_fraction`].
+    pub fn goal_ns(&self) -> f64 {
+        self.bounds.latency_target_ns as f64 * self.config.goal_fraction
     }
 
     /// The last window's summary.
@@ -813,11 +888,10 @@ impl AdaptiveBudget {
     /// The congestion threshold, like TCP's slow-start threshold: the budget
     /// the last congested window cut to. Below it growth steps as usual
     /// (doubling once growth paid twice, but not past it); above it each step
-    /// adds a quarter of the threshold ([`GROW_STEP`] of it), never doubles,
-    /// until [`THRESHOLD_PAID_WINDOWS`] paid windows in a row forget it. On a
-    /// virtio disk two windows judged paid by the writes' noisy rate after a
-    /// congestion doubled the budget to 3.5–5 ms of cost, and reads went late
-    /// (p99 2.7–2.9 ms against a 1 ms target) until the next congestion.
+    /// adds [`ControllerConfig::grow_step`] less one of the threshold and never
+    /// doubles, until [`ControllerConfig::threshold_paid_windows`] paid windows
+    /// in a row forget it: a noisy rate can judge a window paid by chance, and
+    /// doubling on such a verdict runs past the depth that congested.
     pub fn congestion_threshold_ns(&self) -> Option<Nanos> {
         self.threshold_ns
     }
@@ -831,9 +905,9 @@ impl AdaptiveBudget {
         let limit = limit_ns as f64;
         let threshold = threshold_ns as f64;
         let bounded = if limit >= threshold {
-            grown.min(limit + threshold * (GROW_STEP - 1.0))
+            grown.min(limit + threshold * (self.config.grow_step - 1.0))
         } else {
-            grown.min(threshold.max(limit * GROW_STEP))
+            grown.min(threshold.max(limit * self.config.grow_step))
         };
         if bounded < grown {
             self.stats.additive_grows += 1;
@@ -842,7 +916,7 @@ impl AdaptiveBudget {
     }
 
     /// Counts a paid growth window above the threshold, and forgets the
-    /// threshold after [`THRESHOLD_PAID_WINDOWS`] in a row.
+    /// threshold after [`ControllerConfig::threshold_paid_windows`] in a row.
     fn note_paid_above_threshold(&mut self, situation: Situation, limit_ns: Nanos) {
         let Some(threshold_ns) = self.threshold_ns else {
             return;
@@ -855,17 +929,18 @@ impl AdaptiveBudget {
             return;
         }
         self.paid_above_threshold += 1;
-        if self.paid_above_threshold >= THRESHOLD_PAID_WINDOWS {
+        if self.paid_above_threshold >= self.config.threshold_paid_windows {
             self.threshold_ns = None;
             self.paid_above_threshold = 0;
-            self.grow_backoff_ns = GROW_BACKOFF_NS;
+            self.grow_backoff_ns = self.config.grow_backoff_ns;
         }
     }
 
     fn window_done(&self, now: Nanos) -> bool {
         let elapsed = now.saturating_sub(self.window.start_ns);
-        (elapsed >= WINDOW_MIN_NS && self.window.completions >= WINDOW_COMPLETIONS)
-            || elapsed >= WINDOW_MAX_NS
+        (elapsed >= self.config.window_min_ns
+            && self.window.completions >= self.config.window_completions)
+            || elapsed >= self.config.window_max_ns
     }
 
     fn summarize(&self, now: Nanos) -> WindowSummary {
@@ -878,7 +953,7 @@ impl AdaptiveBudget {
         } else {
             f64::INFINITY
         };
-        let target = self.config.latency_target_ns as f64;
+        let target = self.bounds.latency_target_ns as f64;
         // Late because of queueing: over the target, and on time without the work
         // ahead (drained at the measured rate). Otherwise it is the device's floor.
         let late = window
@@ -891,6 +966,17 @@ impl AdaptiveBudget {
         let (late_reads, worst_late_read_ns) = late.fold((0, 0), |(count, worst), device_ns| {
             (count + 1, Nanos::max(worst, device_ns))
         });
+        let within = |at: Option<Nanos>, memory_ns: Nanos| {
+            at.is_some_and(|at| now.saturating_sub(at) <= memory_ns)
+        };
+        let alone_after_ns = self.config.alone_after_ns;
+        let span_completions = self.span.completions + window.completions;
+        let span_start_ns = if self.span.completions == 0 {
+            window.start_ns
+        } else {
+            self.span.start_ns
+        };
+        let span_elapsed = now.saturating_sub(span_start_ns).max(1) as f64;
         WindowSummary {
             completions: window.completions,
             rate,
@@ -898,15 +984,19 @@ impl AdaptiveBudget {
             delay_ns,
             mean_piece_cost_ns: window.cost_ns as f64 / window.completions.max(1) as f64,
             binding: window.backlogged * 2 >= window.completions && window.completions > 0,
-            stalled: window.longest_gap_ns as f64 > STALL_FRACTION * elapsed,
+            stalled: window.longest_gap_ns as f64 > self.config.stall_fraction * elapsed,
             longest_gap_ns: window.longest_gap_ns,
             reads: window.reads,
-            reads_recent: self
-                .last_read_ns
-                .is_some_and(|at| now.saturating_sub(at) <= READS_REMEMBERED_NS),
+            reads_recent: within(self.last_read_ns, self.config.reads_remembered_ns),
             late_reads,
             worst_late_read_ns,
             over_target_reads: window.over_target_reads,
+            unprotected: !within(self.last_read_ns, alone_after_ns)
+                && !within(self.last_shared_ns, alone_after_ns),
+            span_completions,
+            span_rate: (self.span.cost_ns + window.cost_ns) as f64 / span_elapsed,
+            span_mean_in_flight_ns: (self.span.in_flight_sum_ns + window.in_flight_sum_ns) as f64
+                / span_completions.max(1) as f64,
         }
     }
 
@@ -915,10 +1005,14 @@ impl AdaptiveBudget {
         if window.completions == 0 || window.rate <= 0.0 {
             return Situation::Idle;
         }
-        let goal = self.config.goal_ns();
+        let goal = self.goal_ns();
         let late = window.late_reads > 0
-            && window.late_reads * 100 > window.reads * LATE_READS_PER_HUNDRED;
-        let delay_over = !window.reads_recent && window.delay_ns > goal;
+            && window.late_reads * 100 > window.reads * self.config.late_reads_per_hundred;
+        // A writer alone is judged by throughput (rule 5), but not while slow
+        // start may still overshoot: a read arriving later must not find the
+        // overshoot ahead of it.
+        let littles_law_judges = !window.unprotected || self.slow_start;
+        let delay_over = !window.reads_recent && littles_law_judges && window.delay_ns > goal;
         // Congestion even when the budget held nothing back: a budget far above
         // what the workload keeps in flight (a wrong profile, a slow device) must
         // come down to what is in flight and below, or the next burst fills it.
@@ -934,9 +1028,14 @@ impl AdaptiveBudget {
             if !window.binding {
                 return Situation::Idle;
             }
-            if limit_ns < self.config.max_limit_ns && window.delay_ns * GROW_STEP_FAST <= goal {
+            if limit_ns < self.bounds.max_limit_ns
+                && window.delay_ns * self.config.grow_step_fast <= goal
+            {
                 return Situation::SlowStart;
             }
+        }
+        if window.unprotected {
+            return self.classify_for_throughput(window, limit_ns);
         }
         match self.probe {
             Probe::Up {
@@ -945,12 +1044,15 @@ impl AdaptiveBudget {
                 baseline_missed,
                 ..
             } => {
-                return if !window.binding || reads_paid(window, baseline_missed) {
+                return if !window.binding
+                    || reads_paid(window, baseline_missed, self.config.late_reads_per_hundred)
+                {
                     Situation::GrowthWasted
-                } else if window.rate >= baseline * GROWTH_PAYS {
+                } else if window.rate >= baseline * self.config.growth_pays {
                     Situation::GrowthPaid
-                } else if window.mean_in_flight_ns < baseline_in_flight_ns * IN_FLIGHT_GREW
-                    && limit_ns < self.config.max_limit_ns
+                } else if window.mean_in_flight_ns
+                    < baseline_in_flight_ns * self.config.in_flight_grew
+                    && limit_ns < self.bounds.max_limit_ns
                 {
                     Situation::GrowthUnfelt
                 } else {
@@ -958,7 +1060,7 @@ impl AdaptiveBudget {
                 };
             }
             Probe::Down { baseline, .. } => {
-                return if window.rate >= baseline * SHRINK_KEEPS {
+                return if window.rate >= baseline * self.config.shrink_keeps {
                     Situation::ShrinkFree
                 } else {
                     Situation::ShrinkCostly
@@ -977,7 +1079,7 @@ impl AdaptiveBudget {
         let probe_up = !self.probe_down_next || window.reads_recent;
         if self.has_room(window, limit_ns)
             && probe_up
-            && limit_ns < self.config.max_limit_ns
+            && limit_ns < self.bounds.max_limit_ns
             && self.now_ns >= self.grow_not_before_ns
         {
             Situation::Underused
@@ -988,27 +1090,78 @@ impl AdaptiveBudget {
         }
     }
 
+    /// Names the situation while a writer is alone (module docs, rule 5):
+    /// growth is judged, and started, only on the rate averaged over
+    /// [`ControllerConfig::knee_completions`] since the budget last changed,
+    /// and the budget never probes downwards.
+    fn classify_for_throughput(&self, window: &WindowSummary, limit_ns: Nanos) -> Situation {
+        let measured = window.span_completions >= self.config.knee_completions;
+        match self.probe {
+            Probe::Up {
+                baseline,
+                baseline_in_flight_ns,
+                ..
+            } => {
+                if !measured {
+                    Situation::Fine
+                } else if !window.binding {
+                    Situation::GrowthWasted
+                } else if window.span_rate >= baseline * self.config.growth_pays {
+                    Situation::GrowthPaid
+                } else if window.span_mean_in_flight_ns
+                    < baseline_in_flight_ns * self.config.in_flight_grew
+                    && limit_ns < self.bounds.max_limit_ns
+                {
+                    Situation::GrowthUnfelt
+                } else {
+                    Situation::GrowthWasted
+                }
+            }
+            Probe::Down { baseline, .. } => {
+                if window.rate >= baseline * self.config.shrink_keeps {
+                    Situation::ShrinkFree
+                } else {
+                    Situation::ShrinkCostly
+                }
+            }
+            Probe::None if !window.binding => Situation::Idle,
+            // Not Idle: a window that binds ends slow start (rule 4).
+            Probe::None if !measured => Situation::Fine,
+            Probe::None if self.holds_left > 0 => Situation::Fine,
+            Probe::None
+                if limit_ns < self.bounds.max_limit_ns
+                    && self.now_ns >= self.grow_not_before_ns =>
+            {
+                Situation::Underused
+            }
+            Probe::None => Situation::Fine,
+        }
+    }
+
     /// Whether a shrink probe may start, or go on, from `limit_ns`: not within
-    /// the backoff after a costly one ([`SHRINK_BACKOFF_NS`]), and not below
-    /// [`SHRINK_FLOOR_PIECES`] pieces.
+    /// the backoff after a costly one ([`ControllerConfig::shrink_backoff_ns`]), and not below
+    /// [`ControllerConfig::shrink_floor_pieces`] pieces.
     fn may_shrink(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
-        let shrunk = self.clamp(limit_ns as f64 * SHRINK_STEP);
+        let shrunk = self.clamp(limit_ns as f64 * self.config.shrink_step);
         let piece_ns = window
             .mean_piece_cost_ns
             .max(self.split_piece_cost_ns(shrunk) as f64);
         shrunk < limit_ns
             && self.now_ns >= self.shrink_not_before_ns
-            && shrunk as f64 >= SHRINK_FLOOR_PIECES * piece_ns
+            && shrunk as f64 >= self.config.shrink_floor_pieces * piece_ns
     }
 
     /// Whether a growth step stays within the goal: by the reads themselves
     /// while there are any (none was late, or the window would be congested),
-    /// by Little's law otherwise.
+    /// always for a writer alone (throughput is its only goal), by Little's
+    /// law otherwise.
     fn has_room(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
-        window.reads_recent || (limit_ns as f64 * GROW_STEP) / window.rate <= self.config.goal_ns()
+        window.reads_recent
+            || window.unprotected
+            || (limit_ns as f64 * self.config.grow_step) / window.rate <= self.goal_ns()
     }
 
-    /// Whether the device showed a stall within [`STALL_MEMORY_NS`]: the
+    /// Whether the device showed a stall within [`ControllerConfig::stall_memory_ns`]: the
     /// pipeline-pieces rule is on (see the module docs).
     pub fn stalls(&self) -> bool {
         self.stalls_until_ns
@@ -1016,12 +1169,15 @@ impl AdaptiveBudget {
     }
 
     /// Turns the pipeline-pieces rule on (or keeps it on) after a stalled
-    /// window whose stall was at most [`PIPELINE_STALL_TARGETS`] targets long.
+    /// window whose stall was at most [`ControllerConfig::pipeline_stall_targets`] targets long.
     fn note_stall(&mut self, window: &WindowSummary) {
         let short = window.longest_gap_ns
-            <= PIPELINE_STALL_TARGETS.saturating_mul(self.config.latency_target_ns);
+            <= self
+                .config
+                .pipeline_stall_targets
+                .saturating_mul(self.bounds.latency_target_ns);
         if window.stalled && short {
-            self.stalls_until_ns = Some(self.now_ns.saturating_add(STALL_MEMORY_NS));
+            self.stalls_until_ns = Some(self.now_ns.saturating_add(self.config.stall_memory_ns));
         }
         self.stats.stalls = self.stalls();
     }
@@ -1055,32 +1211,35 @@ impl AdaptiveBudget {
         let piece_ns = self.split_piece_cost_ns(limit_ns);
         let step_ns = (piece_ns / 8).max(1);
         let mut next_ns = limit_ns;
-        while self.split_piece_cost_ns(next_ns) <= piece_ns && next_ns < self.config.max_limit_ns {
+        while self.split_piece_cost_ns(next_ns) <= piece_ns && next_ns < self.bounds.max_limit_ns {
             next_ns = next_ns.saturating_add(step_ns);
         }
         grown.max(next_ns as f64)
     }
 
     fn clamp(&self, limit_ns: f64) -> Nanos {
-        (limit_ns.round() as Nanos).clamp(self.config.min_limit_ns, self.config.max_limit_ns)
+        (limit_ns.round() as Nanos).clamp(self.bounds.min_limit_ns, self.bounds.max_limit_ns)
     }
 
     /// The largest budget whose queue drains within the goal at `rate`.
     fn ceiling_ns(&self, rate: f64) -> f64 {
-        self.config.goal_ns() * rate
+        self.goal_ns() * rate
     }
 
     /// The cut a congested window makes, as a factor of the limit.
     fn congestion_cut(&self, window: &WindowSummary, limit_ns: Nanos) -> f64 {
-        let goal = self.config.goal_ns();
+        let goal = self.goal_ns();
         let mut cut: f64 = 1.0;
         if window.delay_ns > goal {
             cut = cut.min(self.ceiling_ns(window.rate) / limit_ns as f64);
         }
         if window.worst_late_read_ns > 0 {
-            cut = cut.min(self.config.latency_target_ns as f64 / window.worst_late_read_ns as f64);
+            cut = cut.min(self.bounds.latency_target_ns as f64 / window.worst_late_read_ns as f64);
         }
-        cut.clamp(CONGESTION_CUT_MAX, CONGESTION_CUT_MIN)
+        cut.clamp(
+            self.config.congestion_cut_max,
+            self.config.congestion_cut_min,
+        )
     }
 
     fn grow(
@@ -1092,12 +1251,17 @@ impl AdaptiveBudget {
         if situation == Situation::GrowthPaid {
             self.paid_streak += 1;
         }
-        let step = if self.paid_streak >= 2 {
-            GROW_STEP_FAST
+        let step = if self.paid_streak >= 2 || window.unprotected {
+            self.config.grow_step_fast
         } else {
-            GROW_STEP
+            self.config.grow_step
         };
-        let grown = self.bound_by_threshold(limit_ns, limit_ns as f64 * step);
+        // The congestion threshold guards reads; a writer alone has none.
+        let grown = if window.unprotected {
+            limit_ns as f64 * step
+        } else {
+            self.bound_by_threshold(limit_ns, limit_ns as f64 * step)
+        };
         let mut grown = self.next_split_ns(limit_ns, grown);
         if !self.has_room(window, limit_ns) {
             grown = grown.min(self.ceiling_ns(window.rate));
@@ -1105,17 +1269,22 @@ impl AdaptiveBudget {
         let grown = self.clamp(self.pipeline_cap_ns(grown));
         if grown <= limit_ns {
             self.probe = Probe::None;
-            self.holds_left = HOLD_WINDOWS;
+            self.holds_left = self.config.hold_windows;
             return None;
         }
         // An unfelt probe keeps the baseline it started from.
         if let (Situation::GrowthUnfelt, Probe::Up { .. }) = (situation, self.probe) {
             return Some(grown);
         }
+        let (baseline, baseline_in_flight_ns) = if window.unprotected {
+            (window.span_rate, window.span_mean_in_flight_ns)
+        } else {
+            (window.rate, window.mean_in_flight_ns)
+        };
         self.probe = Probe::Up {
             from_ns: limit_ns,
-            baseline: window.rate,
-            baseline_in_flight_ns: window.mean_in_flight_ns,
+            baseline,
+            baseline_in_flight_ns,
             baseline_missed: window.missed_share(),
         };
         Some(grown)
@@ -1138,7 +1307,7 @@ impl AdaptiveBudget {
                 self.holds_left = self.holds_left.saturating_sub(1);
                 None
             }
-            Situation::SlowStart => Some(self.clamp(limit * GROW_STEP_FAST)),
+            Situation::SlowStart => Some(self.clamp(limit * self.config.grow_step_fast)),
             Situation::Congested => {
                 // Cut from what was in flight when the budget did not bind.
                 let limit = if window.binding {
@@ -1171,7 +1340,7 @@ impl AdaptiveBudget {
                 self.probe = Probe::None;
                 self.paid_streak = 0;
                 self.probe_down_next = true;
-                self.holds_left = HOLD_WINDOWS;
+                self.holds_left = self.config.hold_windows;
                 Some(from_ns)
             }
             Situation::Settled => {
@@ -1179,13 +1348,13 @@ impl AdaptiveBudget {
                     from_ns: limit_ns,
                     baseline: window.rate,
                 };
-                Some(self.clamp(limit * SHRINK_STEP))
+                Some(self.clamp(limit * self.config.shrink_step))
             }
             Situation::ShrinkFree => {
                 let Probe::Down { baseline, .. } = self.probe else {
                     unreachable!("classified from a shrink probe")
                 };
-                let shrunk = self.clamp(limit * SHRINK_STEP);
+                let shrunk = self.clamp(limit * self.config.shrink_step);
                 if self.may_shrink(window, limit_ns) {
                     // The baseline stays the rate before the first shrink: no drift.
                     self.probe = Probe::Down {
@@ -1196,7 +1365,7 @@ impl AdaptiveBudget {
                 } else {
                     self.probe = Probe::None;
                     self.probe_down_next = false;
-                    self.holds_left = HOLD_WINDOWS;
+                    self.holds_left = self.config.hold_windows;
                     None
                 }
             }
@@ -1206,9 +1375,10 @@ impl AdaptiveBudget {
                 };
                 self.probe = Probe::None;
                 self.probe_down_next = false;
-                self.holds_left = HOLD_WINDOWS;
+                self.holds_left = self.config.hold_windows;
                 self.shrink_not_before_ns = self.now_ns.saturating_add(self.shrink_backoff_ns);
-                self.shrink_backoff_ns = (self.shrink_backoff_ns * 2).min(SHRINK_BACKOFF_MAX_NS);
+                self.shrink_backoff_ns =
+                    (self.shrink_backoff_ns * 2).min(self.config.shrink_backoff_max_ns);
                 Some(from_ns)
             }
         };
@@ -1226,10 +1396,28 @@ impl AdaptiveBudget {
         new
     }
 
-    /// A growth probe failed: the next one waits (see [`GROW_BACKOFF_NS`]).
+    /// Adds the window that just ended to the span, or starts a new span
+    /// when the budget changed.
+    fn extend_span(&mut self, now: Nanos, changed: bool) {
+        if changed {
+            self.span = Span {
+                start_ns: now,
+                ..Span::default()
+            };
+            return;
+        }
+        if self.span.completions == 0 {
+            self.span.start_ns = self.window.start_ns;
+        }
+        self.span.completions += self.window.completions;
+        self.span.cost_ns += self.window.cost_ns;
+        self.span.in_flight_sum_ns += self.window.in_flight_sum_ns;
+    }
+
+    /// A growth probe failed: the next one waits (see [`ControllerConfig::grow_backoff_ns`]).
     fn back_off_growth(&mut self) {
         self.grow_not_before_ns = self.now_ns.saturating_add(self.grow_backoff_ns);
-        self.grow_backoff_ns = (self.grow_backoff_ns * 2).min(GROW_BACKOFF_MAX_NS);
+        self.grow_backoff_ns = (self.grow_backoff_ns * 2).min(self.config.grow_backoff_max_ns);
         self.stats.grow_backoff_ns = self.grow_backoff_ns;
     }
 
@@ -1243,14 +1431,15 @@ impl AdaptiveBudget {
     /// device served many budgets of newer work before it. Any overtaking keeps
     /// the rule on, as the rule itself bounds how much can overtake a read.
     fn note_starvation(&mut self, sample: &CompletionSample, latency_ns: Nanos, limit_ns: Nanos) {
-        let starved = latency_ns > self.config.latency_target_ns
-            && sample.overtaken_ns / STARVED_OVERTAKEN_FACTOR > limit_ns.max(sample.ahead_ns);
+        let starved = latency_ns > self.bounds.latency_target_ns
+            && sample.overtaken_ns / self.config.starved_overtaken_factor
+                > limit_ns.max(sample.ahead_ns);
         let still = self.starving() && sample.overtaken_ns > 0;
         if starved {
             self.stats.starved_reads += 1;
         }
         if starved || still {
-            self.starving_until_ns = Some(sample.now + STARVATION_MEMORY_NS);
+            self.starving_until_ns = Some(sample.now + self.config.starvation_memory_ns);
         }
         self.stats.starving = self.starving();
     }
@@ -1288,13 +1477,13 @@ impl AdaptiveBudget {
 
 /// Whether more reads missed the target in a growth probe's window than
 /// before the probe (`baseline_missed`, a share): more than one, and more than
-/// [`LATE_READS_PER_HUNDRED`] in a hundred of the window's reads.
-fn reads_paid(window: &WindowSummary, baseline_missed: f64) -> bool {
+/// [`ControllerConfig::late_reads_per_hundred`] in a hundred of the window's reads.
+fn reads_paid(window: &WindowSummary, baseline_missed: f64, late_reads_per_hundred: u64) -> bool {
     let extra_missed = window.over_target_reads as f64 - baseline_missed * window.reads as f64;
     extra_missed
         > f64::max(
             1.0,
-            window.reads as f64 * LATE_READS_PER_HUNDRED as f64 / 100.0,
+            window.reads as f64 * late_reads_per_hundred as f64 / 100.0,
         )
 }
 
@@ -1303,6 +1492,9 @@ impl LatencyController for AdaptiveBudget {
         if !self.started {
             self.started = true;
             self.window.start_ns = sample.now.saturating_sub(sample.device_time_ns);
+            // No writer counts as alone before it has been for a while (rule 5):
+            // a reader starting beside it must not find it deepened already.
+            self.last_shared_ns = Some(self.window.start_ns);
         }
         let window = &mut self.window;
         let since_ns = window.last_completion_ns.max(window.start_ns);
@@ -1320,20 +1512,23 @@ impl LatencyController for AdaptiveBudget {
         if sample.direction == Direction::Read {
             self.last_read_ns = Some(sample.now);
         }
+        if sample.ahead_other_ns > 0 {
+            self.last_shared_ns = Some(sample.now);
+        }
         // Only reads of classes that ask for less than they get are promised
-        // the target (module docs, "whom the target protects").
+        // the target (module docs, rule 1).
         if sample.direction == Direction::Read && !sample.class_backlogged {
             let window = &mut self.window;
             window.reads += 1;
             let latency_ns = sample.queue_wait_ns + sample.device_time_ns;
-            if latency_ns > self.config.latency_target_ns {
+            if latency_ns > self.bounds.latency_target_ns {
                 window.over_target_reads += 1;
             }
             // Only the device's part can say the budget is too large: time
             // waited in the fair queue says it is full (module docs,
-            // "congested"); and only other classes' work ahead could have
+            // rule 1); and only other classes' work ahead could have
             // been kept back for it.
-            if sample.device_time_ns > self.config.latency_target_ns {
+            if sample.device_time_ns > self.bounds.latency_target_ns {
                 window
                     .late_candidates
                     .push((sample.device_time_ns, sample.ahead_other_ns));
@@ -1348,6 +1543,7 @@ impl LatencyController for AdaptiveBudget {
         let situation = self.classify(&summary, limit_ns);
         let new = self.act(situation, &summary, limit_ns);
         self.record(sample.now, situation, &summary, limit_ns, new);
+        self.extend_span(sample.now, new.is_some());
         let mut late_candidates = std::mem::take(&mut self.window.late_candidates);
         late_candidates.clear();
         self.window = Window {
@@ -1366,12 +1562,12 @@ impl LatencyController for AdaptiveBudget {
     /// overdue as soon as it is the oldest piece in flight: the dispatcher then
     /// sends no newer work of classes with work in flight, the device drains
     /// what it holds and serves the read. A write is overdue once it took
-    /// [`OVERDUE_WRITE_FACTOR`] times what the work ahead and itself take at the
+    /// [`ControllerConfig::overdue_write_factor`] times what the work ahead and itself take at the
     /// last window's rate: a disk may skip one piece of a stream (its sector just
     /// passed) and then starve it like a read, with the reads behind it.
     ///
     /// Before any starvation is seen, a read is overdue after
-    /// [`READ_OVERDUE_TARGETS`] latency targets (the watchdog): the rule learns
+    /// [`ControllerConfig::read_overdue_targets`] latency targets (the watchdog): the rule learns
     /// of starvation from a starved read's completion, and a disk streaming a
     /// well-pipelined writer may never serve that read by itself.
     fn overdue_after_ns(
@@ -1382,22 +1578,23 @@ impl LatencyController for AdaptiveBudget {
     ) -> Option<Nanos> {
         if !self.starving() {
             return (direction == Direction::Read).then(|| {
-                self.config
+                self.bounds
                     .latency_target_ns
-                    .saturating_mul(READ_OVERDUE_TARGETS)
+                    .saturating_mul(self.config.read_overdue_targets)
             });
         }
         match direction {
             Direction::Read => Some(0),
             Direction::Write => (self.last.rate > 0.0).then(|| {
-                ((ahead_ns + cost_ns) as f64 * OVERDUE_WRITE_FACTOR / self.last.rate) as Nanos
+                ((ahead_ns + cost_ns) as f64 * self.config.overdue_write_factor / self.last.rate)
+                    as Nanos
             }),
         }
     }
 
     fn start_limit_ns(&self, derived_ns: Nanos) -> Nanos {
         if self.start_small {
-            self.config.min_limit_ns
+            self.bounds.min_limit_ns
         } else {
             derived_ns
         }
@@ -1409,7 +1606,7 @@ mod tests {
     use super::*;
 
     fn controller() -> AdaptiveBudget {
-        AdaptiveBudget::new(AdaptiveConfig {
+        AdaptiveBudget::new(BudgetBounds {
             latency_target_ns: 300_000,
             min_limit_ns: 10_000,
             max_limit_ns: 10_000_000,
@@ -1469,7 +1666,7 @@ mod tests {
         let w = window(1.04, 60_000.0, true);
         assert_eq!(c.act(Situation::GrowthWasted, &w, grown), Some(50_000));
         // Then it holds, and the next probe goes down.
-        for _ in 0..HOLD_WINDOWS {
+        for _ in 0..c.config.hold_windows {
             assert_eq!(c.classify(&w, 50_000), Situation::Fine);
             assert_eq!(c.act(Situation::Fine, &w, 50_000), None);
         }
@@ -1477,7 +1674,7 @@ mod tests {
         let stats = c.stats();
         assert_eq!(
             (stats.grows, stats.shrinks, stats.holds),
-            (1, 1, HOLD_WINDOWS as u64)
+            (1, 1, c.config.hold_windows as u64)
         );
     }
 
@@ -1689,7 +1886,7 @@ mod tests {
 
     #[test]
     fn a_growth_that_made_reads_late_is_wasted_even_if_each_is_excused() {
-        let mut c = AdaptiveBudget::new(AdaptiveConfig {
+        let mut c = AdaptiveBudget::new(BudgetBounds {
             latency_target_ns: 1_000_000,
             min_limit_ns: 80_000,
             max_limit_ns: 64_000_000,
@@ -1741,7 +1938,7 @@ mod tests {
         );
         let mut steps = Vec::new();
         let mut rate = 1.0;
-        for _ in 0..THRESHOLD_PAID_WINDOWS {
+        for _ in 0..c.config.threshold_paid_windows {
             let (situation, new) = judge(&mut c, &reading(rate, limit as f64), limit);
             steps.push((situation, new));
             limit = new;
@@ -1811,14 +2008,14 @@ mod tests {
             );
         }
         probe_then_congest(&mut c, 320 * ms, &mut limit);
-        assert_eq!(c.stats().grow_backoff_ns, 8 * GROW_BACKOFF_NS);
+        assert_eq!(c.stats().grow_backoff_ns, 8 * c.config.grow_backoff_ns);
         // A congestion with no probe on (the device slowed) does not add to it.
         c.now_ns = 400 * ms;
         assert_eq!(
             judge(&mut c, &congested(limit as f64), limit).0,
             Situation::Congested
         );
-        assert_eq!(c.stats().grow_backoff_ns, 8 * GROW_BACKOFF_NS);
+        assert_eq!(c.stats().grow_backoff_ns, 8 * c.config.grow_backoff_ns);
     }
 
     #[test]
@@ -1877,7 +2074,7 @@ mod tests {
         assert!(grown_piece_ns > c.split_piece_cost_ns(small));
         assert_eq!(grown, PIPELINE_PIECES * grown_piece_ns);
         // The rule ends STALL_MEMORY_NS after the last stalled window.
-        c.now_ns += STALL_MEMORY_NS;
+        c.now_ns += c.config.stall_memory_ns;
         assert!(!c.stalls());
         // A stall longer than PIPELINE_STALL_TARGETS targets (a host flush
         // far beyond the target) leaves the rule off: the queue is a small

@@ -30,6 +30,15 @@
 //! not a silent double completion. The slabs reuse their slots, so a steady stream
 //! of requests allocates nothing after warm-up.
 //!
+//! A class may have a rate limit ([`Dispatcher::set_rate_limit`]; see
+//! [`crate::rate_limit`]): each piece dispatched is charged to its token
+//! buckets, and a class in debt is *held* in the fair queue, which then skips
+//! it without losing its place (see [`crate::fair_queue`]). Each dispatch
+//! first releases the held classes whose debt is paid by `now`.
+//! [`Dispatcher::next_eligible_at`] says when the next held class with queued
+//! work becomes eligible, so that an engine sleeps until then at the latest
+//! (no busy loop, and no stall when only capped work is queued).
+//!
 //! Classes are created, changed and removed at run time. Removing a class that
 //! still has queued or in-flight pieces retires it: it accepts no more requests and
 //! its slot is freed when the last piece completes, so nothing it submitted is lost.
@@ -40,6 +49,7 @@ use crate::budget::{self, Budget};
 use crate::controller::{CompletionSample, ControllerStats, FixedBudget, LatencyController};
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
 use crate::profile::{CostModel, DeviceProfile, ProfileError};
+use crate::rate_limit::{ClassLimiter, RateLimit, RateLimitError};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};
 use std::collections::VecDeque;
 use std::fmt;
@@ -67,6 +77,8 @@ pub enum ClassError {
     UnknownClass(ClassId),
     /// The class is being removed and accepts no new requests.
     Retiring(ClassId),
+    /// The rate limit is invalid.
+    InvalidRateLimit(RateLimitError),
 }
 
 impl fmt::Display for ClassError {
@@ -84,6 +96,7 @@ impl fmt::Display for ClassError {
                 formatter,
                 "class {class:?} is being removed and accepts no new requests"
             ),
+            Self::InvalidRateLimit(error) => error.fmt(formatter),
         }
     }
 }
@@ -194,6 +207,10 @@ pub struct ClassStats {
     pub dispatched_cost_ns: Nanos,
     /// Whether the class is being removed.
     pub retiring: bool,
+    /// The class's rate limit, if any.
+    pub rate_limit: Option<RateLimit>,
+    /// Whether the class is held now by its rate limit (in debt).
+    pub rate_limited: bool,
 }
 
 /// Counters of the whole device.
@@ -222,6 +239,8 @@ struct ClassSlot {
     in_flight_ns: Nanos,
     completed_requests: u64,
     dispatched_pieces: u64,
+    /// The class's token buckets, if it has a rate limit.
+    limiter: Option<ClassLimiter>,
 }
 
 #[derive(Debug)]
@@ -233,6 +252,8 @@ struct RequestSlot {
     last_dispatched_at: Nanos,
     pieces: u32,
     pieces_remaining: u32,
+    /// Whether a piece of it was dispatched (its operation is charged then).
+    started: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -325,6 +346,8 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     dispatch_order: VecDeque<(u32, u32)>,
     /// Cost completed since the dispatcher was made (for `overtaken_ns`).
     completed_ns: u128,
+    /// Indexes of the classes held by their rate limit.
+    held_classes: Vec<usize>,
 }
 
 impl<C: LatencyController> fmt::Debug for Dispatcher<C> {
@@ -369,6 +392,7 @@ impl<C: LatencyController> Dispatcher<C> {
             in_flight: Slab::new(),
             dispatch_order: VecDeque::new(),
             completed_ns: 0,
+            held_classes: Vec::new(),
         };
         dispatcher.derive_split_bytes();
         Ok(dispatcher)
@@ -470,6 +494,7 @@ impl<C: LatencyController> Dispatcher<C> {
             in_flight_ns: 0,
             completed_requests: 0,
             dispatched_pieces: 0,
+            limiter: None,
         });
         self.queue.add_class(index as usize, shares);
         Ok(ClassId {
@@ -486,6 +511,104 @@ impl<C: LatencyController> Dispatcher<C> {
         }
         self.queue.set_shares(class.index(), shares);
         Ok(())
+    }
+
+    /// Sets (`Some`) or lifts (`None`) a class's rate limit at `now`; it
+    /// applies to everything dispatched from now on. Changing a limit keeps
+    /// the debt the class owes (see [`ClassLimiter::set_limit`]); lifting it
+    /// releases the class at once.
+    pub fn set_rate_limit(
+        &mut self,
+        now: Nanos,
+        class: ClassId,
+        limit: Option<RateLimit>,
+    ) -> Result<(), ClassError> {
+        self.check_class(class)?;
+        if let Some(limit) = &limit {
+            limit.validate().map_err(ClassError::InvalidRateLimit)?;
+        }
+        let index = class.index();
+        let slot = &mut self.classes.slots[index];
+        slot.limiter = match (slot.limiter.take(), limit) {
+            (_, None) => None,
+            (Some(mut limiter), Some(limit)) => {
+                limiter.set_limit(now, limit);
+                Some(limiter)
+            }
+            (None, Some(limit)) => Some(ClassLimiter::new(now, limit)),
+        };
+        let eligible = slot
+            .limiter
+            .as_mut()
+            .is_none_or(|limiter| limiter.is_eligible(now));
+        if eligible {
+            self.release_class(index);
+        } else {
+            self.hold_class(index);
+        }
+        Ok(())
+    }
+
+    /// A class's rate limit, if it has one.
+    pub fn rate_limit(&self, class: ClassId) -> Result<Option<RateLimit>, ClassError> {
+        self.check_class(class)?;
+        Ok(self.classes.slots[class.index()]
+            .limiter
+            .map(|limiter| limiter.limit()))
+    }
+
+    /// When the first class held by its rate limit *with queued work* may go
+    /// again: an engine with nothing else to wake it must call
+    /// [`Dispatcher::dispatch`] then. `None` when no queued work waits on a
+    /// rate limit.
+    pub fn next_eligible_at(&self) -> Option<Nanos> {
+        self.held_classes
+            .iter()
+            .filter(|&&index| self.queue.class_len(index) > 0)
+            .filter_map(|&index| self.classes.slots[index].limiter)
+            .map(|limiter| limiter.eligible_at())
+            .min()
+    }
+
+    fn hold_class(&mut self, index: usize) {
+        if !self.queue.is_held(index) {
+            self.queue.hold(index);
+            self.held_classes.push(index);
+        }
+    }
+
+    fn release_class(&mut self, index: usize) {
+        if self.queue.is_held(index) {
+            self.queue.release(index);
+            self.held_classes.retain(|&held| held != index);
+        }
+    }
+
+    /// Releases every held class whose debt is paid at `now`.
+    fn release_paid_classes(&mut self, now: Nanos) {
+        let mut position = 0;
+        while position < self.held_classes.len() {
+            let index = self.held_classes[position];
+            let limiter = self.classes.slots[index].limiter.as_mut();
+            if limiter.is_none_or(|limiter| limiter.is_eligible(now)) {
+                self.queue.release(index);
+                self.held_classes.swap_remove(position);
+            } else {
+                position += 1;
+            }
+        }
+    }
+
+    /// Charges a dispatched piece to its class's rate limit, and holds the
+    /// class if that left it in debt.
+    fn charge_rate_limit(&mut self, now: Nanos, index: usize, bytes: u64, starts_request: bool) {
+        let Some(limiter) = self.classes.slots[index].limiter.as_mut() else {
+            return;
+        };
+        limiter.charge(now, bytes, starts_request);
+        if !limiter.is_eligible(now) {
+            self.hold_class(index);
+        }
     }
 
     /// Removes a class. With nothing queued or in flight it goes at once;
@@ -522,6 +645,8 @@ impl<C: LatencyController> Dispatcher<C> {
         let idle = slot.in_flight_pieces == 0 && self.queue.class_len(index) == 0;
         if slot.retiring && idle {
             self.classes.slots[index].live = false;
+            self.classes.slots[index].limiter = None;
+            self.held_classes.retain(|&held| held != index);
             self.queue.remove_class(index);
             self.classes.release(index as u32);
             return true;
@@ -547,6 +672,7 @@ impl<C: LatencyController> Dispatcher<C> {
             last_dispatched_at: now,
             pieces,
             pieces_remaining: pieces,
+            started: false,
         });
         let mut offset_bytes = request.offset_bytes;
         let mut remaining_bytes = request.length_bytes;
@@ -565,11 +691,14 @@ impl<C: LatencyController> Dispatcher<C> {
         Ok(pieces)
     }
 
-    /// Moves every piece the budget admits now into `out`, in fair-queue order.
-    /// Returns how many it moved.
+    /// Moves every piece the budget admits now into `out`, in fair-queue order,
+    /// skipping classes held by their rate limit. Returns how many it moved.
     pub fn dispatch(&mut self, now: Nanos, out: &mut Vec<DispatchedPiece>) -> usize {
         let mut moved = 0;
         let overdue = self.oldest_is_overdue(now);
+        if !self.held_classes.is_empty() {
+            self.release_paid_classes(now);
+        }
         self.cut_head_to_split_size();
         while let Some((class_index, cost_ns)) = self.queue.peek() {
             let progress = self.classes.slots[class_index].in_flight_pieces == 0;
@@ -577,6 +706,9 @@ impl<C: LatencyController> Dispatcher<C> {
                 break;
             }
             let (class_index, cost_ns, piece) = self.queue.pop().expect("peeked");
+            let request = &mut self.requests.slots[piece.request_slot as usize];
+            let starts_request = !std::mem::replace(&mut request.started, true);
+            self.charge_rate_limit(now, class_index, piece.length_bytes, starts_request);
             out.push(self.start_piece(now, class_index, cost_ns, piece));
             moved += 1;
             self.cut_head_to_split_size();
@@ -767,6 +899,8 @@ impl<C: LatencyController> Dispatcher<C> {
             completed_requests: slot.completed_requests,
             dispatched_cost_ns: self.queue.charged_ns(class.index()),
             retiring: slot.retiring,
+            rate_limit: slot.limiter.map(|limiter| limiter.limit()),
+            rate_limited: self.queue.is_held(class.index()),
         })
     }
 
@@ -783,7 +917,8 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// Whether pieces wait in the queue: when none do, [`Dispatcher::dispatch`]
-    /// would move nothing, so a caller may skip it (and its clock read).
+    /// would move nothing, so a caller may skip it (and its clock read). Pieces
+    /// of classes held by a rate limit count: they wait too.
     pub fn has_queued(&self) -> bool {
         !self.queue.is_empty()
     }

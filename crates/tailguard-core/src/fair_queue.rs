@@ -57,6 +57,18 @@
 //! waits at most 300 + 2 × 291 + 300 ≈ 1.2 ms between dispatches, against CFQ's
 //! 15–30 s.
 //!
+//! ## Held classes: skipped without losing their place
+//!
+//! A class may be *held* ([`FairQueue::hold`]): the dispatcher holds a class
+//! whose rate limit has no tokens (see [`crate::rate_limit`]). A held class
+//! leaves the heap, so [`FairQueue::peek`] and [`FairQueue::pop`] skip it and
+//! serve the next class by virtual time, while its items stay queued in order.
+//! Its `vtime` is kept, so it loses no position it had earned; when it is
+//! released ([`FairQueue::release`]) it re-enters the heap under the same rule
+//! as a class waking from idle, at no less than `virtual_now − credit`: the
+//! time it spent held is not banked as credit that would let it monopolise the
+//! device afterwards. Items pushed to a held class wait with it.
+//!
 //! Virtual times are `u64`. Long runs would eventually overflow them, so when
 //! `virtual_now` passes [`REBASE_THRESHOLD`] every key is shifted down by the same
 //! amount, which preserves all comparisons.
@@ -107,6 +119,8 @@ struct ClassQueue<T> {
     /// Device time charged to this class since it was created.
     charged_ns: u64,
     live: bool,
+    /// Skipped by pop and peek until released; see the module docs.
+    held: bool,
 }
 
 /// A weighted fair queue over classes; see the module docs.
@@ -151,6 +165,7 @@ impl<T> FairQueue<T> {
                 queued_ns: 0,
                 charged_ns: 0,
                 live: false,
+                held: false,
             });
         }
         let class = &mut self.classes[index];
@@ -162,6 +177,7 @@ impl<T> FairQueue<T> {
             queued_ns: 0,
             charged_ns: 0,
             live: true,
+            held: false,
         };
     }
 
@@ -183,7 +199,7 @@ impl<T> FairQueue<T> {
         let vtime = (i128::from(virtual_now) + rescaled).clamp(0, i128::from(u64::MAX));
         class.vtime = vtime as u64;
         class.shares = shares;
-        if !class.items.is_empty() {
+        if !class.items.is_empty() && !class.held {
             self.backlogged
                 .retain(|Reverse((_, queued))| *queued != index);
             self.backlogged
@@ -196,19 +212,56 @@ impl<T> FairQueue<T> {
         let class = &mut self.classes[index];
         assert!(class.live && class.items.is_empty(), "class {index} busy");
         class.live = false;
+        class.held = false;
+    }
+
+    /// Holds a class: [`FairQueue::pop`] and [`FairQueue::peek`] skip it, its
+    /// items and virtual time stay; see the module docs. Holding a held class
+    /// does nothing.
+    pub fn hold(&mut self, index: usize) {
+        let class = &mut self.classes[index];
+        debug_assert!(class.live, "hold of removed class {index}");
+        if std::mem::replace(&mut class.held, true) || class.items.is_empty() {
+            return;
+        }
+        self.backlogged
+            .retain(|Reverse((_, queued))| *queued != index);
+    }
+
+    /// Releases a held class: with items queued it re-enters the order at its
+    /// virtual time, raised to no less than `virtual_now − credit` (see the
+    /// module docs). Releasing a class that is not held does nothing.
+    pub fn release(&mut self, index: usize) {
+        let class = &mut self.classes[index];
+        if !std::mem::replace(&mut class.held, false) || class.items.is_empty() {
+            return;
+        }
+        self.raise_to_credit(index);
+        self.backlogged
+            .push(Reverse((self.classes[index].vtime, index)));
+    }
+
+    /// Whether a class is held.
+    pub fn is_held(&self, index: usize) -> bool {
+        self.classes[index].held
+    }
+
+    /// Raises a class's virtual time to at least `virtual_now − credit`.
+    fn raise_to_credit(&mut self, index: usize) {
+        let class = &mut self.classes[index];
+        let credit = self.credit_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
+        class.vtime = class.vtime.max(self.virtual_now.saturating_sub(credit));
     }
 
     /// Appends an item of `cost_ns` to a class's FIFO.
     pub fn push(&mut self, index: usize, cost_ns: u64, item: T) {
-        let virtual_now = self.virtual_now;
-        let credit_ns = self.credit_ns;
-        let class = &mut self.classes[index];
-        debug_assert!(class.live, "push to removed class {index}");
-        if class.items.is_empty() {
-            let credit = credit_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
-            class.vtime = class.vtime.max(virtual_now.saturating_sub(credit));
-            self.backlogged.push(Reverse((class.vtime, index)));
+        debug_assert!(self.classes[index].live, "push to removed class {index}");
+        if self.classes[index].items.is_empty() && !self.classes[index].held {
+            self.raise_to_credit(index);
+            self.backlogged
+                .push(Reverse((self.classes[index].vtime, index)));
         }
+        let class = &mut self.classes[index];
         class.items.push_back((cost_ns, item));
         class.queued_ns += cost_ns;
         self.len += 1;
@@ -245,8 +298,8 @@ impl<T> FairQueue<T> {
         self.len += 1;
     }
 
-    /// Removes the head item of the class with the smallest virtual time and
-    /// charges the class for it. Returns the class, the cost and the item.
+    /// Removes the head item of the class with the smallest virtual time
+    /// (held classes skipped) and charges the class for it. Returns the class, the cost and the item.
     pub fn pop(&mut self) -> Option<(usize, u64, T)> {
         let Reverse((key, index)) = self.backlogged.pop()?;
         let class = &mut self.classes[index];
@@ -468,6 +521,77 @@ mod tests {
         queue.set_shares(0, 10);
         let lead_after = queue.classes[0].vtime - queue.virtual_now;
         assert_eq!(lead_before * 100, lead_after * 10);
+    }
+
+    #[test]
+    fn a_held_class_is_skipped_and_keeps_its_items_in_order() {
+        let mut queue = FairQueue::new(0);
+        queue.add_class(0, 100);
+        queue.add_class(1, 100);
+        queue.push(0, 10, 'a');
+        queue.push(0, 10, 'b');
+        queue.hold(0);
+        queue.push(0, 10, 'c');
+        queue.push(1, 10, 'x');
+        assert_eq!(queue.peek(), Some((1, 10)), "class 0 is skipped");
+        assert_eq!(
+            queue.pop().map(|(index, _, item)| (index, item)),
+            Some((1, 'x'))
+        );
+        assert!(queue.pop().is_none(), "only held work is left");
+        assert_eq!(queue.len(), 3);
+        queue.release(0);
+        let items: Vec<char> =
+            std::iter::from_fn(|| queue.pop().map(|(_, _, item)| item)).collect();
+        assert_eq!(items, ['a', 'b', 'c']);
+    }
+
+    #[test]
+    fn a_released_class_banks_no_more_than_the_credit() {
+        // Class 0 is held while class 1 is served for a long time; once
+        // released, class 0 goes ahead by at most the credit (plus one item),
+        // as a class waking from idle would.
+        let credit_ns = 50_000;
+        let mut queue = FairQueue::new(credit_ns);
+        queue.add_class(0, 100);
+        queue.add_class(1, 100);
+        for _ in 0..100 {
+            queue.push(0, 10_000, ());
+        }
+        queue.hold(0);
+        for _ in 0..1_000 {
+            queue.push(1, 10_000, ());
+            assert_eq!(queue.pop().map(|(index, ..)| index), Some(1));
+        }
+        queue.push(1, 10_000, ());
+        queue.release(0);
+        let mut ahead_ns = 0;
+        while let Some((index, cost, ())) = queue.pop() {
+            if index == 1 {
+                break;
+            }
+            ahead_ns += cost;
+        }
+        // Class 1 was just served, so its key is one item past virtual_now:
+        // credit, that item, and one for the tie.
+        assert!(ahead_ns <= credit_ns + 2 * 10_000, "{ahead_ns}");
+        assert!(ahead_ns >= credit_ns, "{ahead_ns}");
+    }
+
+    #[test]
+    fn a_held_class_keeps_a_lead_it_had() {
+        // Class 0 is ahead (served more) when it is held: released at once,
+        // it is still behind class 1 in the order, not reset to the front.
+        let mut queue = FairQueue::new(0);
+        queue.add_class(0, 100);
+        queue.add_class(1, 100);
+        queue.push(0, 50_000, ());
+        queue.push(0, 10, ());
+        queue.push(1, 10, ());
+        assert_eq!(queue.pop().map(|(index, ..)| index), Some(0));
+        queue.hold(0);
+        queue.release(0);
+        assert_eq!(queue.peek().map(|(index, _)| index), Some(1));
     }
 
     #[test]

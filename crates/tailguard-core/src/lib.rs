@@ -13,6 +13,8 @@
 //!   nanoseconds of device time.
 //! - [`fair_queue`]: weighted fair queueing by cost/shares between classes, with
 //!   bounded credit for classes that wake from idle.
+//! - [`rate_limit`]: optional per-class caps in bytes/s and operations/s,
+//!   token buckets that hold a class in the fair queue while it is in debt.
 //! - [`budget`]: the per-device **in-flight budget** in cost units.
 //! - [`controller`]: the hook a latency controller uses to resize the budget
 //!   ([`LatencyController`], [`ControllerChoice`]), and the **adaptive
@@ -33,18 +35,20 @@ pub mod controller;
 pub mod dispatcher;
 pub mod fair_queue;
 pub mod profile;
+pub mod rate_limit;
 pub mod request;
 
 pub use budget::Budget;
 pub use controller::{
-    AdaptiveBudget, AdaptiveConfig, CompletionSample, ControllerChoice, ControllerStats,
-    FixedBudget, LatencyController, Situation,
+    AdaptiveBudget, BudgetBounds, CompletionSample, ControllerChoice, ControllerConfig,
+    ControllerStats, FixedBudget, LatencyController, Situation,
 };
 pub use dispatcher::{
     ClassError, ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
     DispatcherStats, EnqueueError,
 };
 pub use profile::{CostModel, DeviceProfile, ProfileError};
+pub use rate_limit::{RateLimit, RateLimitError, DEFAULT_BURST_NS};
 pub use request::{
     Direction, IoRequest, Nanos, RequestId, NANOS_PER_MICROSECOND, NANOS_PER_MILLISECOND,
     NANOS_PER_SECOND, NANOS_PER_SECOND_F64,

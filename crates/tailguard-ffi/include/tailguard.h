@@ -228,6 +228,19 @@ int tg_class_new(const struct tg_scheduler *scheduler,
 // `class` is a live handle.
 int tg_class_set_shares(const struct tg_class *class_, uint32_t shares);
 
+// Sets or lifts a class's rate limit: at most `bytes_per_s` bytes and
+// `iops` requests per second on each device it uses (0: that dimension is
+// not capped; both 0: no limit), with `burst_ns` nanoseconds of the rate
+// that an idle class may spend at once (0: the default, 20 ms). Returns 0 or
+// a negative errno (`-EINVAL` for a burst over an hour).
+//
+// # Safety
+// `class` is a live handle.
+int tg_class_set_rate_limit(const struct tg_class *class_,
+                            uint64_t bytes_per_s,
+                            uint64_t iops,
+                            uint64_t burst_ns);
+
 // Removes the class from the scheduler and frees the handle. Requests
 // already submitted complete. Returns 0 or a negative errno (the handle is
 // freed either way).

@@ -503,6 +503,42 @@ pub unsafe extern "C" fn tg_class_set_shares(class: *const tg_class, shares: u32
     })
 }
 
+/// Sets or lifts a class's rate limit: at most `bytes_per_s` bytes and
+/// `iops` requests per second on each device it uses (0: that dimension is
+/// not capped; both 0: no limit), with `burst_ns` nanoseconds of the rate
+/// that an idle class may spend at once (0: the default, 20 ms). Returns 0 or
+/// a negative errno (`-EINVAL` for a burst over an hour).
+///
+/// # Safety
+/// `class` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tg_class_set_rate_limit(
+    class: *const tg_class,
+    bytes_per_s: u64,
+    iops: u64,
+    burst_ns: u64,
+) -> c_int {
+    guard_int(|| {
+        let limit = match (bytes_per_s, iops) {
+            (0, 0) => None,
+            (0, iops) => Some(tailguard::RateLimit::iops(iops)),
+            (bytes_per_s, 0) => Some(tailguard::RateLimit::bytes_per_s(bytes_per_s)),
+            (bytes_per_s, iops) => {
+                Some(tailguard::RateLimit::bytes_per_s(bytes_per_s).with_iops(iops))
+            }
+        }
+        .map(|limit| match burst_ns {
+            0 => limit,
+            burst_ns => limit.with_burst_ns(burst_ns),
+        });
+        // SAFETY: a live handle by the caller's contract.
+        unsafe { reference(class, "class") }?
+            .class
+            .set_rate_limit(limit)?;
+        Ok(0)
+    })
+}
+
 /// Removes the class from the scheduler and frees the handle. Requests
 /// already submitted complete. Returns 0 or a negative errno (the handle is
 /// freed either way).

@@ -19,6 +19,9 @@
 //! [[class]]
 //! name = "reads"
 //! shares = 100             # 1..=10000
+//! limit_bytes_per_s = "50m" # optional cap, bytes/s (binary suffixes); tailguard policy only
+//! limit_iops = 2000        # optional cap, requests/s; tailguard policy only
+//! limit_burst_ms = 20      # optional, how much of the cap an idle class may spend at once
 //!
 //! [[job]]
 //! class = "reads"
@@ -39,7 +42,11 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tailguard_core::fair_queue::{SHARES_MAX, SHARES_MIN};
-use tailguard_core::{DeviceProfile, Direction, Nanos, NANOS_PER_SECOND_F64};
+use tailguard_core::rate_limit::RateLimitError;
+use tailguard_core::{
+    DeviceProfile, Direction, Nanos, RateLimit, DEFAULT_BURST_NS, NANOS_PER_MILLISECOND,
+    NANOS_PER_SECOND_F64,
+};
 
 /// The longest scenario accepted, in simulated seconds (one day).
 pub const DURATION_S_MAX: f64 = 86_400.0;
@@ -205,6 +212,34 @@ pub struct ClassSpec {
     pub name: String,
     /// Shares, 1..=10000.
     pub shares: u32,
+    /// A cap in bytes per second (`limit_bytes_per_s`), enforced by the
+    /// `tailguard` policy; the baselines have no such cap and ignore it.
+    #[serde(default)]
+    pub limit_bytes_per_s: Option<Bytes>,
+    /// A cap in requests per second (`limit_iops`; not the job's `rate_iops`,
+    /// which is an arrival rate), enforced by the `tailguard` policy.
+    #[serde(default)]
+    pub limit_iops: Option<u64>,
+    /// The caps' burst in milliseconds (`limit_burst_ms`, default 20).
+    #[serde(default)]
+    pub limit_burst_ms: Option<u64>,
+}
+
+impl ClassSpec {
+    /// The class's rate limit, if it has a cap; validated by
+    /// [`Scenario::from_toml`].
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        if self.limit_bytes_per_s.is_none() && self.limit_iops.is_none() {
+            return None;
+        }
+        Some(RateLimit {
+            bytes_per_s: self.limit_bytes_per_s.map(|bytes| bytes.0),
+            iops: self.limit_iops,
+            burst_ns: self.limit_burst_ms.map_or(DEFAULT_BURST_NS, |ms| {
+                ms.saturating_mul(NANOS_PER_MILLISECOND)
+            }),
+        })
+    }
 }
 
 /// How a job generates requests.
@@ -319,6 +354,37 @@ struct RawJob {
     size: Option<Bytes>,
 }
 
+/// Checks a class's caps, naming the key at fault.
+fn validate_rate_limit(class: &ClassSpec) -> Result<(), ConfigError> {
+    if class.limit_burst_ms.is_some() && class.rate_limit().is_none() {
+        return Err(ConfigError::new(
+            "limit_burst_ms",
+            "a burst needs a cap; add limit_bytes_per_s or limit_iops, or remove it",
+        ));
+    }
+    let Some(limit) = class.rate_limit() else {
+        return Ok(());
+    };
+    limit.validate().map_err(|error| {
+        let key = match error {
+            RateLimitError::ZeroRate("bytes_per_s") => "limit_bytes_per_s",
+            RateLimitError::ZeroRate(_) => "limit_iops",
+            RateLimitError::InvalidBurst(_) | RateLimitError::NothingCapped => "limit_burst_ms",
+        };
+        let message = match error {
+            RateLimitError::ZeroRate(_) => {
+                "must be at least 1 (a zero cap would stop the class); remove the key for no cap"
+                    .to_string()
+            }
+            _ => format!(
+                "must be between 1 and {} ms",
+                tailguard_core::rate_limit::BURST_NS_MAX / NANOS_PER_MILLISECOND
+            ),
+        };
+        ConfigError::new(key, message)
+    })
+}
+
 fn default_numjobs() -> u32 {
     1
 }
@@ -355,6 +421,7 @@ impl Scenario {
                     ),
                 ));
             }
+            validate_rate_limit(class).map_err(|error| error.within(&format!("class[{index}]")))?;
         }
         let jobs = raw
             .job
@@ -415,6 +482,7 @@ impl Scenario {
                 .map(|class| ClassInfo {
                     name: class.name.clone(),
                     shares: class.shares,
+                    rate_limit: class.rate_limit(),
                 })
                 .collect(),
         }
@@ -896,5 +964,42 @@ queue_depth = 8
 
         let error = error_of(&MINIMAL.replace("duration_s = 2", "duration_s = -1"));
         assert_eq!(error.key, "duration_s");
+    }
+
+    #[test]
+    fn class_caps_parse_and_bad_ones_name_the_key() {
+        let capped = MINIMAL.replace(
+            "shares = 100",
+            "shares = 100\nlimit_bytes_per_s = \"2m\"\nlimit_iops = 300\nlimit_burst_ms = 5",
+        );
+        let scenario = Scenario::from_toml(&capped).unwrap();
+        assert_eq!(
+            scenario.classes[0].rate_limit(),
+            Some(RateLimit {
+                bytes_per_s: Some(2 << 20),
+                iops: Some(300),
+                burst_ns: 5 * NANOS_PER_MILLISECOND,
+            })
+        );
+        assert_eq!(
+            Scenario::from_toml(MINIMAL).unwrap().classes[0].rate_limit(),
+            None
+        );
+        for (line, key) in [
+            ("limit_bytes_per_s = 0", "class[0].limit_bytes_per_s"),
+            ("limit_iops = 0", "class[0].limit_iops"),
+            (
+                "limit_iops = 5\nlimit_burst_ms = 0",
+                "class[0].limit_burst_ms",
+            ),
+            ("limit_burst_ms = 5", "class[0].limit_burst_ms"),
+        ] {
+            let error =
+                error_of(&MINIMAL.replace("shares = 100", &format!("shares = 100\n{line}")));
+            assert_eq!(error.key, key, "{line}: {error}");
+        }
+        let error = error_of(&MINIMAL.replace("shares = 100", "shares = 100\nlimit_iops = -3"));
+        // Type errors come from the TOML reader and name the line.
+        assert_eq!(error.key, "line 9", "{error}");
     }
 }

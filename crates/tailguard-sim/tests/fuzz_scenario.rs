@@ -16,6 +16,7 @@ use tailguard_sim::scenario::{Arrival, Scenario, ARRIVALS_MAX, REQUESTS_HELD_MAX
 
 const BASES: &[&str] = &[
     include_str!("../../../scenarios/controller-slowdown.toml"),
+    include_str!("../../../scenarios/rate-limit-compaction.toml"),
     include_str!("../../../scenarios/seed-000-writeback.toml"),
     include_str!("../../../scenarios/seed-001-slow-device.toml"),
     include_str!("../../../scenarios/seed-002-starvation.toml"),

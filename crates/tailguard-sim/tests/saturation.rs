@@ -4,22 +4,23 @@
 //! A class with a deep queue of its own (here 2 × 32 outstanding requests)
 //! waits for itself more than for anyone else, so the latency target is not
 //! its promise and the budget is sized by throughput (the controller's module
-//! docs, "whom the target protects"). Each case runs the same scenario under
+//! docs, rule 1). Each case runs the same scenario under
 //! `fifo` (everything straight to the device model) and under the default
 //! `tailguard` policy, over several seeds, and asserts that tailguard moves
 //! at least 95% of fifo's bytes.
 //!
-//! Reads are checked on every model. Writes alone are checked on the models
-//! where the budget's Little's-law rule (it keeps a lone writer's queue within
-//! the goal, so that a read arriving later is not stuck behind it) leaves them
-//! at 95% or more; on `hdd` and `sata-ssd` that rule costs lone writes more
-//! than that.
+//! Every model and pattern is checked but three: `hdd`'s 4 KiB random reads
+//! and writes, whose knee search under the disk's noise does not yet reach
+//! 95% on every seed, and `sata-ssd`'s 128 KiB writes, which do only in the
+//! first half second (while the device's write cache absorbs them). A writer
+//! alone is judged by its averaged throughput (the controller's module docs,
+//! rule 5), so its budget deepens until more depth stops paying.
 
 use tailguard_sim::engine::run;
 use tailguard_sim::policy::PolicyName;
 use tailguard_sim::scenario::Scenario;
 
-const SEEDS: [u64; 2] = [1, 2];
+const SEEDS: [u64; 3] = [1, 2, 3];
 
 /// Simulated seconds per model: enough for thousands of requests (tens on
 /// the stick), few enough to keep the test to seconds.
@@ -91,6 +92,7 @@ fn a_saturating_reader_alone_gets_the_whole_device() {
         ("nvme", "seqread", "128k"),
         ("sata-ssd", "randread", "4k"),
         ("sata-ssd", "seqread", "128k"),
+        ("hdd", "seqread", "128k"),
         ("usb-flash", "randread", "4k"),
         ("usb-flash", "seqread", "128k"),
     ]);
@@ -102,6 +104,7 @@ fn a_saturating_writer_alone_gets_the_whole_device() {
         ("nvme", "randwrite", "4k"),
         ("nvme", "seqwrite", "128k"),
         ("sata-ssd", "randwrite", "4k"),
+        ("hdd", "seqwrite", "128k"),
         ("usb-flash", "randwrite", "4k"),
         ("usb-flash", "seqwrite", "128k"),
     ]);

@@ -12,9 +12,11 @@
 //!    the kernel just before the next one was pushed, and this call submits the
 //!    last; with `eager_submit(false)`, all of the turn's ops go in this one
 //!    call. When there is nothing else to do, the same call sleeps until a
-//!    completion or a submitter's wake-up. (Eager because on some disks,
-//!    virtio ones among them, requests submitted together complete together:
-//!    see `SchedulerBuilder::eager_submit`.)
+//!    completion or a submitter's wake-up, and, while a class held by its
+//!    rate limit has queued work, at the latest until the first such class
+//!    may go again ([`Dispatcher::next_eligible_at`]). (Eager because on some
+//!    disks, virtio ones among them, requests submitted together complete
+//!    together: see `SchedulerBuilder::eager_submit`.)
 //! 4. **reap** every available completion in a batch, complete the pieces in the
 //!    dispatchers, and deliver each finished request to its waiter.
 //!
@@ -96,9 +98,10 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::time::Duration;
 use tailguard_core::{
     ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
-    LatencyController, Nanos, RequestId,
+    LatencyController, Nanos, RateLimit, RequestId,
 };
 
 /// The `tracing` target of budget changes ([`ControllerChoice::Adaptive`]).
@@ -183,6 +186,11 @@ pub(crate) enum Message {
         class: ClassNumber,
         name: String,
         shares: u32,
+        rate_limit: Option<RateLimit>,
+    },
+    SetRateLimit {
+        class: ClassNumber,
+        rate_limit: Option<RateLimit>,
     },
     SetShares {
         class: ClassNumber,
@@ -344,6 +352,8 @@ pub(crate) struct Engine {
     classes: Vec<ClassStats>,
     /// Whether each class number may take requests (false once removed).
     live_classes: Vec<bool>,
+    /// Each class number's rate limit, applied on every device it uses.
+    rate_limits: Vec<Option<RateLimit>>,
     requests: Slab<RequestRecord>,
     pieces: Slab<PieceRecord>,
     shutting_down: bool,
@@ -373,6 +383,7 @@ impl Engine {
             device_ids: Vec::new(),
             classes: Vec::new(),
             live_classes: Vec::new(),
+            rate_limits: Vec::new(),
             requests: Slab::new(),
             pieces: Slab::new(),
             shutting_down: false,
@@ -406,7 +417,13 @@ impl Engine {
         let announced = !self.drained() && self.handoff.prepare_to_sleep();
         let sleep = announced && !done();
         self.unsubmitted = false;
-        if let Err(error) = self.backend.submit(sleep) {
+        // Work held by a rate limit needs a wake-up when it may go, whether
+        // or not anything else is in flight.
+        let submitted = match self.rate_limit_wait().filter(|_| sleep) {
+            Some(timeout) => self.backend.submit_wait_timeout(timeout),
+            None => self.backend.submit(sleep),
+        };
+        if let Err(error) = submitted {
             tracing::error!(%error, "tailguard engine: submit failed");
             self.fail_unsubmitted(&error);
         }
@@ -460,10 +477,16 @@ impl Engine {
                 class,
                 name,
                 shares,
+                rate_limit,
             } => {
                 debug_assert_eq!(class as usize, self.classes.len());
                 self.classes.push(ClassStats::new(name, shares));
                 self.live_classes.push(true);
+                self.rate_limits.push(None);
+                self.set_rate_limit(now, class, rate_limit);
+            }
+            Message::SetRateLimit { class, rate_limit } => {
+                self.set_rate_limit(now, class, rate_limit);
             }
             Message::SetShares { class, shares } => self.set_shares(class, shares),
             Message::FileClosed { fd } => self.release_if_closed(fd),
@@ -541,6 +564,33 @@ impl Engine {
         }
     }
 
+    fn set_rate_limit(&mut self, now: Nanos, class: ClassNumber, limit: Option<RateLimit>) {
+        let Some(slot) = self.rate_limits.get_mut(class as usize) else {
+            return;
+        };
+        *slot = limit;
+        let stats = &mut self.classes[class as usize];
+        stats.rate_limit_bytes_per_s = limit.and_then(|limit| limit.bytes_per_s);
+        stats.rate_limit_iops = limit.and_then(|limit| limit.iops);
+        for device in &mut self.devices {
+            if let Some(Some(id)) = device.classes.get(class as usize) {
+                // The API validated the limit; a removed class is ignored.
+                let _ = device.dispatcher.set_rate_limit(now, *id, limit);
+            }
+        }
+    }
+
+    /// How long the engine may sleep before a class held by its rate limit
+    /// may go again (`None`: no queued work waits on a limit).
+    fn rate_limit_wait(&self) -> Option<Duration> {
+        let at = self
+            .devices
+            .iter()
+            .filter_map(|device| device.dispatcher.next_eligible_at())
+            .min()?;
+        Some(Duration::from_nanos(at.saturating_sub(self.now())))
+    }
+
     fn enqueue(&mut self, now: Nanos, message: IoMessage) {
         // The API refuses such requests before they are sent; a class
         // removed by another thread meanwhile still must not reach (and
@@ -575,6 +625,10 @@ impl Engine {
                     .dispatcher
                     .add_class(shares)
                     .expect("shares were validated by the API");
+                device
+                    .dispatcher
+                    .set_rate_limit(now, class, self.rate_limits[number])
+                    .expect("the rate limit was validated by the API");
                 device.classes[number] = Some(class);
                 class
             }

@@ -69,9 +69,10 @@ pub use device::{DeviceInfo, DirectIoAlignment};
 pub use engine::{BufResult, ControllerChoice, CONTROLLER_TARGET};
 pub use metrics::{render_openmetrics, MetricsServer};
 pub use profile_file::{ProfileFile, ProfileFileError};
-pub use scheduler::{File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
+pub use scheduler::{ClassOptions, File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
 pub use stats::{ClassStats, ControllerCounters, DeviceStats, LatencyHistogram, StatsSnapshot};
 pub use tailguard_core::DeviceProfile as Profile;
+pub use tailguard_core::RateLimit;
 
 /// The profile of a non-rotational (or virtual) device before calibration:
 /// a conservative SSD. Too high a guess only deepens the queue (latency); too low

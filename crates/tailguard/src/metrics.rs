@@ -6,7 +6,9 @@
 //! collector hands it the snapshot's values as constant counters, gauges and
 //! histograms, so nothing is counted twice and the engine's hot path stays
 //! free of atomics. Per class (label `class`): operations, bytes and errors
-//! (counters), shares (gauge), and the queue wait, device time and latency as
+//! (counters), shares and, for a class with a rate limit, its caps in bytes
+//! and operations per second (gauges; no sample where not capped), and the
+//! queue wait, device time and latency as
 //! histograms in seconds, whose `_sum` is the total time queued and the total
 //! device time. Per device (label `device`): operations, bytes, budget
 //! changes, controller decisions (label `decision`: grow, shrink, hold),
@@ -170,6 +172,37 @@ impl SnapshotCollector {
         family(encoder, shares, classes, |class, metric| {
             gauge(metric, &class_label(class), i64::from(class.shares))
         })?;
+        let caps: [Reading<ClassStats, Option<u64>>; 2] = [
+            (
+                "tailguard_class_rate_limit_bytes_per_second",
+                "The class's cap in bytes per second on each device (no sample: no cap).",
+                |c| c.rate_limit_bytes_per_s,
+            ),
+            (
+                "tailguard_class_rate_limit_operations_per_second",
+                "The class's cap in requests per second on each device (no sample: no cap).",
+                |c| c.rate_limit_iops,
+            ),
+        ];
+        for (name, help, value) in caps {
+            // No family without a sample: some strict parsers refuse one.
+            if classes.iter().all(|class| value(class).is_none()) {
+                continue;
+            }
+            family(
+                encoder,
+                (name, help, None, GAUGE),
+                classes,
+                |class, metric| match value(class) {
+                    Some(cap) => gauge(
+                        metric,
+                        &class_label(class),
+                        i64::try_from(cap).unwrap_or(i64::MAX),
+                    ),
+                    None => Ok(()),
+                },
+            )?;
+        }
         #[allow(clippy::type_complexity)] // a higher-ranked fn type
         let histograms: [(
             &str,

@@ -5,7 +5,11 @@
 //! that device's dispatcher and budget, files on different devices never do. Each
 //! request names an [`IoClass`]; classes have shares (1..=10000) that can change
 //! at run time, and hold across every thread that submits, because there is one
-//! dispatcher per device, not one per thread.
+//! dispatcher per device, not one per thread. A class may also have a
+//! [`RateLimit`] ([`ClassOptions::rate_limit`], [`IoClass::set_rate_limit`]):
+//! a ceiling in bytes/s and/or requests/s, enforced on each device the class
+//! uses, that holds it down even when the device is idle, while shares split
+//! whatever the caps leave free.
 //!
 //! Requests take their buffer by value and give it back with the result
 //! ([`BufResult`]), because the kernel writes into it while the request is in
@@ -38,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tailguard_core::fair_queue::{SHARES_MAX, SHARES_MIN};
-use tailguard_core::DeviceProfile;
+use tailguard_core::{DeviceProfile, RateLimit};
 
 /// The device that [`Scheduler::nop`] requests go to: it does nothing.
 const NULL_DEVICE: DeviceId = DeviceId(u64::MAX);
@@ -365,7 +369,28 @@ impl Scheduler {
 
     /// Creates an I/O class with `shares` (1..=10000).
     pub fn add_class(&self, name: &str, shares: u32) -> io::Result<IoClass> {
+        self.add_class_with(name, &ClassOptions::new(shares))
+    }
+
+    /// Creates an I/O class with `options`: its shares and, optionally, a
+    /// rate limit.
+    ///
+    /// ```no_run
+    /// use tailguard::{ClassOptions, RateLimit, Scheduler};
+    /// # fn main() -> std::io::Result<()> {
+    /// let scheduler = Scheduler::builder().build()?;
+    /// // Compaction: a tenth of the reads' shares, and never above 50 MB/s.
+    /// let compaction = scheduler.add_class_with(
+    ///     "compaction",
+    ///     &ClassOptions::new(100).rate_limit(RateLimit::bytes_per_s(50_000_000)),
+    /// )?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_class_with(&self, name: &str, options: &ClassOptions) -> io::Result<IoClass> {
+        let shares = options.shares;
         check_shares(shares)?;
+        check_rate_limit(options.rate_limit.as_ref())?;
         let number = {
             let mut registry = self.inner.registry.lock().expect("lock poisoned");
             if registry
@@ -384,6 +409,7 @@ impl Scheduler {
             class: number,
             name: name.to_string(),
             shares,
+            rate_limit: options.rate_limit,
         })?;
         Ok(IoClass {
             scheduler: self.clone(),
@@ -532,6 +558,36 @@ fn check_shares(shares: u32) -> io::Result<()> {
     }
 }
 
+fn check_rate_limit(limit: Option<&RateLimit>) -> io::Result<()> {
+    match limit.map(RateLimit::validate) {
+        Some(Err(error)) => Err(invalid_input(format!("invalid rate limit: {error}"))),
+        _ => Ok(()),
+    }
+}
+
+/// How to create an I/O class ([`Scheduler::add_class_with`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassOptions {
+    shares: u32,
+    rate_limit: Option<RateLimit>,
+}
+
+impl ClassOptions {
+    /// A class with `shares` (1..=10000) and no rate limit.
+    pub fn new(shares: u32) -> Self {
+        Self {
+            shares,
+            rate_limit: None,
+        }
+    }
+
+    /// Caps the class at `limit` (see [`IoClass::set_rate_limit`]).
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rate_limit = Some(limit);
+        self
+    }
+}
+
 fn shut_down() -> io::Error {
     io::Error::other("the tailguard scheduler is shut down; build a new one")
 }
@@ -601,6 +657,45 @@ impl IoClass {
         self.scheduler.inner.send(Message::SetShares {
             class: self.number,
             shares,
+        })
+    }
+
+    /// Sets (`Some`) or lifts (`None`) the class's rate limit: a ceiling in
+    /// bytes per second and/or requests per second, enforced on each device
+    /// the class uses (a cap of 50 MB/s is 50 MB/s per device). A capped
+    /// class is held down even when the device is idle; the shares of the
+    /// other classes split whatever it leaves. It applies to requests
+    /// dispatched from now on, queued ones included; a class already in debt
+    /// under its old cap pays it at the new one.
+    ///
+    /// A request counts as one operation however the scheduler splits it;
+    /// bytes are counted as pieces go to the device, so a large request is
+    /// spread over time at the cap. [`RateLimit::burst_ns`] says how much of
+    /// the rate an idle class may spend at once.
+    ///
+    /// ```no_run
+    /// use tailguard::{RateLimit, Scheduler};
+    /// # fn main() -> std::io::Result<()> {
+    /// let scheduler = Scheduler::builder().build()?;
+    /// let backup = scheduler.add_class("backup", 100)?;
+    /// // Night: 200 MB/s. Day: 20 MB/s and 500 requests/s.
+    /// backup.set_rate_limit(Some(RateLimit::bytes_per_s(200_000_000)))?;
+    /// backup.set_rate_limit(Some(RateLimit::bytes_per_s(20_000_000).with_iops(500)))?;
+    /// // Lift the cap: shares alone decide again.
+    /// backup.set_rate_limit(None)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Fails with [`io::ErrorKind::InvalidInput`] for a limit that caps
+    /// nothing or has a zero rate (use `None` for no limit), or if the class
+    /// was removed.
+    pub fn set_rate_limit(&self, limit: Option<RateLimit>) -> io::Result<()> {
+        self.check_live()?;
+        check_rate_limit(limit.as_ref())?;
+        self.scheduler.inner.send(Message::SetRateLimit {
+            class: self.number,
+            rate_limit: limit,
         })
     }
 

@@ -316,6 +316,10 @@ pub struct ClassStats {
     pub device_time_ns: LatencyHistogram,
     /// Submission to completion.
     pub latency_ns: LatencyHistogram,
+    /// The class's cap in bytes per second now, if any (per device).
+    pub rate_limit_bytes_per_s: Option<u64>,
+    /// The class's cap in requests per second now, if any (per device).
+    pub rate_limit_iops: Option<u64>,
 }
 
 impl ClassStats {
@@ -331,6 +335,8 @@ impl ClassStats {
             queue_wait_ns: LatencyHistogram::new(),
             device_time_ns: LatencyHistogram::new(),
             latency_ns: LatencyHistogram::new(),
+            rate_limit_bytes_per_s: None,
+            rate_limit_iops: None,
         }
     }
 }

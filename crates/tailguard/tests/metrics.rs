@@ -6,7 +6,7 @@ use openmetrics_parser::{openmetrics::parse_openmetrics, MetricNumber, OpenMetri
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use tailguard::{AlignedBuffer, BackendChoice, MetricsServer, OpenOptions, Scheduler};
+use tailguard::{AlignedBuffer, BackendChoice, MetricsServer, OpenOptions, RateLimit, Scheduler};
 
 /// `GET path` on `address`: the status line, the headers, and the body.
 fn http_get(address: SocketAddr, path: &str) -> (String, String, String) {
@@ -62,6 +62,10 @@ fn a_scrape_agrees_with_the_stats_json() {
         .unwrap();
     let reads = scheduler.add_class("reads", 200).unwrap();
     let writes = scheduler.add_class("writes", 50).unwrap();
+    // A cap far above what the test moves, so that it shows in the scrape.
+    writes
+        .set_rate_limit(Some(RateLimit::bytes_per_s(1 << 30)))
+        .unwrap();
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("metrics-data");
     let file = OpenOptions::new()
         .read(true)
@@ -150,6 +154,15 @@ fn a_scrape_agrees_with_the_stats_json() {
             }
         }
     }
+    let cap = "tailguard_class_rate_limit_bytes_per_second".to_string();
+    match scraped.get(&(cap.clone(), "class=writes".to_string())) {
+        Some(OpenMetricsValue::Gauge(gauge)) => assert_eq!(number(gauge), 1073741824.0),
+        other => panic!("{cap}{{writes}}: {other:?}\n{body}"),
+    }
+    assert!(
+        !scraped.contains_key(&(cap, "class=reads".to_string())),
+        "an uncapped class has no cap sample\n{body}"
+    );
     assert_eq!(
         counter(&scraped, "tailguard_class_operations", "class=reads"),
         12.0

@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tailguard::stats::BUCKET_BOUNDS_NS;
 use tailguard::{
-    AlignedBuffer, AlignmentError, BackendChoice, BackendKind, BufResult, BufferError, ClassStats,
-    ControllerChoice, ControllerCounters, DeviceInfo, DeviceStats, DirectIoAlignment, File,
-    IoClass, IoFuture, LatencyHistogram, MetricsServer, MisalignedRequest, OpenOptions, Profile,
-    ProfileFile, ProfileFileError, Scheduler, SchedulerBuilder, StatsSnapshot,
+    AlignedBuffer, AlignmentError, BackendChoice, BackendKind, BufResult, BufferError,
+    ClassOptions, ClassStats, ControllerChoice, ControllerCounters, DeviceInfo, DeviceStats,
+    DirectIoAlignment, File, IoClass, IoFuture, LatencyHistogram, MetricsServer, MisalignedRequest,
+    OpenOptions, Profile, ProfileFile, ProfileFileError, RateLimit, Scheduler, SchedulerBuilder,
+    StatsSnapshot,
 };
 
 #[allow(dead_code)]
@@ -40,6 +41,9 @@ fn scheduler_and_builder() {
     let _: fn(SchedulerBuilder) -> io::Result<Scheduler> = SchedulerBuilder::build;
     let _: fn(&Scheduler) -> BackendKind = Scheduler::backend;
     let _: fn(&Scheduler, &str, u32) -> io::Result<IoClass> = Scheduler::add_class;
+    let _: fn(&Scheduler, &str, &ClassOptions) -> io::Result<IoClass> = Scheduler::add_class_with;
+    let _: fn(u32) -> ClassOptions = ClassOptions::new;
+    let _: fn(ClassOptions, RateLimit) -> ClassOptions = ClassOptions::rate_limit;
     let _: fn(&Scheduler, PathBuf) -> io::Result<File> = Scheduler::open;
     let _: fn(&Scheduler, &IoClass) -> IoFuture<io::Result<()>> = Scheduler::nop;
     let _: fn(&Scheduler, std::future::Ready<u8>) -> u8 = Scheduler::block_on;
@@ -56,6 +60,14 @@ fn scheduler_and_builder() {
 fn classes_files_and_buffers() {
     let _: fn(&IoClass) -> &str = IoClass::name;
     let _: fn(&IoClass, u32) -> io::Result<()> = IoClass::set_shares;
+    let _: fn(&IoClass, Option<RateLimit>) -> io::Result<()> = IoClass::set_rate_limit;
+    let _: fn(u64) -> RateLimit = RateLimit::bytes_per_s;
+    let _: fn(u64) -> RateLimit = RateLimit::iops;
+    let RateLimit {
+        bytes_per_s: _,
+        iops: _,
+        burst_ns: _,
+    } = RateLimit::iops(1);
     let _: fn(IoClass) -> io::Result<()> = IoClass::remove;
     let _: fn() -> OpenOptions = OpenOptions::new;
     let _: fn(OpenOptions, bool) -> OpenOptions = OpenOptions::read;
@@ -165,6 +177,8 @@ fn stats_and_metrics(snapshot: &StatsSnapshot) {
             queue_wait_ns: _,
             device_time_ns: _,
             latency_ns: _,
+            rate_limit_bytes_per_s: _,
+            rate_limit_iops: _,
             ..
         } = class;
     }

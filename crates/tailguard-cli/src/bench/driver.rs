@@ -1407,7 +1407,13 @@ impl SchedulerExecutor {
         let classes = scenario
             .classes
             .iter()
-            .map(|class| scheduler.add_class(&class.name, class.shares))
+            .map(|class| {
+                let mut options = tailguard::ClassOptions::new(class.shares);
+                if let Some(limit) = class.rate_limit() {
+                    options = options.rate_limit(limit);
+                }
+                scheduler.add_class_with(&class.name, &options)
+            })
             .collect::<io::Result<Vec<_>>>()
             .map_err(failed)?;
         let files = plan

@@ -4,7 +4,10 @@
 //! "Scenario files"): `duration_s`, `seed`, `[[class]]` and `[[job]]` tables with
 //! the same keys and meanings. Instead of `[[device]]` tables it has one top-level
 //! `target = "PATH"` (or `--target` on the command line) that every job runs on,
-//! so a job's `device` key is ignored. Every job must give `size`: the bytes of
+//! so a job's `device` key is ignored. A class's caps (`limit_bytes_per_s`,
+//! `limit_iops`, `limit_burst_ms`) are the scenario's too, and apply in the
+//! `tailguard` mode only: the kernel modes have no per-class cap, so they run
+//! the class uncapped. Every job must give `size`: the bytes of
 //! its region, which is also the size of the data file laid out for it when the
 //! target is a directory.
 //!
@@ -360,6 +363,20 @@ fn bytes_value(value: &toml::Value) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_caps_reach_the_scenario_and_bad_ones_name_the_key() {
+        let text = "duration_s = 1\ntarget = \"/tmp/x\"\n[[class]]\nname = \"c\"\nshares = 10\n\
+             limit_bytes_per_s = \"4m\"\nlimit_iops = 200\n\
+             [[job]]\nclass = \"c\"\npattern = \"seqwrite\"\nblock_size = \"64k\"\nsize = \"1m\"\n";
+        let job = BenchJob::from_toml(text).unwrap();
+        let limit = job.scenario.classes[0].rate_limit().unwrap();
+        assert_eq!(limit.bytes_per_s, Some(4 << 20));
+        assert_eq!(limit.iops, Some(200));
+        let error =
+            BenchJob::from_toml(&text.replace("limit_iops = 200", "limit_iops = 0")).unwrap_err();
+        assert_eq!(error.key, "class[0].limit_iops", "{error}");
+    }
 
     #[test]
     fn a_job_file_maps_onto_a_scenario() {

@@ -316,6 +316,9 @@ static int test_classes_change_shares_and_are_removed(void) {
     }
     CHECK(tg_class_set_shares(setup.writes, 1000) == 0, "shares");
     CHECK(tg_class_set_shares(setup.writes, 20000) == -EINVAL, "too many shares");
+    CHECK(tg_class_set_rate_limit(setup.writes, 1 << 30, 100000, 0) == 0, "rate limit");
+    CHECK(tg_class_set_rate_limit(setup.writes, 1, 0, UINT64_MAX) == -EINVAL, "burst too long");
+    CHECK(tg_class_set_rate_limit(setup.writes, 0, 0, 0) == 0, "rate limit lifted");
     tg_class *extra = NULL;
     CHECK(tg_class_new(setup.scheduler, "extra", 5, &extra) == 0, "class");
     CHECK(tg_fdatasync(setup.file, extra) == 0, "sync in the extra class");

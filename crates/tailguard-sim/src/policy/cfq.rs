@@ -358,6 +358,7 @@ mod tests {
                 .map(|index| ClassInfo {
                     name: format!("class{index}"),
                     shares: 100,
+                    rate_limit: None,
                 })
                 .collect(),
         }

@@ -21,7 +21,7 @@
 
 use crate::device::DeviceRequest;
 use crate::ConfigError;
-use tailguard_core::{DeviceProfile, Direction, Nanos};
+use tailguard_core::{DeviceProfile, Direction, Nanos, RateLimit};
 
 pub mod cfq;
 pub mod deadline;
@@ -77,6 +77,8 @@ pub struct ClassInfo {
     pub name: String,
     /// Its shares (1..=10000).
     pub shares: u32,
+    /// Its cap, if any (only the `tailguard` policy enforces caps).
+    pub rate_limit: Option<RateLimit>,
 }
 
 /// What a policy is built from.

@@ -5,7 +5,10 @@
 //! real one. Each scenario device gets its own dispatcher, built from the
 //! device's profile (what calibration would measure, possibly overridden by the
 //! scenario's `[device.profile]`), so devices never share a budget (seed 001).
-//! Every scenario class exists on every device with the same shares.
+//! Every scenario class exists on every device with the same shares and the
+//! same rate limit (a cap of 50 MB/s is 50 MB/s on each device). A class held
+//! by its cap is woken through [`Policy::next_timer_at`]: the earliest
+//! [`Dispatcher::next_eligible_at`] over the devices.
 //!
 //! Each call to `dispatch` drains, for every device, everything its budget admits
 //! in one batch, which is what the engine does per loop iteration (seed 003: the
@@ -114,9 +117,13 @@ impl TailguardPolicy {
                     .classes
                     .iter()
                     .map(|class| {
-                        dispatcher
+                        let id = dispatcher
                             .add_class(class.shares)
-                            .map_err(|error| ConfigError::new("shares", error.to_string()))
+                            .map_err(|error| ConfigError::new("shares", error.to_string()))?;
+                        dispatcher
+                            .set_rate_limit(0, id, class.rate_limit)
+                            .map_err(|error| ConfigError::new("limit", error.to_string()))?;
+                        Ok(id)
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(DeviceState {
@@ -184,6 +191,9 @@ impl Policy for TailguardPolicy {
     }
 
     fn next_timer_at(&self) -> Option<Nanos> {
-        None
+        self.devices
+            .iter()
+            .filter_map(|device| device.dispatcher.next_eligible_at())
+            .min()
     }
 }

@@ -11,6 +11,7 @@ pub(crate) fn context() -> PolicyContext {
         classes: vec![ClassInfo {
             name: "all".into(),
             shares: 100,
+            rate_limit: None,
         }],
     }
 }

@@ -11,6 +11,12 @@
 //! tailguard, std, ...), each in a fresh directory with a fresh preload, and
 //! prints each run and then, per mode, the minimum, median and maximum of
 //! every figure and the ratio of the medians.
+//!
+//! In tailguard mode compaction runs in a class with a cap
+//! (`--compaction-mib-per-s`, default 32; 0 lifts it) beside its shares: the
+//! shares keep it behind reads and log writes when they are busy, the cap
+//! keeps it at a background pace when they are not. The std modes cannot cap
+//! it, so they compact as fast as the disk allows.
 
 mod load;
 mod store;
@@ -21,7 +27,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use store::{Io, Store, StoreConfig};
-use tailguard::{BackendChoice, ControllerChoice, Scheduler};
+use tailguard::{BackendChoice, ClassOptions, ControllerChoice, RateLimit, Scheduler};
 
 /// Which I/O the store runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -87,6 +93,12 @@ struct Arguments {
     /// Shares of compaction's class (tailguard mode).
     #[arg(long, default_value_t = 10)]
     compaction_shares: u32,
+    /// Compaction's cap in MiB/s (tailguard mode; 0: no cap). Shares only
+    /// split what is busy: on an idle device compaction would take it all,
+    /// and then stand in the way of the next burst of reads. The cap holds
+    /// it to a background pace whatever else runs.
+    #[arg(long, default_value_t = 32)]
+    compaction_mib_per_s: u64,
     /// tailguard's backend.
     #[arg(long, value_enum, default_value = "auto")]
     backend: Backend,
@@ -199,9 +211,18 @@ fn io_for(arguments: &Arguments, mode: Mode) -> io::Result<Io> {
     Ok(Io::Tailguard {
         reads: scheduler.add_class("reads", arguments.read_shares)?,
         log: scheduler.add_class("log", arguments.log_shares)?,
-        compaction: scheduler.add_class("compaction", arguments.compaction_shares)?,
+        compaction: scheduler.add_class_with("compaction", &compaction_options(arguments))?,
         scheduler,
     })
+}
+
+/// Compaction's class: its shares and, unless `--compaction-mib-per-s 0`, its cap.
+fn compaction_options(arguments: &Arguments) -> ClassOptions {
+    let options = ClassOptions::new(arguments.compaction_shares);
+    match arguments.compaction_mib_per_s {
+        0 => options,
+        mib_per_s => options.rate_limit(RateLimit::bytes_per_s(mib_per_s << 20)),
+    }
 }
 
 fn describe(mode: Mode, report: &LoadReport) -> String {

@@ -563,6 +563,18 @@ impl Backend for FaultBackend {
         self.inner.submit(wait)
     }
 
+    fn submit_wait_timeout(&mut self, timeout: std::time::Duration) -> io::Result<()> {
+        let stalled = self.release_held();
+        if let Some(until) = stalled {
+            self.timer.arm(until);
+        }
+        if self.injected.is_empty() {
+            self.inner.submit_wait_timeout(timeout)
+        } else {
+            self.inner.submit(false)
+        }
+    }
+
     fn reap(&mut self, out: &mut Vec<OpResult>) {
         let before = out.len();
         let mut completions = std::mem::take(&mut self.scratch);

@@ -32,6 +32,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[cfg(feature = "fault-injection")]
 pub mod fault;
@@ -139,6 +140,11 @@ pub trait Backend: Send {
     /// Submits everything pushed in one call. With `wait`, then blocks until at
     /// least one completion is available or the waker is woken.
     fn submit(&mut self, wait: bool) -> io::Result<()>;
+
+    /// Like `submit(true)`, but the wait also ends once `timeout` has passed:
+    /// the engine wakes then for work held by a rate limit. A timeout is not
+    /// an error.
+    fn submit_wait_timeout(&mut self, timeout: Duration) -> io::Result<()>;
 
     /// Appends every available completion to `out`.
     fn reap(&mut self, out: &mut Vec<OpResult>);

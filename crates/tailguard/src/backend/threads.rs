@@ -31,6 +31,7 @@
 //! not empty or the `woken` flag (set by [`EngineWaker::wake`], under the same
 //! mutex) is up, and clears the flag as it returns: a wake that arrives while the
 //! engine is busy makes its next wait return at once, so none is lost.
+//! `submit_wait_timeout` waits the same way, with a deadline.
 //!
 //! # Drop order
 //!
@@ -46,6 +47,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// The work queue: ops handed over by `submit`, not yet taken by a worker.
 struct Work {
@@ -253,6 +255,34 @@ fn retry_on_eintr(mut call: impl FnMut() -> isize) -> i32 {
     }
 }
 
+impl ThreadPool {
+    /// Sleeps until a completion is listed, the waker is woken, or `deadline`.
+    fn wait_for_completion(&self, deadline: Option<Instant>) {
+        let mut done = lock(&self.shared.done);
+        while done.results.is_empty() && !done.woken {
+            done = match deadline {
+                None => self
+                    .shared
+                    .done_ready
+                    .wait(done)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    self.shared
+                        .done_ready
+                        .wait_timeout(done, deadline - now)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+        done.woken = false;
+    }
+}
+
 impl Backend for ThreadPool {
     fn kind(&self) -> BackendKind {
         BackendKind::Threads
@@ -296,16 +326,14 @@ impl Backend for ThreadPool {
             }
         }
         if wait {
-            let mut done = lock(&self.shared.done);
-            while done.results.is_empty() && !done.woken {
-                done = self
-                    .shared
-                    .done_ready
-                    .wait(done)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-            }
-            done.woken = false;
+            self.wait_for_completion(None);
         }
+        Ok(())
+    }
+
+    fn submit_wait_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        self.submit(false)?;
+        self.wait_for_completion(Some(Instant::now() + timeout));
         Ok(())
     }
 

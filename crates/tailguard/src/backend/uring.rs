@@ -64,6 +64,15 @@
 //! waker's `write` of 1 could only block if the counter reached `u64::MAX - 1`,
 //! which 2^64 wakes without a single read would take.
 //!
+//! # Timed waits
+//!
+//! [`Backend::submit_wait_timeout`] passes the timeout to the same
+//! `io_uring_enter` (`IORING_ENTER_EXT_ARG`, Linux 5.11); the kernel ends the
+//! wait with `ETIME`, which is not an error here. A kernel without it gets a
+//! plain submit and a sleep of at most [`TIMED_WAIT_POLL`]: a wake-up from a
+//! submitter is then late by that much at most, only while work waits on a
+//! rate limit.
+//!
 //! # Registered files
 //!
 //! [`Uring::with_options`] with `file_slots > 0` registers a sparse table of
@@ -118,9 +127,15 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The user data of the backend's own eventfd read. Engine ops must not use it.
 pub const WAKE_USER_DATA: u64 = u64::MAX;
+
+/// The longest sleep of a timed wait on a kernel without `IORING_ENTER_EXT_ARG`
+/// (see "Timed waits"): shorter wakes submitters sooner, longer spends fewer
+/// wake-ups while work waits on a rate limit.
+pub const TIMED_WAIT_POLL: Duration = Duration::from_millis(1);
 
 /// A ring any thread may enter (waiters that run the engine): none of the
 /// features that bind the ring or its completions to one task.
@@ -586,9 +601,65 @@ impl Uring {
         drained
     }
 
+    /// [`Backend::submit`], with an optional timeout on the wait (see
+    /// "Timed waits" in the module docs).
+    fn submit_until(&mut self, wait: bool, timeout: Option<Duration>) -> io::Result<()> {
+        loop {
+            let armed = self.arm_wake();
+            // Wait only when nothing is ready yet; an already posted completion
+            // (or one parked in `pending`) satisfies the wait.
+            let want = u32::from(
+                wait && armed && self.pending.is_empty() && self.ring.completion().is_empty(),
+            );
+            match self.enter(want, timeout) {
+                Ok(_) => {}
+                Err(error) if error.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
+                    // The completion queue is full (or the kernel is short of
+                    // requests): make room by reaping, then try again.
+                    let mut parked = std::mem::take(&mut self.pending);
+                    let drained = self.drain_completions(&mut parked);
+                    self.pending = parked;
+                    if drained == 0 && self.ring.submission().is_empty() {
+                        return Err(error);
+                    }
+                    if drained == 0 {
+                        // Nothing to reap yet: wait for one completion without
+                        // submitting, then reap it.
+                        // SAFETY: as in `enter`, with nothing submitted.
+                        match unsafe {
+                            self.ring.submitter().enter::<libc::sigset_t>(
+                                0,
+                                1,
+                                EnterFlags::GETEVENTS.bits(),
+                                None,
+                            )
+                        } {
+                            Ok(_) => {}
+                            Err(error) if error.raw_os_error() == Some(libc::EINTR) => {}
+                            Err(error) => return Err(error),
+                        }
+                    }
+                    continue;
+                }
+                Err(error) => return Err(error),
+            }
+            // Everything submitted, the wake read included, and (with `wait`) one
+            // completion posted: done. Otherwise a partial submit (or a full queue
+            // that kept the wake read out) needs another round.
+            if armed && self.ring.submission().is_empty() {
+                // No queued entry can name a retiring slot any more.
+                self.retire_slots();
+                return Ok(());
+            }
+        }
+    }
+
     /// One `io_uring_enter`: submits what is queued, and waits for `want`
-    /// completions.
-    fn enter(&mut self, want: u32) -> io::Result<usize> {
+    /// completions, for at most `timeout` when given (`IORING_ENTER_EXT_ARG`,
+    /// which the caller checked the kernel has; the kernel's `ETIME` is
+    /// returned as no completion).
+    fn enter(&mut self, want: u32, timeout: Option<Duration>) -> io::Result<usize> {
         let to_submit = {
             let mut sq = self.ring.submission();
             sq.sync();
@@ -601,6 +672,25 @@ impl Uring {
         } else {
             0
         };
+        if let Some(timeout) = timeout.filter(|_| want > 0) {
+            let timespec = types::Timespec::from(timeout);
+            let arguments = types::SubmitArgs::new().timespec(&timespec);
+            // SAFETY: io_uring_enter on our own ring with EXT_ARG, whose
+            // argument is the `io_uring_getevents_arg` that `SubmitArgs` wraps,
+            // alive for the call. The entries were checked when pushed.
+            let entered = unsafe {
+                self.ring.submitter().enter(
+                    to_submit,
+                    want,
+                    flags | EnterFlags::EXT_ARG.bits(),
+                    Some(&arguments),
+                )
+            };
+            return match entered {
+                Err(error) if error.raw_os_error() == Some(libc::ETIME) => Ok(0),
+                other => other,
+            };
+        }
         // SAFETY: plain io_uring_enter on our own ring; no argument struct is
         // passed. The entries it submits were checked when they were pushed.
         unsafe {
@@ -708,55 +798,18 @@ impl Backend for Uring {
     }
 
     fn submit(&mut self, wait: bool) -> io::Result<()> {
-        loop {
-            let armed = self.arm_wake();
-            // Wait only when nothing is ready yet; an already posted completion
-            // (or one parked in `pending`) satisfies the wait.
-            let want = u32::from(
-                wait && armed && self.pending.is_empty() && self.ring.completion().is_empty(),
-            );
-            match self.enter(want) {
-                Ok(_) => {}
-                Err(error) if error.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(error) if matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
-                    // The completion queue is full (or the kernel is short of
-                    // requests): make room by reaping, then try again.
-                    let mut parked = std::mem::take(&mut self.pending);
-                    let drained = self.drain_completions(&mut parked);
-                    self.pending = parked;
-                    if drained == 0 && self.ring.submission().is_empty() {
-                        return Err(error);
-                    }
-                    if drained == 0 {
-                        // Nothing to reap yet: wait for one completion without
-                        // submitting, then reap it.
-                        // SAFETY: as in `enter`, with nothing submitted.
-                        match unsafe {
-                            self.ring.submitter().enter::<libc::sigset_t>(
-                                0,
-                                1,
-                                EnterFlags::GETEVENTS.bits(),
-                                None,
-                            )
-                        } {
-                            Ok(_) => {}
-                            Err(error) if error.raw_os_error() == Some(libc::EINTR) => {}
-                            Err(error) => return Err(error),
-                        }
-                    }
-                    continue;
-                }
-                Err(error) => return Err(error),
-            }
-            // Everything submitted, the wake read included, and (with `wait`) one
-            // completion posted: done. Otherwise a partial submit (or a full queue
-            // that kept the wake read out) needs another round.
-            if armed && self.ring.submission().is_empty() {
-                // No queued entry can name a retiring slot any more.
-                self.retire_slots();
-                return Ok(());
-            }
+        self.submit_until(wait, None)
+    }
+
+    fn submit_wait_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        if self.ring.params().is_feature_ext_arg() {
+            return self.submit_until(true, Some(timeout));
         }
+        self.submit_until(false, None)?;
+        if self.pending.is_empty() && self.ring.completion().is_empty() {
+            std::thread::sleep(timeout.min(TIMED_WAIT_POLL));
+        }
+        Ok(())
     }
 
     fn reap(&mut self, out: &mut Vec<OpResult>) {
