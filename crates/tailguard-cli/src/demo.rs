@@ -42,7 +42,8 @@
 //! small disks.
 
 use crate::bench::target::{self, Plan};
-use crate::bench::{driver, job::BenchJob, BenchError, Mode};
+use crate::bench::{driver, job::BenchJob, Mode};
+use crate::error::CliError;
 use crate::frontier::analysis::Standing;
 use crate::frontier::grid::{Grid, Setting};
 use crate::frontier::measure::{self, Workload};
@@ -51,6 +52,7 @@ use crate::progress::Progress;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use tailguard_sim::report::{human_duration, ClassReport, RunReport};
+use tailguard_sim::scenario::Scenario;
 
 /// How many times the dirty background threshold the writer's file holds.
 pub const THRESHOLD_MULTIPLE: u64 = 3;
@@ -116,11 +118,11 @@ struct Sizing {
 }
 
 /// Runs `tailguard demo`.
-pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
+pub fn run(arguments: &DemoArguments) -> Result<(), CliError> {
     target::watch_interrupts();
     let base = arguments.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     if !base.is_dir() {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{} is not a directory; give an existing directory on the disk to try \
              (tailguard demo DIR), or none for the current one",
             base.display()
@@ -131,7 +133,7 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         None => default_report_path(Path::new(".")),
     };
     crate::output::check_output("--report", &report_path, arguments.allow_overwrite)
-        .map_err(BenchError::usage)?;
+        .map_err(CliError::usage)?;
     let sizing = size_demo(arguments, &base)?;
     let directory = DemoDirectory::create(&base)?;
     describe_sizing(
@@ -139,102 +141,141 @@ pub fn run(arguments: &DemoArguments) -> Result<(), BenchError> {
         &base,
         frontier_points(frontier_quick(arguments)).len(),
     );
-    let duration_s = sizing.duration_s;
-    let mut solo_job = demo_job(&sizing, (duration_s / 2.0).max(0.5), false)?;
-    let mixed = demo_job(&sizing, duration_s, true)?.scenario;
-
-    eprintln!(
-        "tailguard demo: laying out a {:.0} MiB read file in {}",
-        sizing.read_bytes as f64 / MIB as f64,
-        directory.path.display()
-    );
     let mut layout = target::Layout::default();
-    let read_plan = target::prepare(&mut solo_job, &directory.path, false, true, &mut layout)?;
-    let solo = solo_job.scenario;
-    let write_path = directory.path.join("writes.data");
-    preallocate(&write_path, sizing.write_bytes)?;
-    let mixed_plan = Plan {
-        files: vec![read_plan.files[0].clone(), write_path],
-        job_file: vec![0, 1],
-        job_base: vec![0, 0],
-        device_name: read_plan.device_name.clone(),
-        alignment: read_plan.alignment,
-    };
-
+    let setup = Setup::lay_out(&sizing, &directory.path, &mut layout)?;
     let progress = Progress::new("tailguard demo");
-    let runs: [(&str, &tailguard_sim::scenario::Scenario, &Plan, Mode); 3] = [
-        ("alone", &solo, &read_plan, Mode::KernelDirect),
-        ("tailguard", &mixed, &mixed_plan, Mode::Tailguard),
-        (
-            "kernel writeback",
-            &mixed,
-            &mixed_plan,
-            Mode::KernelBuffered,
-        ),
-    ];
-    let mut reports = Vec::new();
-    let mut disk_writes = Vec::new();
-    let mut frontier = None;
-    for (index, (name, scenario, plan, mode)) in runs.into_iter().enumerate() {
-        if mode == Mode::KernelBuffered {
-            // Before writeback, whose dirty pages would flush into its runs.
-            frontier = Some(static_frontier(
-                arguments,
-                &sizing,
-                &directory.path,
-                &read_plan,
-                &mut layout,
-                &progress,
-            )?);
-        }
-        target::settle(plan)?;
-        let bar = progress.start_run(
-            &if name == mode.name() {
-                format!("run {}/3: {name}", index + 1)
-            } else {
-                format!("run {}/3: {name} ({})", index + 1, mode.name())
-            },
-            scenario.duration_ns,
-        );
-        let sectors_before = measure::disk_sectors_written(&plan.device_name);
-        let started = std::time::Instant::now();
-        let mut report = driver::run(
-            scenario,
-            plan,
-            mode,
-            &arguments.scheduler,
-            scenario.seed,
-            &mut |elapsed| bar.tick(elapsed),
-        )?
-        .report;
-        let elapsed_s = started.elapsed().as_secs_f64();
-        drop(bar);
-        disk_writes.push(measure::disk_write_rate(
-            sectors_before,
-            measure::disk_sectors_written(&plan.device_name),
-            elapsed_s,
-        ));
-        report.policy = name.to_string();
-        reports.push(report);
-    }
-    // Shown in the order of the story: alone, the problem, the fix.
-    reports.swap(1, 2);
-    disk_writes.swap(1, 2);
+    let run = |number: usize, name: &str, scenario: &Scenario, plan: &Plan, mode: Mode| {
+        run_one(arguments, &progress, number, name, scenario, plan, mode)
+    };
+    let alone = run(
+        1,
+        "alone",
+        &setup.solo,
+        &setup.read_plan,
+        Mode::KernelDirect,
+    )?;
+    let tailguard = run(
+        2,
+        "tailguard",
+        &setup.mixed,
+        &setup.mixed_plan,
+        Mode::Tailguard,
+    )?;
+    // Before writeback, whose dirty pages would flush into its runs.
+    let frontier = static_frontier(
+        arguments,
+        &sizing,
+        &directory.path,
+        &setup.read_plan,
+        &mut layout,
+        &progress,
+    )?;
+    let writeback = run(
+        3,
+        "kernel writeback",
+        &setup.mixed,
+        &setup.mixed_plan,
+        Mode::KernelBuffered,
+    )?;
     drop(layout);
     drop(directory);
+    // Shown in the order of the story: alone, the problem, the fix.
+    let (reports, disk_writes) = [alone, writeback, tailguard].into_iter().unzip();
     let measured = Measured {
         reports,
         disk_writes,
-        frontier: frontier.expect("measured before the writeback run"),
+        frontier,
     };
     present(
         arguments,
         &report_path,
         &base,
         &sizing,
-        &read_plan.device_name,
+        &setup.read_plan.device_name,
         &measured,
     )
+}
+
+/// The demo's two workloads and where they run: the readers alone on the
+/// read file, and the readers beside the writer (read file and write file).
+struct Setup {
+    solo: Scenario,
+    read_plan: Plan,
+    mixed: Scenario,
+    mixed_plan: Plan,
+}
+
+impl Setup {
+    /// Builds the workloads and lays out their files in `directory`.
+    fn lay_out(
+        sizing: &Sizing,
+        directory: &Path,
+        layout: &mut target::Layout,
+    ) -> Result<Self, CliError> {
+        let mut solo_job = demo_job(sizing, (sizing.duration_s / 2.0).max(0.5), false)?;
+        let mixed = demo_job(sizing, sizing.duration_s, true)?.scenario;
+        eprintln!(
+            "tailguard demo: laying out a {:.0} MiB read file in {}",
+            sizing.read_bytes as f64 / MIB as f64,
+            directory.display()
+        );
+        let read_plan = target::prepare(&mut solo_job, directory, false, true, layout)?;
+        let write_path = directory.join("writes.data");
+        preallocate(&write_path, sizing.write_bytes)?;
+        let mixed_plan = Plan {
+            files: vec![read_plan.files[0].clone(), write_path],
+            job_file: vec![0, 1],
+            job_base: vec![0, 0],
+            device_name: read_plan.device_name.clone(),
+            alignment: read_plan.alignment,
+        };
+        Ok(Self {
+            solo: solo_job.scenario,
+            read_plan,
+            mixed,
+            mixed_plan,
+        })
+    }
+}
+
+/// Runs run `number` of 3, `name`, from a settled target: its report (named
+/// `name`) and the disk's write rate meanwhile (MB/s, where the kernel tells).
+fn run_one(
+    arguments: &DemoArguments,
+    progress: &Progress,
+    number: usize,
+    name: &str,
+    scenario: &Scenario,
+    plan: &Plan,
+    mode: Mode,
+) -> Result<(RunReport, Option<f64>), CliError> {
+    target::settle(plan)?;
+    let label = if name == mode.name() {
+        format!("run {number}/3: {name}")
+    } else {
+        format!("run {number}/3: {name} ({})", mode.name())
+    };
+    let bar = progress.start_run(&label, scenario.duration_ns);
+    let sectors_before = measure::disk_sectors_written(&plan.device_name);
+    let started = std::time::Instant::now();
+    let mut report = driver::run(
+        scenario,
+        plan,
+        mode,
+        &arguments.scheduler,
+        scenario.seed,
+        &mut |elapsed| bar.tick(elapsed),
+    )?
+    .report;
+    let elapsed_s = started.elapsed().as_secs_f64();
+    drop(bar);
+    let disk_write = measure::disk_write_rate(
+        sectors_before,
+        measure::disk_sectors_written(&plan.device_name),
+        elapsed_s,
+    );
+    report.policy = name.to_string();
+    Ok((report, disk_write))
 }
 
 /// What the demo measured: the three runs (alone, kernel writeback,
@@ -253,7 +294,7 @@ fn present(
     sizing: &Sizing,
     device: &str,
     measured: &Measured,
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     let Measured {
         reports,
         disk_writes,
@@ -297,7 +338,7 @@ fn present(
         &[crate::html::frontier::section(frontier)],
         reports,
     );
-    crate::html::write_text(report_path, &page).map_err(BenchError::usage)?;
+    crate::html::write_text(report_path, &page)?;
     println!("report: {}", report_path.display());
     Ok(())
 }
@@ -410,7 +451,7 @@ fn static_frontier(
     read_plan: &Plan,
     layout: &mut target::Layout,
     progress: &Progress,
-) -> Result<FrontierResult, BenchError> {
+) -> Result<FrontierResult, CliError> {
     let workload = Workload::with_demo_readers(
         sizing.read_bytes,
         sizing.read_bytes,
@@ -418,7 +459,7 @@ fn static_frontier(
     );
     let writer_directory = directory.join("frontier");
     std::fs::create_dir(&writer_directory).map_err(|error| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "cannot create {}: {error}",
             writer_directory.display()
         ))
@@ -429,7 +470,7 @@ fn static_frontier(
          block_size = \"1m\"\nsize = {}\n",
         workload.write_bytes
     ))
-    .map_err(|error| BenchError::usage(format!("the demo's frontier writer: {error}")))?;
+    .map_err(|error| CliError::usage(format!("the demo's frontier writer: {error}")))?;
     let writer_plan = target::prepare(&mut writer_job, &writer_directory, false, true, layout)?;
     let plan = Plan {
         files: vec![read_plan.files[0].clone(), writer_plan.files[0].clone()],
@@ -545,11 +586,11 @@ struct DemoDirectory {
 impl DemoDirectory {
     /// Removes what killed demos left in `base`, then creates and holds this
     /// run's directory.
-    fn create(base: &Path) -> Result<Self, BenchError> {
+    fn create(base: &Path) -> Result<Self, CliError> {
         crate::lifecycle::note_leftovers(base);
         let path = base.join(format!("tailguard-demo-{}", std::process::id()));
         let failed = |error: std::io::Error| {
-            BenchError::usage(format!(
+            CliError::usage(format!(
                 "cannot create {}: {error}; give a writable directory (tailguard demo DIR)",
                 path.display()
             ))
@@ -609,16 +650,16 @@ fn available_memory_bytes() -> Option<u64> {
 }
 
 /// Bytes an unprivileged writer can still use on the filesystem of `path`.
-fn free_bytes(path: &Path) -> Result<u64, BenchError> {
+fn free_bytes(path: &Path) -> Result<u64, CliError> {
     use std::os::unix::ffi::OsStrExt as _;
     if path.as_os_str().as_bytes().contains(&0) {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{}: a path with a NUL byte",
             path.display()
         )));
     }
     let stats = rustix::fs::statvfs(path).map_err(|error| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "cannot read the free space of {}: {}",
             path.display(),
             std::io::Error::from(error)
@@ -629,20 +670,11 @@ fn free_bytes(path: &Path) -> Result<u64, BenchError> {
 
 /// Sizes the write file from the dirty threshold and the free space, and the
 /// runs from the flags.
-fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchError> {
-    let duration_s = match arguments.duration_s {
-        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3_600.0 => seconds,
-        Some(seconds) => {
-            return Err(BenchError::usage(format!(
-                "--duration-s {seconds}: give seconds in (0, 3600]"
-            )))
-        }
-        None if arguments.quick => 12.0,
-        None => 40.0,
-    };
+fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, CliError> {
+    let duration_s = demo_duration_s(arguments)?;
     if let Some(mib) = arguments.size_mib {
         if mib == 0 {
-            return Err(BenchError::usage("--size-mib 0: give 1 or more"));
+            return Err(CliError::usage("--size-mib 0: give 1 or more"));
         }
         return Ok(Sizing {
             read_bytes: mib * MIB,
@@ -656,25 +688,12 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchErro
     } else {
         1024 * MIB
     };
-    let threshold =
-        match (
-            read_proc_number("/proc/sys/vm/dirty_background_bytes"),
-            read_proc_number("/proc/sys/vm/dirty_background_ratio"),
-            available_memory_bytes(),
-        ) {
-            (Some(bytes), Some(ratio), Some(available)) => {
-                dirty_background_threshold(bytes, ratio, available)
-            }
-            _ => return Err(BenchError::usage(
-                "cannot read vm.dirty_background_bytes/ratio or MemAvailable from /proc, which \
-                 size the writes; pass --size-mib N to size them yourself",
-            )),
-        };
+    let threshold = dirty_threshold_bytes()?;
     let wanted = (THRESHOLD_MULTIPLE * threshold).div_ceil(MIB) * MIB;
     let free = free_bytes(base)?;
     let room = free.saturating_sub(read_bytes) / 2 / MIB * MIB;
     if room < WRITE_BYTES_MIN {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{} has {:.1} GiB free; the demo needs a {:.1} GiB read file plus room to write \
              (it uses at most half the free space); free some space or give a DIR on another \
              filesystem",
@@ -685,22 +704,7 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchErro
     }
     let write_bytes = wanted.min(room);
     if write_bytes < wanted {
-        eprintln!(
-            "note: {} has {:.1} GiB free; writing {:.1} GiB instead of {:.1} GiB ({}x the dirty \
-             background threshold of {:.1} GiB), so writeback may overlap the readers for less \
-             time{}; free some space or give a DIR on a bigger filesystem",
-            base.display(),
-            free as f64 / GIB,
-            write_bytes as f64 / GIB,
-            wanted as f64 / GIB,
-            THRESHOLD_MULTIPLE,
-            threshold as f64 / GIB,
-            if write_bytes <= threshold {
-                " (or not at all: the file fits under the threshold)"
-            } else {
-                ""
-            }
-        );
+        warn_of_smaller_writes(base, free, write_bytes, wanted, threshold);
     }
     Ok(Sizing {
         read_bytes,
@@ -708,6 +712,56 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, BenchErro
         duration_s,
         threshold_bytes: Some(threshold),
     })
+}
+
+/// Seconds of each run with writes: `--duration-s`, else by `--quick`.
+fn demo_duration_s(arguments: &DemoArguments) -> Result<f64, CliError> {
+    match arguments.duration_s {
+        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 3_600.0 => Ok(seconds),
+        Some(seconds) => Err(CliError::usage(format!(
+            "--duration-s {seconds}: give seconds in (0, 3600]"
+        ))),
+        None if arguments.quick => Ok(12.0),
+        None => Ok(40.0),
+    }
+}
+
+/// The kernel's dirty background threshold, from /proc.
+fn dirty_threshold_bytes() -> Result<u64, CliError> {
+    match (
+        read_proc_number("/proc/sys/vm/dirty_background_bytes"),
+        read_proc_number("/proc/sys/vm/dirty_background_ratio"),
+        available_memory_bytes(),
+    ) {
+        (Some(bytes), Some(ratio), Some(available)) => {
+            Ok(dirty_background_threshold(bytes, ratio, available))
+        }
+        _ => Err(CliError::usage(
+            "cannot read vm.dirty_background_bytes/ratio or MemAvailable from /proc, which \
+             size the writes; pass --size-mib N to size them yourself",
+        )),
+    }
+}
+
+/// Says that the filesystem's free space cuts the write file below what
+/// shows writeback best, and what that costs.
+fn warn_of_smaller_writes(base: &Path, free: u64, write_bytes: u64, wanted: u64, threshold: u64) {
+    eprintln!(
+        "note: {} has {:.1} GiB free; writing {:.1} GiB instead of {:.1} GiB ({}x the dirty \
+             background threshold of {:.1} GiB), so writeback may overlap the readers for less \
+             time{}; free some space or give a DIR on a bigger filesystem",
+        base.display(),
+        free as f64 / GIB,
+        write_bytes as f64 / GIB,
+        wanted as f64 / GIB,
+        THRESHOLD_MULTIPLE,
+        threshold as f64 / GIB,
+        if write_bytes <= threshold {
+            " (or not at all: the file fits under the threshold)"
+        } else {
+            ""
+        }
+    );
 }
 
 fn describe_sizing(sizing: &Sizing, base: &Path, frontier_runs: usize) {
@@ -733,7 +787,7 @@ fn describe_sizing(sizing: &Sizing, base: &Path, frontier_runs: usize) {
 }
 
 /// The embedded job: readers, and with `writes` the writer.
-fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, BenchError> {
+fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, CliError> {
     let mut text = format!(
         "duration_s = {duration_s}\nseed = 1\n\
          [[class]]\nname = \"{READS}\"\nshares = {READ_SHARES}\n\
@@ -752,13 +806,13 @@ fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, 
         );
     }
     BenchJob::from_toml(&text)
-        .map_err(|error| BenchError::usage(format!("the demo's embedded job: {error}")))
+        .map_err(|error| CliError::usage(format!("the demo's embedded job: {error}")))
 }
 
 /// Creates `path` with `bytes` reserved (unwritten extents: nothing to write).
-fn preallocate(path: &Path, bytes: u64) -> Result<(), BenchError> {
+fn preallocate(path: &Path, bytes: u64) -> Result<(), CliError> {
     let failed = |error: std::io::Error| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "cannot reserve {:.1} GiB for {}: {error}; free some space, give a DIR on another \
              filesystem, or pass --size-mib N",
             bytes as f64 / GIB,

@@ -36,7 +36,7 @@
 //!   keeps it for the run. A second run on the same file is refused with the
 //!   holder's process id, found in `/proc/locks`, and the fix.
 
-use crate::bench::BenchError;
+use crate::error::CliError;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
@@ -113,11 +113,11 @@ const SYNC_STEP_BYTES: u64 = 8 << 20;
 /// for), then `fdatasync` makes the rest (metadata, the device's cache)
 /// durable. A plain `fdatasync` of gigabytes of dirty pages cannot be
 /// interrupted and would hold Ctrl-C back for as long as the device takes;
-/// this one returns [`BenchError::interrupted`] within about two steps'
+/// this one returns [`CliError::interrupted`] within about two steps'
 /// write time. `path` names the file in errors.
-pub fn sync_data_interruptibly(file: &File, path: &Path) -> Result<(), BenchError> {
+pub fn sync_data_interruptibly(file: &File, path: &Path) -> Result<(), CliError> {
     let failed =
-        |error: io::Error| BenchError::usage(format!("cannot sync {}: {error}", path.display()));
+        |error: io::Error| CliError::usage(format!("cannot sync {}: {error}", path.display()));
     let length_bytes = file.metadata().map_err(failed)?.len();
     let range = |offset: u64, flags: libc::c_uint| -> io::Result<()> {
         let length = SYNC_STEP_BYTES.min(length_bytes - offset);
@@ -141,7 +141,7 @@ pub fn sync_data_interruptibly(file: &File, path: &Path) -> Result<(), BenchErro
     let mut offset = 0;
     while offset < length_bytes {
         if interrupted() {
-            return Err(BenchError::interrupted());
+            return Err(CliError::interrupted());
         }
         match range(offset, libc::SYNC_FILE_RANGE_WRITE) {
             // Filesystems without it: one plain fdatasync below.
@@ -161,7 +161,7 @@ pub fn sync_data_interruptibly(file: &File, path: &Path) -> Result<(), BenchErro
         offset += SYNC_STEP_BYTES;
     }
     if interrupted() {
-        return Err(BenchError::interrupted());
+        return Err(CliError::interrupted());
     }
     file.sync_data().map_err(failed)
 }
@@ -188,7 +188,7 @@ pub fn hold(file: &File) -> io::Result<()> {
 /// `file` stays open), or refuses with the holder's process id and the fix.
 /// A lock this process already holds through another descriptor (the same
 /// file named twice) counts as held.
-pub fn lock_target(file: &File, path: &Path) -> Result<(), BenchError> {
+pub fn lock_target(file: &File, path: &Path) -> Result<(), CliError> {
     match rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(()),
         Err(rustix::io::Errno::WOULDBLOCK) => {
@@ -202,7 +202,7 @@ pub fn lock_target(file: &File, path: &Path) -> Result<(), BenchError> {
                 Some(pid) => format!("process {pid}{}", process_label(pid)),
                 None => "another process".to_string(),
             };
-            Err(BenchError::usage(format!(
+            Err(CliError::usage(format!(
                 "target {} is locked by {who}: another run is using it, and two runs on one file \
                  would collide; wait for that run to end (or stop it{}), or give another target",
                 path.display(),
@@ -389,7 +389,7 @@ pub struct CleanArguments {
 
 /// Runs `tailguard clean`: removes what killed runs left in each directory,
 /// and lists what live runs still hold.
-pub fn run_clean(arguments: &CleanArguments) -> Result<(), BenchError> {
+pub fn run_clean(arguments: &CleanArguments) -> Result<(), CliError> {
     let directories = if arguments.directories.is_empty() {
         vec![PathBuf::from(".")]
     } else {
@@ -398,7 +398,7 @@ pub fn run_clean(arguments: &CleanArguments) -> Result<(), BenchError> {
     let mut failed = 0;
     for directory in &directories {
         if !directory.is_dir() {
-            return Err(BenchError::usage(format!(
+            return Err(CliError::usage(format!(
                 "{} is not a directory; give the directory an earlier run laid out its files in",
                 directory.display()
             )));
@@ -424,7 +424,7 @@ pub fn run_clean(arguments: &CleanArguments) -> Result<(), BenchError> {
         }
     }
     if failed > 0 {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{failed} leftover(s) could not be removed; check their permissions and remove them \
              by hand"
         )));

@@ -31,6 +31,8 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod demo;
+mod error;
+mod flags;
 mod frontier;
 mod html;
 mod lifecycle;
@@ -43,7 +45,7 @@ mod tune;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tailguard_sim::policy::POLICY_NAMES;
+use tailguard_sim::policy::PolicyName;
 use tailguard_sim::report::{render_table, RunReport};
 use tailguard_sim::scenario::Scenario;
 
@@ -83,8 +85,8 @@ struct SimArguments {
     scenarios: Vec<PathBuf>,
     /// Policies to compare, comma-separated: tailguard, fifo, global-cap, cfq,
     /// cfq-fixed, deadline. Default: the scenario's `policies`, else tailguard.
-    #[arg(long, value_delimiter = ',')]
-    policy: Vec<String>,
+    #[arg(long, value_delimiter = ',', value_parser = flags::SIM_POLICY)]
+    policy: Vec<PolicyName>,
     /// Overrides the scenario's seed.
     #[arg(long)]
     seed: Option<u64>,
@@ -110,7 +112,7 @@ fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim(arguments) => run_sim(&arguments).map_err(bench::BenchError::usage),
+        Command::Sim(arguments) => run_sim(&arguments),
         Command::Bench(arguments) => bench::run(&arguments),
         Command::Tune(arguments) => tune::run(&arguments),
         Command::Frontier(arguments) => frontier::run(&arguments),
@@ -131,36 +133,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn check_policies(policies: &[String]) -> Result<(), String> {
-    for policy in policies {
-        if !POLICY_NAMES.contains(&policy.as_str()) {
-            return Err(format!(
-                "unknown policy `{policy}` in --policy; use one of: {}",
-                POLICY_NAMES.join(", ")
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn run_sim(arguments: &SimArguments) -> Result<(), String> {
-    check_policies(&arguments.policy)?;
+fn run_sim(arguments: &SimArguments) -> Result<(), error::CliError> {
     let mut all_reports: Vec<RunReport> = Vec::new();
     for path in &arguments.scenarios {
-        let scenario = Scenario::from_file(path).map_err(|error| error.to_string())?;
+        let scenario =
+            Scenario::from_file(path).map_err(|error| error::CliError::usage(error.to_string()))?;
         let seed = arguments.seed.unwrap_or(scenario.seed);
         let policies = if !arguments.policy.is_empty() {
             arguments.policy.clone()
         } else if !scenario.policies.is_empty() {
             scenario.policies.clone()
         } else {
-            vec!["tailguard".to_string()]
+            vec![PolicyName::Tailguard]
         };
         let reports = policies
             .iter()
             .map(|policy| {
-                tailguard_sim::engine::run(&scenario, policy, seed)
-                    .map_err(|error| format!("{}: {error}", path.display()))
+                tailguard_sim::engine::run(&scenario, *policy, seed)
+                    .map_err(|error| error::CliError::usage(format!("{}: {error}", path.display())))
             })
             .collect::<Result<Vec<_>, _>>()?;
         if !arguments.json {
@@ -169,7 +159,11 @@ fn run_sim(arguments: &SimArguments) -> Result<(), String> {
                 path.display(),
                 reports[0].duration_s,
                 render::shell_quote_path(path),
-                policies.join(",")
+                policies
+                    .iter()
+                    .map(|policy| policy.name())
+                    .collect::<Vec<_>>()
+                    .join(",")
             );
             println!("{}", render_table(&reports));
         }
@@ -181,7 +175,10 @@ fn run_sim(arguments: &SimArguments) -> Result<(), String> {
         } else {
             serde_json::to_string_pretty(&all_reports)
         };
-        println!("{}", text.map_err(|error| error.to_string())?);
+        println!(
+            "{}",
+            text.map_err(|error| error::CliError::usage(error.to_string()))?
+        );
     }
     Ok(())
 }

@@ -131,60 +131,71 @@ pub fn render_timeline(reports: &[RunReport]) -> String {
                 let _ = writeln!(out, "  {:label_width$}  (nothing completed)", report.policy);
                 continue;
             }
-            let iops: Vec<f64> = points.iter().map(|point| point.0).collect();
-            // Log scale; a second with nothing completed sits at the bottom.
-            let latency: Vec<f64> = points
-                .iter()
-                .map(|point| {
-                    if point.1 > 0.0 {
-                        point.1.log10()
-                    } else {
-                        f64::NAN
-                    }
-                })
-                .collect();
-            let latency_low = latency
-                .iter()
-                .copied()
-                .filter(|value| value.is_finite())
-                .fold(f64::INFINITY, f64::min);
-            let latency_filled: Vec<f64> = latency
-                .iter()
-                .map(|&value| {
-                    if value.is_finite() {
-                        value
-                    } else {
-                        latency_low
-                    }
-                })
-                .collect();
-            let (iops_low, iops_high) = range(&iops);
-            let (latency_low_us, latency_high_us) = range(
-                &points
-                    .iter()
-                    .map(|point| point.1)
-                    .filter(|value| *value > 0.0)
-                    .collect::<Vec<_>>(),
-            );
-            let _ = writeln!(
-                out,
-                "  {:label_width$}  IOPS     {}  {}–{}",
-                report.policy,
-                sparkline(&iops),
-                human_count(iops_low),
-                human_count(iops_high)
-            );
-            let _ = writeln!(
-                out,
-                "  {:label_width$}  max lat  {}  {}–{}",
-                "",
-                sparkline(&latency_filled),
-                human_duration(latency_low_us),
-                human_duration(latency_high_us)
-            );
+            write_timeline_rows(&mut out, &report.policy, label_width, &points);
         }
     }
     out
+}
+
+/// The two sparkline rows of one class in one run, labelled `label`: IOPS,
+/// and the max latency on a log scale, each with its range.
+fn write_timeline_rows(out: &mut String, label: &str, label_width: usize, points: &[(f64, f64)]) {
+    let iops: Vec<f64> = points.iter().map(|point| point.0).collect();
+    let latency = log_latency(points);
+    let (iops_low, iops_high) = range(&iops);
+    let (latency_low_us, latency_high_us) = range(
+        &points
+            .iter()
+            .map(|point| point.1)
+            .filter(|value| *value > 0.0)
+            .collect::<Vec<_>>(),
+    );
+    let _ = writeln!(
+        out,
+        "  {:label_width$}  IOPS     {}  {}–{}",
+        label,
+        sparkline(&iops),
+        human_count(iops_low),
+        human_count(iops_high)
+    );
+    let _ = writeln!(
+        out,
+        "  {:label_width$}  max lat  {}  {}–{}",
+        "",
+        sparkline(&latency),
+        human_duration(latency_low_us),
+        human_duration(latency_high_us)
+    );
+}
+
+/// Each point's max latency as log10 for a sparkline; a second with nothing
+/// completed sits at the bottom (the lowest latency drawn).
+fn log_latency(points: &[(f64, f64)]) -> Vec<f64> {
+    let latency: Vec<f64> = points
+        .iter()
+        .map(|point| {
+            if point.1 > 0.0 {
+                point.1.log10()
+            } else {
+                f64::NAN
+            }
+        })
+        .collect();
+    let latency_low = latency
+        .iter()
+        .copied()
+        .filter(|value| value.is_finite())
+        .fold(f64::INFINITY, f64::min);
+    latency
+        .iter()
+        .map(|&value| {
+            if value.is_finite() {
+                value
+            } else {
+                latency_low
+            }
+        })
+        .collect()
 }
 
 /// The seconds that start before `duration_s`.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 mod common;
 use common::{
     any_block_device, assert_empty, class_names, entries, interrupt_and_wait, json_stdout,
-    run_policies, tailguard, tailguard_ok,
+    run_policies, tailguard, tailguard_ok, TINY_JOB,
 };
 
 /// A fresh, empty directory for a bench test.
@@ -40,35 +40,8 @@ fn bench_ok(path: &Path, directory: &Path, extra: &[&str]) -> Output {
 
 /// Removes a scratch directory and its job file once a test has checked it.
 fn remove(directory: &Path) {
-    let _ = std::fs::remove_dir_all(directory);
-    let _ = std::fs::remove_file(directory.with_extension("toml"));
+    common::remove_scratch(directory, &directory.with_extension("toml"));
 }
-
-const TINY: &str = r#"
-duration_s = 0.3
-seed = 5
-[[class]]
-name = "reads"
-shares = 100
-[[class]]
-name = "background"
-shares = 50
-[[job]]
-name = "readers"
-class = "reads"
-pattern = "randread"
-block_size = "4k"
-rate_iops = 1000.0
-numjobs = 2
-size = "1m"
-[[job]]
-name = "writer"
-class = "background"
-pattern = "seqwrite"
-block_size = "64k"
-queue_depth = 2
-size = "2m"
-"#;
 
 fn failure(job: &str, extra: &[&str]) -> String {
     let directory = scratch_dir("bad");
@@ -87,29 +60,32 @@ fn failure(job: &str, extra: &[&str]) -> String {
 
 #[test]
 fn job_file_errors_name_the_key_and_the_fix() {
-    let error = failure(&TINY.replace("numjobs = 2", "numjobs = 2\ncolour = 1"), &[]);
+    let error = failure(
+        &TINY_JOB.replace("numjobs = 2", "numjobs = 2\ncolour = 1"),
+        &[],
+    );
     assert!(
         error.contains("job[0].colour") && error.contains("block_size"),
         "{error}"
     );
 
-    let error = failure(&TINY.replace("size = \"2m\"", ""), &[]);
+    let error = failure(&TINY_JOB.replace("size = \"2m\"", ""), &[]);
     assert!(
         error.contains("job[1].size") && error.contains("size = "),
         "{error}"
     );
 
     let error = failure(
-        &format!("{TINY}[[device]]\nname = \"d\"\nmodel = \"nvme\"\n"),
+        &format!("{TINY_JOB}[[device]]\nname = \"d\"\nmodel = \"nvme\"\n"),
         &[],
     );
     assert!(error.contains("target = "), "{error}");
 
-    let error = failure(&TINY.replace("shares = 50", "shares = 0"), &[]);
+    let error = failure(&TINY_JOB.replace("shares = 50", "shares = 0"), &[]);
     assert!(error.contains("class[1].shares"), "{error}");
 
     let error = failure(
-        &TINY.replace("class = \"background\"", "class = \"bulk\""),
+        &TINY_JOB.replace("class = \"background\"", "class = \"bulk\""),
         &[],
     );
     assert!(
@@ -117,18 +93,18 @@ fn job_file_errors_name_the_key_and_the_fix() {
         "{error}"
     );
 
-    let error = failure(TINY, &["--mode", "fifo"]);
+    let error = failure(TINY_JOB, &["--mode", "fifo"]);
     assert!(error.contains("kernel-direct"), "{error}");
 }
 
 #[test]
 fn a_missing_or_unusable_target_is_refused_clearly() {
-    let error = failure(TINY, &["--target", "/nonexistent/tailguard-bench"]);
+    let error = failure(TINY_JOB, &["--target", "/nonexistent/tailguard-bench"]);
     assert!(error.contains("/nonexistent/tailguard-bench"), "{error}");
 
     // No target at all: the file has none and --target is absent.
     let directory = scratch_dir("notarget");
-    let path = write_job(&directory, TINY);
+    let path = write_job(&directory, TINY_JOB);
     let output = tailguard(&["bench", path.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--target"));
@@ -151,7 +127,7 @@ fn a_missing_or_unusable_target_is_refused_clearly() {
     if refused {
         let target = shm.join(format!("tailguard-bench-{}", std::process::id()));
         std::fs::create_dir_all(&target).unwrap();
-        let error = failure(TINY, &["--target", target.to_str().unwrap()]);
+        let error = failure(TINY_JOB, &["--target", target.to_str().unwrap()]);
         let left = entries(&target);
         let _ = std::fs::remove_dir_all(&target);
         assert!(left.is_empty(), "{left:?}");
@@ -163,7 +139,7 @@ fn a_missing_or_unusable_target_is_refused_clearly() {
     // Block devices need --allow-device.
     match any_block_device() {
         Some(device) => {
-            let error = failure(TINY, &["--target", device.to_str().unwrap()]);
+            let error = failure(TINY_JOB, &["--target", device.to_str().unwrap()]);
             assert!(error.contains("--allow-device"), "{error}");
         }
         None => eprintln!("skipped the block-device check: no block device in /dev"),
@@ -173,7 +149,7 @@ fn a_missing_or_unusable_target_is_refused_clearly() {
 #[test]
 fn a_tiny_run_reports_every_class_per_mode_in_json_and_cleans_up() {
     let directory = scratch_dir("run");
-    let path = write_job(&directory, TINY);
+    let path = write_job(&directory, TINY_JOB);
     let output = bench_ok(
         &path,
         &directory,
@@ -250,7 +226,7 @@ fn tailguard_mode_runs_with_either_driver() {
     // alarm for the open-loop readers' arrivals; `engine-thread` leaves it to
     // the engine thread. Both complete every request.
     let directory = scratch_dir("drivers");
-    let path = write_job(&directory, TINY);
+    let path = write_job(&directory, TINY_JOB);
     for driver in ["block-on", "engine-thread"] {
         let output = bench_ok(
             &path,
@@ -293,7 +269,7 @@ fn ctrl_c_mid_run_removes_the_data_files_and_fails() {
         let directory = scratch_dir("interrupt");
         let path = write_job(
             &directory,
-            &TINY.replace("duration_s = 0.3", "duration_s = 30"),
+            &TINY_JOB.replace("duration_s = 0.3", "duration_s = 30"),
         );
         let mut child = Command::new(env!("CARGO_BIN_EXE_tailguard"))
             .args([
@@ -398,7 +374,7 @@ fn json_carries_timeline_histogram_and_worst_rate_and_the_report_is_one_html_pag
     let directory = scratch_dir("detail");
     let path = write_job(
         &directory,
-        &TINY.replace("duration_s = 0.3", "duration_s = 1.2"),
+        &TINY_JOB.replace("duration_s = 0.3", "duration_s = 1.2"),
     );
     let report = directory.with_extension("html");
     let output = bench_ok(
@@ -452,7 +428,7 @@ fn the_terminal_output_has_the_table_histograms_and_timeline() {
     let directory = scratch_dir("terminal");
     let path = write_job(
         &directory,
-        &TINY.replace("duration_s = 0.3", "duration_s = 1"),
+        &TINY_JOB.replace("duration_s = 0.3", "duration_s = 1"),
     );
     let output = bench_ok(&path, &directory, &["--mode", "kernel-direct,tailguard"]);
     let text = String::from_utf8(output.stdout).unwrap();

@@ -6,21 +6,14 @@ use std::path::{Path, PathBuf};
 
 mod common;
 use common::{
-    any_block_device, assert_empty, class_names, entries, json_stdout, run_policies, tailguard,
-    tailguard_ok,
+    any_block_device, assert_empty, class_names, entries, json_stdout, remove_scratch,
+    run_policies, tailguard, tailguard_ok,
 };
 
 /// A fresh, empty directory (on a disk, so O_DIRECT works), and beside it the
 /// path for a fio file.
 fn scratch(name: &str) -> (PathBuf, PathBuf) {
-    let directory = common::scratch_dir("fio", name);
-    let fio = directory.with_extension("fio");
-    (directory, fio)
-}
-
-fn remove(directory: &Path, fio: &Path) {
-    let _ = std::fs::remove_dir_all(directory);
-    let _ = std::fs::remove_file(fio);
+    common::scratch_with_file("fio", name, "fio")
 }
 
 /// Runs bench on `text` as a fio file against a scratch directory; expects
@@ -37,7 +30,7 @@ fn refused(text: &str) -> String {
     ]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
     String::from_utf8(output.stderr).unwrap()
 }
 
@@ -162,7 +155,7 @@ fn an_imported_job_runs_reports_its_classes_and_cleans_up() {
         assert!(bytes_per_op(&classes[1]) > 4096.0, "{}", classes[1]);
     }
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -193,7 +186,7 @@ fn a_fio_filename_is_used_in_place_and_kept() {
     assert!(runs[0]["classes"][0]["ops"].as_u64().unwrap() > 0);
     assert_eq!(entries(&directory), ["existing.dat"]);
     assert_eq!(std::fs::read(&file).unwrap(), vec![7u8; 1 << 20]);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -218,5 +211,5 @@ fn a_block_device_is_refused_without_allow_device() {
         error.contains("--allow-device") && error.contains("destroys"),
         "{error}"
     );
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }

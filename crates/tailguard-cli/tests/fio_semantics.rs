@@ -6,18 +6,11 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{assert_empty, class_names, entries, json_stdout, tailguard_ok};
+use common::{assert_empty, class_names, entries, json_stdout, remove_scratch, tailguard_ok};
 
 /// A fresh scratch directory and the path of a fio file beside it.
 fn scratch(name: &str) -> (PathBuf, PathBuf) {
-    let directory = common::scratch_dir("fio-semantics", name);
-    let fio = directory.with_extension("fio");
-    (directory, fio)
-}
-
-fn remove(directory: &Path, fio: &Path) {
-    let _ = std::fs::remove_dir_all(directory);
-    let _ = std::fs::remove_file(fio);
+    common::scratch_with_file("fio-semantics", name, "fio")
 }
 
 /// Runs `text` as a fio file with `extra` arguments; returns the JSON runs
@@ -65,7 +58,7 @@ fn size_bounded_jobs_move_exactly_their_bytes_in_every_mode() {
         assert!(run["classes"][0]["iops"].as_f64().unwrap() > 0.0, "{run}");
     }
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -99,7 +92,7 @@ fn stonewalled_groups_run_one_after_another_and_report_on_their_own() {
         }
     }
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -154,7 +147,7 @@ fn jobs_run_on_their_own_files_unless_target_overrides_them() {
             vec![9u8; 1 << 20]
         );
     }
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -168,7 +161,7 @@ fn a_missing_filename_becomes_a_data_file_beside_it() {
     assert!(notes.contains("does not exist yet"), "{notes}");
     assert_eq!(class_u64(&runs[0], 0, "bytes"), 256 << 10);
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -221,7 +214,7 @@ fn fio_json_output_reads_with_fios_own_field_names() {
     assert_eq!(moved, 512 << 10);
     assert!(mixer["write"]["clat_ns"]["percentile"]["99.990000"].is_u64());
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -248,7 +241,7 @@ fn verify_writes_checksummed_blocks_and_reads_them_back_in_every_mode() {
         assert!(ops > 64 && ops < 256, "4k and 16k requests: {run}");
     }
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -265,7 +258,7 @@ fn a_ramp_keeps_the_first_requests_out_of_the_report() {
     assert!(class["first_submit_s"].as_f64().unwrap() >= 0.1, "{class}");
     assert_eq!(class["outstanding"], 0, "{class}");
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -285,7 +278,7 @@ fn jobs_with_syncs_complete_in_every_mode() {
         }
     }
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }
 
 #[test]
@@ -302,5 +295,5 @@ fn linear_rates_space_arrivals_evenly_and_poisson_ones_do_not() {
     let poisson = class_u64(&runs[0], 1, "ops");
     assert!((200..400).contains(&poisson), "{poisson}");
     assert_empty(&directory);
-    remove(&directory, &fio);
+    remove_scratch(&directory, &fio);
 }

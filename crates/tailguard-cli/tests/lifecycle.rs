@@ -10,32 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Long enough that every run below is stopped, never finishes.
-const JOB: &str = r#"
-duration_s = 60
-seed = 5
-[[class]]
-name = "reads"
-shares = 100
-[[class]]
-name = "background"
-shares = 50
-[[job]]
-name = "readers"
-class = "reads"
-pattern = "randread"
-block_size = "4k"
-rate_iops = 1000.0
-numjobs = 2
-size = "1m"
-[[job]]
-name = "writer"
-class = "background"
-pattern = "seqwrite"
-block_size = "64k"
-queue_depth = 2
-size = "2m"
-"#;
+/// The tiny job, long enough that every run below is stopped, never
+/// finishes.
+fn long_job() -> String {
+    common::TINY_JOB.replace("duration_s = 0.3", "duration_s = 60")
+}
 
 /// The commands that lay out files in a directory and run until stopped.
 const COMMANDS: [&str; 4] = ["bench", "tune", "frontier", "demo"];
@@ -85,7 +64,7 @@ fn start(command: &str, directory: &Scratch) -> Run {
     };
     let arguments: Vec<String> = match command {
         "bench" => {
-            std::fs::write(side("toml"), JOB).unwrap();
+            std::fs::write(side("toml"), long_job()).unwrap();
             vec![
                 "bench".into(),
                 side("toml"),
@@ -287,12 +266,12 @@ fn a_second_run_on_a_file_target_is_refused_naming_the_first() {
     std::fs::write(&target, vec![7u8; 8 << 20]).unwrap();
     let target_text = target.to_str().unwrap();
     let job = directory.0.with_extension("toml");
-    std::fs::write(&job, JOB).unwrap();
+    std::fs::write(&job, long_job()).unwrap();
     let job_text = job.to_str().unwrap();
     let profile = directory.0.join("profile.toml");
     let profile_text = profile.to_str().unwrap();
     let bench = |duration: &str| {
-        std::fs::write(&job, JOB.replace("duration_s = 60", duration)).unwrap();
+        std::fs::write(&job, long_job().replace("duration_s = 60", duration)).unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_tailguard"));
         command
             .args(["bench", job_text, "--target", target_text])

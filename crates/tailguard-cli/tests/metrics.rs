@@ -12,31 +12,6 @@ use std::time::Duration;
 
 mod common;
 
-const JOB: &str = r#"
-duration_s = 0.5
-seed = 7
-[[class]]
-name = "reads"
-shares = 100
-[[class]]
-name = "background"
-shares = 50
-[[job]]
-name = "readers"
-class = "reads"
-pattern = "randread"
-block_size = "4k"
-rate_iops = 500.0
-size = "1m"
-[[job]]
-name = "writer"
-class = "background"
-pattern = "seqwrite"
-block_size = "64k"
-queue_depth = 2
-size = "2m"
-"#;
-
 /// The body of `GET /metrics` at `address` (`HOST:PORT`), if it answered 200.
 fn scrape(address: &str) -> Option<String> {
     let mut stream = TcpStream::connect(address).ok()?;
@@ -69,7 +44,11 @@ fn class_sample(text: &str, family: &str, class: &str) -> OpenMetricsValue {
 fn a_scrape_after_the_run_agrees_with_the_json() {
     let directory = common::scratch_dir("metrics", "bench");
     let job = directory.with_extension("toml");
-    std::fs::write(&job, JOB).unwrap();
+    std::fs::write(
+        &job,
+        common::TINY_JOB.replace("duration_s = 0.3", "duration_s = 0.5"),
+    )
+    .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tailguard"))
         .args(["bench", job.to_str().unwrap(), "--target"])
         .arg(&directory)

@@ -158,7 +158,12 @@ fn main() {
         sector_bytes: 4096,
     };
     let device = FaultDevice::start(config, &std::env::temp_dir()).expect("start the device");
-    let model = tailguard_sim::device::build("hdd", &toml::Table::new(), 5).unwrap();
+    let model = tailguard_sim::device::build(
+        tailguard_sim::device::ModelName::Hdd,
+        &toml::Table::new(),
+        5,
+    )
+    .unwrap();
     let profile = model.profile();
     let media_writes_per_s = profile.write_bandwidth / BLOCK as f64;
     println!(

@@ -53,6 +53,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tailguard_sim::device::ModelName;
 
 /// The timing model of the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,14 +71,14 @@ pub enum Model {
 }
 
 impl Model {
-    /// The simulator's name of the model (`None` for [`Model::Instant`]).
-    pub fn sim_name(self) -> Option<&'static str> {
+    /// The simulator's model (`None` for [`Model::Instant`]).
+    pub fn sim_model(self) -> Option<ModelName> {
         match self {
             Self::Instant => None,
-            Self::UsbFlash => Some("usb-flash"),
-            Self::Hdd => Some("hdd"),
-            Self::SataSsd => Some("sata-ssd"),
-            Self::Nvme => Some("nvme"),
+            Self::UsbFlash => Some(ModelName::UsbFlash),
+            Self::Hdd => Some(ModelName::Hdd),
+            Self::SataSsd => Some(ModelName::SataSsd),
+            Self::Nvme => Some(ModelName::Nvme),
         }
     }
 }
@@ -266,14 +267,15 @@ impl FaultDevice {
         if let Some(reason) = Self::unavailable() {
             return Err(FaultDevError::Unavailable(reason));
         }
-        let model = match config.model.sim_name() {
+        let model = match config.model.sim_model() {
             None => None,
-            Some(name) => {
-                let model = tailguard_sim::device::build(name, &toml::Table::new(), config.seed)
-                    .map_err(|error| FaultDevError::Step {
-                        step: format!("building the {name} model"),
-                        error: std::io::Error::other(error.to_string()),
-                    })?;
+            Some(sim_model) => {
+                let model =
+                    tailguard_sim::device::build(sim_model, &toml::Table::new(), config.seed)
+                        .map_err(|error| FaultDevError::Step {
+                            step: format!("building the {} model", sim_model.name()),
+                            error: std::io::Error::other(error.to_string()),
+                        })?;
                 Some(RealTimeModel::start(model).map_err(step("starting the model clock"))?)
             }
         };

@@ -111,23 +111,54 @@ fn read_block(
     file.read_at(class, buffer, offset(block)).wait()
 }
 
+/// Runs `body` once on each backend this machine offers, with a scheduler,
+/// the device at `path` opened on it, a class named `c`, and the round's
+/// number (from 0), which tests use to salt what they write.
+fn on_each_backend(
+    path: &Path,
+    mut body: impl FnMut(u64, BackendChoice, &Scheduler, &tailguard::File, &tailguard::IoClass),
+) {
+    for (round, choice) in BACKENDS.into_iter().enumerate() {
+        let Some(scheduler) = scheduler(choice) else {
+            continue;
+        };
+        let file = scheduler.open(path).unwrap();
+        let class = scheduler.add_class("c", 100).unwrap();
+        body(round as u64, choice, &scheduler, &file, &class);
+    }
+}
+
+/// Asserts that `blocks` read back whole and as written with `salt`.
+fn assert_blocks_read_back(
+    file: &tailguard::File,
+    class: &tailguard::IoClass,
+    blocks: std::ops::Range<u64>,
+    salt: u64,
+    choice: BackendChoice,
+) {
+    for block in blocks {
+        let (result, data) = read_block(file, class, block);
+        assert_eq!(result.unwrap(), BLOCK, "{choice:?}: block {block}");
+        assert_eq!(
+            &data[..],
+            &pattern(block, salt)[..],
+            "{choice:?}: block {block}"
+        );
+    }
+}
+
 #[test]
 fn error_ranges_fail_exactly_the_requests_that_touch_them() {
     with_device("error-ranges", DeviceConfig::default(), |path, control| {
-        for (round, choice) in BACKENDS.into_iter().enumerate() {
-            let Some(scheduler) = scheduler(choice) else {
-                continue;
-            };
-            let file = scheduler.open(&path).unwrap();
-            let class = scheduler.add_class("c", 100).unwrap();
-            let salt = round as u64 + 1;
-            for result in write_blocks(&file, &class, 0..16, salt) {
+        on_each_backend(&path, |round, choice, scheduler, file, class| {
+            let salt = round + 1;
+            for result in write_blocks(file, class, 0..16, salt) {
                 assert_eq!(result.unwrap(), BLOCK, "{choice:?}");
             }
-            file.fdatasync(&class).wait().unwrap();
+            file.fdatasync(class).wait().unwrap();
             control.error_range(offset(8)..offset(10), Ops::Reads, libc::EIO);
             let reads: Vec<_> = (0..16)
-                .map(|block| read_block(&file, &class, block))
+                .map(|block| read_block(file, class, block))
                 .collect();
             for (block, (result, data)) in reads.into_iter().enumerate() {
                 let block = block as u64;
@@ -154,7 +185,7 @@ fn error_ranges_fail_exactly_the_requests_that_touch_them() {
                 "each request once"
             );
             assert_eq!(stats.class("c").unwrap().errors, 2);
-        }
+        });
         assert!(control.counts().errors_injected >= 2);
     });
 }
@@ -162,30 +193,23 @@ fn error_ranges_fail_exactly_the_requests_that_touch_them() {
 #[test]
 fn a_vanishing_device_fails_every_request_and_the_scheduler_lives_on() {
     with_device("vanish", DeviceConfig::default(), |path, control| {
-        for choice in BACKENDS {
-            let Some(scheduler) = scheduler(choice) else {
-                continue;
-            };
-            let file = scheduler.open(&path).unwrap();
-            let class = scheduler.add_class("c", 100).unwrap();
-            assert!(write_blocks(&file, &class, 0..4, 1)
-                .iter()
-                .all(|r| r.is_ok()));
+        on_each_backend(&path, |_, choice, scheduler, file, class| {
+            assert!(write_blocks(file, class, 0..4, 1).iter().all(|r| r.is_ok()));
             control.disappear(libc::ENODEV);
-            let writes = write_blocks(&file, &class, 4..12, 1);
+            let writes = write_blocks(file, class, 4..12, 1);
             assert!(
                 writes.iter().all(|result| result.is_err()),
                 "{choice:?}: {writes:?}"
             );
-            assert!(read_block(&file, &class, 0).0.is_err());
-            assert!(file.fdatasync(&class).wait().is_err());
+            assert!(read_block(file, class, 0).0.is_err());
+            assert!(file.fdatasync(class).wait().is_err());
             control.heal();
-            let (result, data) = read_block(&file, &class, 1);
+            let (result, data) = read_block(file, class, 1);
             assert_eq!(result.unwrap(), BLOCK, "{choice:?}: back after heal");
             assert_eq!(&data[..], &pattern(1, 1)[..]);
             let stats = scheduler.stats().unwrap();
             assert_eq!(stats.class("c").unwrap().ops, 4 + 8 + 1 + 1 + 1);
-        }
+        });
         assert!(control.counts().failed_gone >= 8);
     });
 }
@@ -227,15 +251,7 @@ fn shutdown_during_a_stall_completes_every_stalled_request() {
             let reader = self::scheduler(choice).unwrap();
             let file = reader.open(&path).unwrap();
             let class = reader.add_class("r", 1).unwrap();
-            for block in 0..8 {
-                let (result, data) = read_block(&file, &class, block);
-                assert_eq!(result.unwrap(), BLOCK);
-                assert_eq!(
-                    &data[..],
-                    &pattern(block, salt)[..],
-                    "{choice:?}: block {block}"
-                );
-            }
+            assert_blocks_read_back(&file, &class, 0..8, salt, choice);
         }
     });
 }
@@ -247,31 +263,18 @@ fn a_slow_down_window_stretches_requests_and_loses_none() {
         ..DeviceConfig::default()
     };
     with_device("slow-down", config, |path, control| {
-        for (round, choice) in BACKENDS.into_iter().enumerate() {
-            let Some(scheduler) = scheduler(choice) else {
-                continue;
-            };
-            let file = scheduler.open(&path).unwrap();
-            let class = scheduler.add_class("c", 100).unwrap();
-            let salt = 20 + round as u64;
+        on_each_backend(&path, |round, choice, _, file, class| {
+            let salt = 20 + round;
             let slowed_before = control.counts().slowed;
             control.slow_down_for(0.25, Duration::from_secs(30));
-            for result in write_blocks(&file, &class, 0..8, salt) {
+            for result in write_blocks(file, class, 0..8, salt) {
                 assert_eq!(result.unwrap(), BLOCK, "{choice:?}");
             }
-            file.fdatasync(&class).wait().unwrap();
+            file.fdatasync(class).wait().unwrap();
             control.heal();
             assert!(control.counts().slowed > slowed_before, "{choice:?}");
-            for block in 0..8 {
-                let (result, data) = read_block(&file, &class, block);
-                assert_eq!(result.unwrap(), BLOCK);
-                assert_eq!(
-                    &data[..],
-                    &pattern(block, salt)[..],
-                    "{choice:?}: block {block}"
-                );
-            }
-        }
+            assert_blocks_read_back(file, class, 0..8, salt, choice);
+        });
     });
 }
 

@@ -43,7 +43,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tailguard::{
-    AlignedBuffer, BackendChoice, ControllerChoice, File, IoClass, OpenOptions, Scheduler,
+    AlignedBuffer, BackendChoice, BufResult, ControllerChoice, File, IoClass, IoFuture,
+    OpenOptions, Scheduler,
 };
 
 /// Backend: io_uring where the kernel allows it, else the thread pool.
@@ -740,6 +741,28 @@ enum DataKind {
     Write,
 }
 
+impl DataKind {
+    /// Starts the request: the buffer goes to the library until it completes.
+    fn start(
+        self,
+        file: &tg_file,
+        class: &tg_class,
+        data: AlignedBuffer,
+        offset: u64,
+    ) -> IoFuture<BufResult> {
+        match self {
+            Self::Read => file.file.read_at(&class.class, data, offset),
+            Self::Write => file.file.write_at(&class.class, data, offset),
+        }
+    }
+}
+
+/// Takes the buffer out of its handle for a request, leaving an empty one
+/// until the request hands it back.
+fn take_buffer(handle: &mut tg_buffer) -> AlignedBuffer {
+    std::mem::replace(&mut handle.buffer, AlignedBuffer::new(0, 1).expect("empty"))
+}
+
 /// # Safety
 /// The pointers are live handles; `buffer` is held by the caller.
 unsafe fn blocking_data(
@@ -758,13 +781,7 @@ unsafe fn blocking_data(
                 mutable(buffer, "buffer")?,
             )
         };
-        let buffer =
-            std::mem::replace(&mut handle.buffer, AlignedBuffer::new(0, 1).expect("empty"));
-        let future = match kind {
-            DataKind::Read => file.file.read_at(&class.class, buffer, offset),
-            DataKind::Write => file.file.write_at(&class.class, buffer, offset),
-        };
-        let (result, buffer) = future.wait();
+        let (result, buffer) = kind.start(file, class, take_buffer(handle), offset).wait();
         handle.buffer = buffer;
         Ok(result? as i64)
     })
@@ -1163,11 +1180,7 @@ unsafe fn async_data(
         // SAFETY: a live handle the caller gives to the library until the
         // completion hands it back.
         let mut handle = unsafe { Box::from_raw(buffer) };
-        let data = std::mem::replace(&mut handle.buffer, AlignedBuffer::new(0, 1).expect("empty"));
-        let request = match kind {
-            DataKind::Read => file.file.read_at(&class.class, data, offset),
-            DataKind::Write => file.file.write_at(&class.class, data, offset),
-        };
+        let request = kind.start(file, class, take_buffer(&mut handle), offset);
         file.completions.submit(
             Box::pin(async move {
                 let (result, data) = request.await;

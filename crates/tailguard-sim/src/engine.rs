@@ -22,7 +22,7 @@
 //! measurements the summary report cannot give (throughput and latency over time).
 
 use crate::device::{DeviceCompletion, DeviceModel};
-use crate::policy::{self, Policy, SimRequest, Submission};
+use crate::policy::{self, Policy, PolicyName, SimRequest, Submission};
 use crate::report::{ClassAccumulator, RunReport};
 use crate::scenario::Scenario;
 use crate::workload::{RequestTemplate, Workload};
@@ -132,7 +132,11 @@ struct Simulation<'a> {
 }
 
 /// Runs `scenario` under `policy_name` with `seed` and returns its report.
-pub fn run(scenario: &Scenario, policy_name: &str, seed: u64) -> Result<RunReport, ConfigError> {
+pub fn run(
+    scenario: &Scenario,
+    policy_name: PolicyName,
+    seed: u64,
+) -> Result<RunReport, ConfigError> {
     run_inner(scenario, policy_name, seed, None)
 }
 
@@ -140,7 +144,7 @@ pub fn run(scenario: &Scenario, policy_name: &str, seed: u64) -> Result<RunRepor
 /// completion order.
 pub fn run_observed(
     scenario: &Scenario,
-    policy_name: &str,
+    policy_name: PolicyName,
     seed: u64,
     observer: Observer<'_>,
 ) -> Result<RunReport, ConfigError> {
@@ -149,13 +153,13 @@ pub fn run_observed(
 
 fn run_inner<'a>(
     scenario: &'a Scenario,
-    policy_name: &str,
+    policy_name: PolicyName,
     seed: u64,
     observer: Option<Observer<'a>>,
 ) -> Result<RunReport, ConfigError> {
     let parameters = scenario
         .policy_parameters
-        .get(policy_name)
+        .get(&policy_name)
         .cloned()
         .unwrap_or_default();
     let policy = policy::build(policy_name, &scenario.policy_context(), &parameters)

@@ -22,9 +22,12 @@ pub mod report;
 pub mod scenario;
 pub mod workload;
 
-/// A configuration value that cannot be used: which key, what is wrong, the fix.
+/// The crate's error: a scenario (or a configuration value in it) that
+/// cannot be used: which file, which key, what is wrong, the fix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The file, if it came from one.
+    pub file: Option<String>,
     /// Where the problem is, as a dotted key path (`device[1].model`).
     pub key: String,
     /// What is wrong and how to fix it.
@@ -35,9 +38,16 @@ impl ConfigError {
     /// A new error for `key`.
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
+            file: None,
             key: key.into(),
             message: message.into(),
         }
+    }
+
+    /// Names the file the error was found in.
+    pub fn in_file(mut self, path: &std::path::Path) -> Self {
+        self.file = Some(path.display().to_string());
+        self
     }
 
     /// Prefixes the key with its enclosing table (`device[0]` + `model`).
@@ -49,6 +59,9 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(formatter, "{file}: ")?;
+        }
         write!(formatter, "`{}`: {}", self.key, self.message)
     }
 }

@@ -35,7 +35,7 @@
 //! that name the key and say how to fix it, and nothing panics on bad input.
 
 use crate::device::{self, DeviceModel};
-use crate::policy::{ClassInfo, DeviceInfo, PolicyContext};
+use crate::policy::{ClassInfo, DeviceInfo, PolicyContext, PolicyName};
 use crate::ConfigError;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
@@ -196,8 +196,8 @@ impl ProfileOverrides {
 pub struct DeviceSpec {
     /// The name jobs refer to.
     pub name: String,
-    /// The model name.
-    pub model: String,
+    /// The model.
+    pub model: device::ModelName,
     /// Model parameters, as written.
     pub parameters: toml::Table,
     /// What the scheduler believes about the device.
@@ -307,9 +307,9 @@ pub struct Scenario {
     /// Jobs, in file order.
     pub jobs: Vec<JobSpec>,
     /// `[policy.NAME]` tables.
-    pub policy_parameters: BTreeMap<String, toml::Table>,
+    pub policy_parameters: BTreeMap<PolicyName, toml::Table>,
     /// The policies to compare when the command line names none.
-    pub policies: Vec<String>,
+    pub policies: Vec<PolicyName>,
 }
 
 #[derive(Deserialize)]
@@ -389,29 +389,9 @@ fn default_numjobs() -> u32 {
     1
 }
 
-/// A scenario file could not be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScenarioError {
-    /// The file, if it came from one.
-    pub file: Option<String>,
-    /// What is wrong.
-    pub error: ConfigError,
-}
-
-impl std::fmt::Display for ScenarioError {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.file {
-            Some(file) => write!(formatter, "{file}: {}", self.error),
-            None => self.error.fmt(formatter),
-        }
-    }
-}
-
-impl std::error::Error for ScenarioError {}
-
 impl Scenario {
     /// Reads and validates a scenario file.
-    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         read_config_file(path, Self::from_toml)
     }
 
@@ -462,25 +442,29 @@ impl Scenario {
             ));
         }
         validate_scenario_load(&jobs)?;
-        for name in raw.policy.keys().chain(&raw.policies) {
-            if !crate::policy::POLICY_NAMES.contains(&name.as_str()) {
-                return Err(ConfigError::new(
-                    format!("policy.{name}"),
-                    format!(
-                        "unknown policy; use one of: {}",
-                        crate::policy::POLICY_NAMES.join(", ")
-                    ),
-                ));
-            }
-        }
+        let policy_parameters = raw
+            .policy
+            .into_iter()
+            .map(|(name, parameters)| {
+                Ok((
+                    PolicyName::parse(&name, format!("policy.{name}"))?,
+                    parameters,
+                ))
+            })
+            .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
+        let policies = raw
+            .policies
+            .iter()
+            .map(|name| PolicyName::parse(name, "policies"))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             duration_ns,
             seed: raw.seed,
             devices,
             classes,
             jobs,
-            policy_parameters: raw.policy,
-            policies: raw.policies,
+            policy_parameters,
+            policies,
         })
     }
 
@@ -513,7 +497,7 @@ impl Scenario {
             .iter()
             .enumerate()
             .map(|(index, spec)| {
-                device::build(&spec.model, &spec.parameters, derive_seed(seed, 1, index))
+                device::build(spec.model, &spec.parameters, derive_seed(seed, 1, index))
                     .expect("validated at parse time")
             })
             .collect()
@@ -525,13 +509,11 @@ impl Scenario {
 pub fn read_config_file<T>(
     path: &Path,
     parse: impl FnOnce(&str) -> Result<T, ConfigError>,
-) -> Result<T, ScenarioError> {
-    let file = Some(path.display().to_string());
-    let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
-        file: file.clone(),
-        error: ConfigError::new("(file)", format!("cannot read it: {error}; check the path")),
+) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::new("(file)", format!("cannot read it: {error}; check the path")).in_file(path)
     })?;
-    parse(&text).map_err(|error| ScenarioError { file, error })
+    parse(&text).map_err(|error| error.in_file(path))
 }
 
 /// A TOML syntax or schema error, located by line.
@@ -652,14 +634,14 @@ fn take_string(table: &mut toml::Table, key: &str) -> Result<String, ConfigError
 fn parse_device(table: &toml::Table) -> Result<DeviceSpec, ConfigError> {
     let mut parameters = table.clone();
     let name = take_string(&mut parameters, "name")?;
-    let model = take_string(&mut parameters, "model")?;
+    let model = device::ModelName::parse(&take_string(&mut parameters, "model")?)?;
     let overrides = match parameters.remove("profile") {
         Some(value) => ProfileOverrides::deserialize(value).map_err(|error| {
             ConfigError::new("profile", error.to_string().trim_end().to_string())
         })?,
         None => ProfileOverrides::default(),
     };
-    let built = device::build(&model, &parameters, 0)?;
+    let built = device::build(model, &parameters, 0)?;
     let profile = overrides.apply(built.profile());
     profile
         .validate()

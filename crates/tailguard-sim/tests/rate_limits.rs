@@ -10,6 +10,7 @@
 //!   uncapped. So the device does not idle while the writer waits for tokens.
 
 use tailguard_sim::engine::run;
+use tailguard_sim::policy::PolicyName;
 use tailguard_sim::report::RunReport;
 use tailguard_sim::scenario::Scenario;
 
@@ -57,7 +58,7 @@ queue_depth = 16
 }
 
 fn report(writer_cap: Option<&str>) -> RunReport {
-    run(&scenario(writer_cap), "tailguard", 1).unwrap()
+    run(&scenario(writer_cap), PolicyName::Tailguard, 1).unwrap()
 }
 
 /// (ops, bytes) of the class named `name`.
@@ -142,7 +143,7 @@ queue_depth = 4
 "#
     ))
     .unwrap();
-    let report = run(&scenario, "tailguard", 3).unwrap();
+    let report = run(&scenario, PolicyName::Tailguard, 3).unwrap();
     let (_, bytes) = moved(&report, "background");
     assert_within_5_percent(bytes as f64 / DURATION_S, 8.0 * 1_048_576.0, "bytes/s");
 }

@@ -17,6 +17,7 @@
 //! rule 5), so its budget deepens until more depth stops paying.
 
 use tailguard_sim::engine::run;
+use tailguard_sim::policy::PolicyName;
 use tailguard_sim::scenario::Scenario;
 
 const SEEDS: [u64; 3] = [1, 2, 3];
@@ -61,11 +62,11 @@ fn ratios(model: &str, pattern: &str, block: &str) -> Vec<f64> {
     SEEDS
         .iter()
         .map(|&seed| {
-            let bytes = |policy: &str| {
+            let bytes = |policy: PolicyName| {
                 let report = run(&scenario, policy, seed).unwrap();
                 report.class("alone", "dev").unwrap().bytes as f64
             };
-            bytes("tailguard") / bytes("fifo")
+            bytes(PolicyName::Tailguard) / bytes(PolicyName::Fifo)
         })
         .collect()
 }

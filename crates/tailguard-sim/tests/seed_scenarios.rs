@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use tailguard_core::{CostModel, Direction, NANOS_PER_SECOND_F64};
 use tailguard_sim::engine::run;
+use tailguard_sim::policy::PolicyName;
 use tailguard_sim::report::{ClassReport, RunReport};
 use tailguard_sim::scenario::Scenario;
 
@@ -29,7 +30,7 @@ fn without_job(mut scenario: Scenario, job: &str) -> Scenario {
     scenario
 }
 
-fn simulate(scenario: &Scenario, policy: &str) -> RunReport {
+fn simulate(scenario: &Scenario, policy: PolicyName) -> RunReport {
     run(scenario, policy, scenario.seed).unwrap_or_else(|error| panic!("{policy}: {error}"))
 }
 
@@ -42,10 +43,13 @@ fn row<'a>(report: &'a RunReport, class: &str, device: &str) -> &'a ClassReport 
 #[test]
 fn seed_000_writeback_hurts_reads_under_fifo_but_not_under_tailguard() {
     let scenario = load("seed-000-writeback.toml");
-    let read_only = simulate(&without_job(scenario.clone(), "writeback"), "tailguard");
+    let read_only = simulate(
+        &without_job(scenario.clone(), "writeback"),
+        PolicyName::Tailguard,
+    );
     let read_only_p999 = row(&read_only, "reads", "ssd").latency_us.p999;
-    let fifo = simulate(&scenario, "fifo");
-    let tailguard = simulate(&scenario, "tailguard");
+    let fifo = simulate(&scenario, PolicyName::Fifo);
+    let tailguard = simulate(&scenario, PolicyName::Tailguard);
     let fifo_p999 = row(&fifo, "reads", "ssd").latency_us.p999;
     let tailguard_p999 = row(&tailguard, "reads", "ssd").latency_us.p999;
     println!(
@@ -84,7 +88,7 @@ fn seed_000_writeback_hurts_reads_under_fifo_but_not_under_tailguard() {
 fn seed_001_a_slow_device_throttles_a_fast_one_only_under_a_global_cap() {
     let scenario = load("seed-001-slow-device.toml");
     let alone = without_job(scenario.clone(), "stick-writer");
-    for policy in ["global-cap", "tailguard"] {
+    for policy in [PolicyName::GlobalCap, PolicyName::Tailguard] {
         let alone_mb_per_s = row(&simulate(&alone, policy), "copy", "disk").mb_per_s;
         let shared = simulate(&scenario, policy);
         let shared_mb_per_s = row(&shared, "copy", "disk").mb_per_s;
@@ -95,7 +99,7 @@ fn seed_001_a_slow_device_throttles_a_fast_one_only_under_a_global_cap() {
             stick_mb_per_s > 0.5,
             "{policy}: the stick must make progress"
         );
-        if policy == "global-cap" {
+        if policy == PolicyName::GlobalCap {
             // Expect the pathology: the disk loses at least 30%.
             assert!(drop >= 0.30, "global-cap drop {drop}");
         } else {
@@ -117,13 +121,13 @@ fn seed_002_cfq_starves_async_writes_and_the_fixes_bound_their_wait() {
     let profile = scenario.devices[0].profile.clone();
     let cost_model = CostModel::new(&profile);
 
-    let cfq = simulate(&scenario, "cfq");
+    let cfq = simulate(&scenario, PolicyName::Cfq);
     let cfq_wait_s = row(&cfq, "metadata", "ssd").queue_wait_us_max / 1e6;
     println!("cfq: longest async wait {cfq_wait_s:.2} s");
     // Expect the seed's starvation: at least 10 s.
     assert!(cfq_wait_s >= 10.0, "cfq async wait {cfq_wait_s} s");
 
-    let fixed = simulate(&scenario, "cfq-fixed");
+    let fixed = simulate(&scenario, PolicyName::CfqFixed);
     let fixed_wait_ms = row(&fixed, "metadata", "ssd").queue_wait_us_max / 1e3;
     println!("cfq-fixed: longest async wait {fixed_wait_ms:.1} ms");
     // Expect cfq-fixed's bound: the async FIFO expiry (250 ms) plus one
@@ -141,7 +145,7 @@ fn seed_002_cfq_starves_async_writes_and_the_fixes_bound_their_wait() {
     dispatcher.add_class(100).unwrap();
     let gap_ns = dispatcher.gap_bound_ns(metadata).unwrap();
     let bound_ms = 4.0 * gap_ns as f64 / 1e6;
-    let tailguard = simulate(&scenario, "tailguard");
+    let tailguard = simulate(&scenario, PolicyName::Tailguard);
     let writes = row(&tailguard, "metadata", "ssd");
     let reads = row(&tailguard, "sync-reads", "ssd");
     let wait_ms = writes.queue_wait_us_max / 1e3;
@@ -172,7 +176,7 @@ fn seed_003_queued_sync_writes_reach_the_media_rate_through_tailguard() {
     let scenario = load("seed-003-hdd-sync-writes.toml");
     let media_rate = scenario.devices[0].profile.write_bandwidth;
     let revolution_s = 60.0 / 7200.0;
-    for policy in ["fifo", "tailguard"] {
+    for policy in [PolicyName::Fifo, PolicyName::Tailguard] {
         let report = simulate(&scenario, policy);
         let one = row(&report, "one-at-a-time", "disk");
         println!("{policy}: one at a time {} writes/s", one.iops);
@@ -183,7 +187,7 @@ fn seed_003_queued_sync_writes_reach_the_media_rate_through_tailguard() {
             "{policy}: {per_revolution} per revolution"
         );
     }
-    let report = simulate(&scenario, "tailguard");
+    let report = simulate(&scenario, PolicyName::Tailguard);
     let queued = row(&report, "queued", "disk");
     let fraction = queued.mb_per_s * 1e6 / media_rate;
     println!(

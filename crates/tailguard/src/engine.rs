@@ -14,9 +14,9 @@
 //!    call. When there is nothing else to do, the same call sleeps until a
 //!    completion or a submitter's wake-up, and, while a class held by its
 //!    rate limit has queued work, at the latest until the first such class
-//!    may go again ([`Dispatcher::next_eligible_at`]). (Eager because on a virtio disk
-//!    requests submitted together complete together: see
-//!    `SchedulerBuilder::eager_submit`.)
+//!    may go again ([`Dispatcher::next_eligible_at`]). (Eager because on some
+//!    disks, virtio ones among them, requests submitted together complete
+//!    together: see `SchedulerBuilder::eager_submit`.)
 //! 4. **reap** every available completion in a batch, complete the pieces in the
 //!    dispatchers, and deliver each finished request to its waiter.
 //!

@@ -236,7 +236,12 @@ impl SnapshotCollector {
         Ok(())
     }
 
-    fn encode_devices(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    /// The devices' counters: requests, bytes, and the budget policy's and
+    /// the latency controller's decisions.
+    fn encode_device_counters(
+        &self,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
         let devices = &self.0.devices;
         let counters: [Reading<DeviceStats, u64>; 4] = [
             ("tailguard_device_operations", "Requests completed.", |d| {
@@ -291,6 +296,12 @@ impl SnapshotCollector {
             }
             Ok(())
         })?;
+        Ok(())
+    }
+
+    /// The devices' gauges: the budget, and what is in flight and queued now.
+    fn encode_device_gauges(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let devices = &self.0.devices;
         let times: [Reading<DeviceStats, u64>; 2] = [
             (
                 "tailguard_device_budget",
@@ -338,7 +349,8 @@ impl SnapshotCollector {
 impl Collector for SnapshotCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         self.encode_classes(&mut encoder)?;
-        self.encode_devices(&mut encoder)
+        self.encode_device_counters(&mut encoder)?;
+        self.encode_device_gauges(&mut encoder)
     }
 }
 

@@ -151,11 +151,10 @@ impl SchedulerBuilder {
     /// or once per engine turn for everything dispatched in it (false: fewer
     /// system calls per request, for CPU-bound rates of millions of requests a
     /// second). Either way submitters hand requests over in batches (one lock
-    /// per batch, see `crate::handoff`). On the virtio disk of the machine
-    /// this was developed on, per-request submission gave 4 KiB random reads 9%
-    /// more IOPS at queue depth 16 (BENCHMARKS.md, "eager submission"):
-    /// requests submitted together reach the device together, and a batch is
-    /// only as fast as its slowest member.
+    /// per batch, see `crate::handoff`). Per-request submission gives small
+    /// random reads more IOPS on disks that complete requests submitted
+    /// together together (virtio disks do): a batch reaches the device at
+    /// once, and is only as fast as its slowest member.
     pub fn eager_submit(mut self, enabled: bool) -> Self {
         self.eager_submit = enabled;
         self

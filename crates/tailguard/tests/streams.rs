@@ -12,13 +12,14 @@
 //! kernel refuses io_uring.
 
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 use tailguard::{
-    BackendChoice, OpenOptions, ReaderOptions, Scheduler, StreamReader, StreamWriter, WriterOptions,
+    BackendChoice, IoClass, OpenOptions, ReaderOptions, Scheduler, StreamReader, StreamWriter,
+    WriterOptions,
 };
 
 /// How long any one test may take before it counts as hung.
@@ -26,7 +27,7 @@ const WATCHDOG: Duration = Duration::from_secs(60);
 
 /// Runs `test` on its own thread and fails if it takes longer than
 /// [`WATCHDOG`], so that a lost wake-up fails the run instead of hanging it.
-fn watchdog(test: fn()) {
+fn watchdog(test: impl FnOnce() + Send + 'static) {
     let (done, finished) = mpsc::channel();
     let runner = std::thread::spawn(move || {
         test();
@@ -71,7 +72,7 @@ fn schedulers() -> Vec<(BackendChoice, Scheduler)> {
         .collect()
 }
 
-fn create(scheduler: &Scheduler, path: &PathBuf) -> tailguard::File {
+fn create(scheduler: &Scheduler, path: &Path) -> tailguard::File {
     OpenOptions::new()
         .read(true)
         .write(true)
@@ -79,6 +80,20 @@ fn create(scheduler: &Scheduler, path: &PathBuf) -> tailguard::File {
         .truncate(true)
         .open(scheduler, path)
         .unwrap()
+}
+
+/// Runs `body` under the [`watchdog`] once on each backend, with that
+/// backend's scheduler, a class and a scratch file path both named `name`;
+/// removes the file after each turn.
+fn on_each_backend(name: &'static str, body: fn(BackendChoice, &Scheduler, &IoClass, &Path)) {
+    watchdog(move || {
+        for (choice, scheduler) in schedulers() {
+            let class = scheduler.add_class(name, 100).unwrap();
+            let path = scratch(&format!("{name}-{choice:?}"));
+            body(choice, &scheduler, &class, &path);
+            std::fs::remove_file(&path).unwrap();
+        }
+    });
 }
 
 /// Deterministic bytes: a xorshift stream from `seed`.
@@ -105,14 +120,8 @@ const SMALL: WriterOptions = WriterOptions {
 
 #[test]
 fn appends_of_any_length_read_back_exactly_with_flushes_between() {
-    watchdog(appends_of_any_length_read_back_exactly_with_flushes_between_body);
-}
-
-fn appends_of_any_length_read_back_exactly_with_flushes_between_body() {
-    for (choice, scheduler) in schedulers() {
-        let class = scheduler.add_class("log", 100).unwrap();
-        let path = scratch(&format!("roundtrip-{choice:?}"));
-        let mut writer = StreamWriter::new(create(&scheduler, &path), &class, SMALL);
+    on_each_backend("log", |choice, scheduler, class, path| {
+        let mut writer = StreamWriter::new(create(scheduler, path), class, SMALL);
         let mut expected = Vec::new();
         for (round, length) in CHUNKS.iter().cycle().take(40).enumerate() {
             let chunk = bytes(*length, round as u64);
@@ -121,20 +130,20 @@ fn appends_of_any_length_read_back_exactly_with_flushes_between_body() {
             // What the writer says is written is in the file already.
             let written = writer.written_len() as usize;
             assert!(written <= expected.len());
-            let contents = std::fs::read(&path).unwrap();
+            let contents = std::fs::read(path).unwrap();
             assert_eq!(contents[..written], expected[..written], "{choice:?}");
             if round % 7 == 3 {
                 // A flush in the middle writes the padded tail, which the
                 // next appends rewrite: the file holds the data, then zeros
                 // to the end of the block.
                 writer.flush().unwrap();
-                let contents = std::fs::read(&path).unwrap();
+                let contents = std::fs::read(path).unwrap();
                 assert_eq!(contents[..expected.len()], expected, "{choice:?}");
                 assert!(contents.len() < expected.len() + 4096);
                 assert!(contents[expected.len()..].iter().all(|byte| *byte == 0));
                 if round % 2 == 1 {
                     writer.sync().unwrap();
-                    assert_eq!(std::fs::read(&path).unwrap(), expected, "sync truncates");
+                    assert_eq!(std::fs::read(path).unwrap(), expected, "sync truncates");
                 }
             }
         }
@@ -149,14 +158,14 @@ fn appends_of_any_length_read_back_exactly_with_flushes_between_body() {
         writer.close().unwrap();
         assert!(writer.write(b"late").is_err(), "a closed writer refuses");
         drop(writer);
-        assert_eq!(std::fs::read(&path).unwrap(), expected, "{choice:?}");
+        assert_eq!(std::fs::read(path).unwrap(), expected, "{choice:?}");
 
-        let file = scheduler.open(&path).unwrap();
+        let file = scheduler.open(path).unwrap();
         let options = ReaderOptions {
             buffer_bytes: 4096,
             read_ahead_buffers: 3,
         };
-        let mut reader = StreamReader::new(file, &class, options.clone());
+        let mut reader = StreamReader::new(file, class, options.clone());
         let mut read_back = Vec::new();
         let mut piece = [0u8; 777];
         loop {
@@ -168,15 +177,14 @@ fn appends_of_any_length_read_back_exactly_with_flushes_between_body() {
         }
         assert_eq!(read_back, expected, "{choice:?}: the reader");
         for start in [1u64, 4095, 4096, 50_001] {
-            let file = scheduler.open(&path).unwrap();
-            let mut reader = StreamReader::starting_at(file, &class, options.clone(), start);
+            let file = scheduler.open(path).unwrap();
+            let mut reader = StreamReader::starting_at(file, class, options.clone(), start);
             let mut tail = Vec::new();
             reader.read_to_end(&mut tail).unwrap();
             assert_eq!(tail, expected[start as usize..], "from {start}");
             assert_eq!(reader.position(), expected.len() as u64);
         }
-        std::fs::remove_file(&path).unwrap();
-    }
+    });
 }
 
 /// Writes everything through the `futures-io` trait itself.
@@ -193,22 +201,16 @@ async fn write_through_trait(writer: &mut StreamWriter, mut data: &[u8]) -> io::
 
 #[test]
 fn the_async_traits_stream_the_same_bytes() {
-    watchdog(the_async_traits_stream_the_same_bytes_body);
-}
-
-fn the_async_traits_stream_the_same_bytes_body() {
-    for (choice, scheduler) in schedulers() {
-        let class = scheduler.add_class("async", 100).unwrap();
-        let path = scratch(&format!("async-{choice:?}"));
+    on_each_backend("async", |choice, scheduler, class, path| {
         let data = bytes(150_001, 9);
-        let mut writer = StreamWriter::new(create(&scheduler, &path), &class, SMALL);
+        let mut writer = StreamWriter::new(create(scheduler, path), class, SMALL);
         let read_back = scheduler.block_on(async {
             write_through_trait(&mut writer, &data[..70_000]).await?;
             writer.write_all_async(&data[70_000..]).await?;
             writer.sync_async().await?;
             writer.close_async().await?;
             let file = writer.file().clone();
-            let mut reader = StreamReader::new(file, &class, ReaderOptions::default());
+            let mut reader = StreamReader::new(file, class, ReaderOptions::default());
             let mut read_back = Vec::new();
             let mut piece = vec![0u8; 10_000];
             loop {
@@ -225,27 +227,20 @@ fn the_async_traits_stream_the_same_bytes_body() {
             io::Result::Ok(read_back)
         });
         assert_eq!(read_back.unwrap(), data, "{choice:?}");
-        std::fs::remove_file(&path).unwrap();
-    }
+    });
 }
 
 #[test]
 fn the_async_traits_work_on_a_foreign_runtime() {
-    watchdog(the_async_traits_work_on_a_foreign_runtime_body);
-}
-
-fn the_async_traits_work_on_a_foreign_runtime_body() {
-    // On tokio nobody runs the engine but its own thread: every pending
-    // write, sync and read must be woken by a completion, or this hangs.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
-    for (choice, scheduler) in schedulers() {
-        let class = scheduler.add_class("tokio", 100).unwrap();
-        let path = scratch(&format!("tokio-{choice:?}"));
+    on_each_backend("tokio", |choice, scheduler, class, path| {
+        // On tokio nobody runs the engine but its own thread: every pending
+        // write, sync and read must be woken by a completion, or this hangs.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
         let data = bytes(100_003, 11);
-        let file = create(&scheduler, &path);
+        let file = create(scheduler, path);
         let (expected, class_for_task) = (data.clone(), class.clone());
         let read_back = runtime.block_on(async move {
             let mut writer = StreamWriter::new(file, &class_for_task, SMALL);
@@ -272,20 +267,13 @@ fn the_async_traits_work_on_a_foreign_runtime_body() {
             io::Result::Ok(read_back)
         });
         assert_eq!(read_back.unwrap(), data, "{choice:?}");
-        std::fs::remove_file(&path).unwrap();
-    }
+    });
 }
 
 #[test]
 fn after_sync_the_data_reads_back_through_a_fresh_handle() {
-    watchdog(after_sync_the_data_reads_back_through_a_fresh_handle_body);
-}
-
-fn after_sync_the_data_reads_back_through_a_fresh_handle_body() {
-    for (choice, scheduler) in schedulers() {
-        let class = scheduler.add_class("durable", 100).unwrap();
-        let path = scratch(&format!("sync-{choice:?}"));
-        let mut writer = StreamWriter::new(create(&scheduler, &path), &class, SMALL);
+    on_each_backend("durable", |choice, scheduler, class, path| {
+        let mut writer = StreamWriter::new(create(scheduler, path), class, SMALL);
         let data = bytes(30_001, 3);
         writer.write_all(&data).unwrap();
         writer.sync().unwrap();
@@ -294,7 +282,7 @@ fn after_sync_the_data_reads_back_through_a_fresh_handle_body() {
         // device, not this process's page cache.
         let fresh = Scheduler::builder().backend(choice).build().unwrap();
         let fresh_class = fresh.add_class("check", 1).unwrap();
-        let file = fresh.open(&path).unwrap();
+        let file = fresh.open(path).unwrap();
         assert_eq!(file.std_file().metadata().unwrap().len(), data.len() as u64);
         let mut read_back = Vec::new();
         StreamReader::new(file, &fresh_class, ReaderOptions::default())
@@ -306,26 +294,19 @@ fn after_sync_the_data_reads_back_through_a_fresh_handle_body() {
         writer.sync().unwrap();
         let mut expected = data.clone();
         expected.extend_from_slice(b"more");
-        assert_eq!(std::fs::read(&path).unwrap(), expected);
+        assert_eq!(std::fs::read(path).unwrap(), expected);
         drop(writer);
-        std::fs::remove_file(&path).unwrap();
-    }
+    });
 }
 
 #[test]
 fn a_writer_appends_to_an_existing_file_at_any_offset() {
-    watchdog(a_writer_appends_to_an_existing_file_at_any_offset_body);
-}
-
-fn a_writer_appends_to_an_existing_file_at_any_offset_body() {
-    for (choice, scheduler) in schedulers() {
-        let class = scheduler.add_class("append", 100).unwrap();
-        let path = scratch(&format!("append-{choice:?}"));
+    on_each_backend("append", |choice, scheduler, class, path| {
         let initial = bytes(20_000, 21);
         for offset in [10_001u64, 8192, 20_000, 0] {
-            std::fs::write(&path, &initial).unwrap();
-            let file = scheduler.open(&path).unwrap();
-            let mut writer = StreamWriter::appending(file, &class, SMALL, offset).unwrap();
+            std::fs::write(path, &initial).unwrap();
+            let file = scheduler.open(path).unwrap();
+            let mut writer = StreamWriter::appending(file, class, SMALL, offset).unwrap();
             assert_eq!(writer.logical_len(), offset);
             let more = bytes(9_000, offset);
             writer.write_all(&more).unwrap();
@@ -333,30 +314,23 @@ fn a_writer_appends_to_an_existing_file_at_any_offset_body() {
             let mut expected = initial[..offset as usize].to_vec();
             expected.extend_from_slice(&more);
             assert_eq!(
-                std::fs::read(&path).unwrap(),
+                std::fs::read(path).unwrap(),
                 expected,
                 "{choice:?} at {offset}"
             );
         }
-        let file = scheduler.open(&path).unwrap();
-        let error = StreamWriter::appending(file, &class, SMALL, 1 << 20).unwrap_err();
+        let file = scheduler.open(path).unwrap();
+        let error = StreamWriter::appending(file, class, SMALL, 1 << 20).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
-        std::fs::remove_file(&path).unwrap();
-    }
+    });
 }
 
 #[test]
 fn unaligned_positional_writes_and_reads_match_a_model() {
-    watchdog(unaligned_positional_writes_and_reads_match_a_model_body);
-}
-
-fn unaligned_positional_writes_and_reads_match_a_model_body() {
-    for (choice, scheduler) in schedulers() {
-        let class = scheduler.add_class("patch", 100).unwrap();
-        let path = scratch(&format!("unaligned-{choice:?}"));
+    on_each_backend("patch", |choice, scheduler, class, path| {
         let initial = bytes(10_000, 5);
-        std::fs::write(&path, &initial).unwrap();
-        let file = scheduler.open(&path).unwrap();
+        std::fs::write(path, &initial).unwrap();
+        let file = scheduler.open(path).unwrap();
         let mut model = initial.clone();
         let patches = [
             (3u64, 10usize),
@@ -369,7 +343,7 @@ fn unaligned_positional_writes_and_reads_match_a_model_body() {
         for (index, (offset, length)) in patches.into_iter().enumerate() {
             let patch = bytes(length, 100 + index as u64);
             scheduler
-                .block_on(file.write_at_unaligned(&class, &patch, offset))
+                .block_on(file.write_at_unaligned(class, &patch, offset))
                 .unwrap();
             let end = offset as usize + length;
             if model.len() < end {
@@ -377,7 +351,7 @@ fn unaligned_positional_writes_and_reads_match_a_model_body() {
             }
             model[offset as usize..end].copy_from_slice(&patch);
             assert_eq!(
-                std::fs::read(&path).unwrap(),
+                std::fs::read(path).unwrap(),
                 model,
                 "{choice:?} patch {index}"
             );
@@ -385,12 +359,12 @@ fn unaligned_positional_writes_and_reads_match_a_model_body() {
         for (offset, length) in [(0u64, 1usize), (4095, 2), (7, 9_000), (19_998, 100)] {
             let mut out = vec![0u8; length];
             let read = scheduler
-                .block_on(file.read_at_unaligned(&class, &mut out, offset))
+                .block_on(file.read_at_unaligned(class, &mut out, offset))
                 .unwrap();
             let end = (offset as usize + length).min(model.len());
             assert_eq!(read, end - offset as usize, "short only at the end");
             assert_eq!(out[..read], model[offset as usize..end]);
-            let exact = scheduler.block_on(file.read_exact_at_unaligned(&class, &mut out, offset));
+            let exact = scheduler.block_on(file.read_exact_at_unaligned(class, &mut out, offset));
             match exact {
                 Ok(()) => assert_eq!(read, length),
                 Err(error) => {
@@ -399,8 +373,7 @@ fn unaligned_positional_writes_and_reads_match_a_model_body() {
                 }
             }
         }
-        std::fs::remove_file(&path).unwrap();
-    }
+    });
 }
 
 /// Writes until a call fails; returns the error and checks that every later
@@ -435,21 +408,12 @@ fn write_until_error(writer: &mut StreamWriter, total_bytes: usize) -> io::Error
 
 #[test]
 fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks() {
-    watchdog(a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks_body);
-}
-
-fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks_body() {
-    for (choice, scheduler) in schedulers() {
-        let class = scheduler.add_class("refused", 100).unwrap();
-        let path = scratch(&format!("refused-{choice:?}"));
-        std::fs::write(&path, b"").unwrap();
+    on_each_backend("refused", |_, scheduler, class, path| {
+        std::fs::write(path, b"").unwrap();
         // Read-only: every write the stream hands over fails with EBADF, in
         // the background, after the call that filled the buffer returned Ok.
-        let file = OpenOptions::new()
-            .read(true)
-            .open(&scheduler, &path)
-            .unwrap();
-        let mut writer = StreamWriter::new(file, &class, SMALL);
+        let file = OpenOptions::new().read(true).open(scheduler, path).unwrap();
+        let mut writer = StreamWriter::new(file, class, SMALL);
         let error = write_until_error(&mut writer, 100_000);
         assert_eq!(writer.written_len(), 0, "nothing was written");
         assert!(
@@ -459,8 +423,7 @@ fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks_body() {
             "the error names the write: {error}"
         );
         drop(writer);
-        std::fs::remove_file(&path).unwrap();
-    }
+    });
 }
 
 /// Unmounts the tmpfs and removes its directory, even when the test panics.
@@ -517,25 +480,18 @@ fn a_full_device_in_the_middle_of_a_stream_is_reported_body() {
 
 #[test]
 fn a_read_error_in_a_stream_is_reported_and_sticks() {
-    watchdog(a_read_error_in_a_stream_is_reported_and_sticks_body);
-}
-
-fn a_read_error_in_a_stream_is_reported_and_sticks_body() {
-    for (choice, scheduler) in schedulers() {
-        let class = scheduler.add_class("unreadable", 100).unwrap();
-        let path = scratch(&format!("unreadable-{choice:?}"));
-        std::fs::write(&path, bytes(10_000, 2)).unwrap();
+    on_each_backend("unreadable", |choice, scheduler, class, path| {
+        std::fs::write(path, bytes(10_000, 2)).unwrap();
         let file = OpenOptions::new()
             .read(false)
             .write(true)
-            .open(&scheduler, &path)
+            .open(scheduler, path)
             .unwrap();
-        let mut reader = StreamReader::new(file, &class, ReaderOptions::default());
+        let mut reader = StreamReader::new(file, class, ReaderOptions::default());
         let mut out = [0u8; 100];
         let error = reader.read(&mut out).unwrap_err();
         assert!(error.to_string().contains("read of"), "{choice:?}: {error}");
         let later = reader.read(&mut out).unwrap_err();
         assert!(later.to_string().contains("failed earlier"), "{later}");
-        std::fs::remove_file(&path).unwrap();
-    }
+    });
 }

@@ -52,7 +52,8 @@ use crate::bench::limit::{InFlight, InFlightLimits, JobOverload};
 use crate::bench::report::{BenchRun, DirectionStats};
 use crate::bench::shape::{check_verified, fill_verified, is_verified_block, reshape, ShapeState};
 use crate::bench::target::{interrupted, Plan};
-use crate::bench::{BenchError, Mode};
+use crate::bench::Mode;
+use crate::error::CliError;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
@@ -117,9 +118,9 @@ struct Done {
 /// Performs the I/O for one mode.
 trait Executor {
     /// Starts a request.
-    fn submit(&mut self, request: Request) -> Result<(), BenchError>;
+    fn submit(&mut self, request: Request) -> Result<(), CliError>;
     /// Waits until something completes or `deadline` passes; appends what did.
-    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError>;
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError>;
     /// Requests started and not yet returned by `wait`.
     fn in_flight(&self) -> usize;
     /// Forgets requests not yet handed to the kernel (on Ctrl-C).
@@ -163,19 +164,19 @@ pub struct SchedulerSettings {
     /// How `tailguard` mode sizes each device's in-flight budget: `fixed` (from
     /// the profile and the latency target) or `adaptive` (resized online from
     /// completion times; see the README's "online latency controller").
-    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = parse_controller)]
+    #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = crate::flags::CONTROLLER)]
     pub controller: ControllerChoice,
     /// When `tailguard` mode hands requests to the kernel: `each` as it is
     /// dispatched (the library's default), or `per-turn`, all of an engine
     /// turn's in one system call.
-    #[arg(long, value_name = "WHEN", default_value = "each", value_parser = ["each", "per-turn"])]
-    pub submit: String,
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = SubmitChoice::Each)]
+    pub submit: SubmitChoice,
     /// Who runs `tailguard` mode's engine while the driver thread waits:
     /// `block-on` (the driver itself, inside `Scheduler::block_on`: no thread
     /// hop per request) or `engine-thread` (the engine thread; the driver is
     /// woken for each completion, as a future awaited on another runtime is).
-    #[arg(long, value_name = "WHO", default_value = "block-on", value_parser = ["block-on", "engine-thread"])]
-    pub driver: String,
+    #[arg(long, value_name = "WHO", value_enum, default_value_t = DriverChoice::BlockOn)]
+    pub driver: DriverChoice,
     /// Serve `tailguard` mode's scheduler metrics (OpenMetrics text) over HTTP
     /// at http://ADDRESS/metrics while the command runs; loopback addresses
     /// only (127.0.0.1:9464; port 0 picks a free one, printed on stderr).
@@ -198,17 +199,21 @@ impl Default for SchedulerSettings {
             profile: None,
             latency_target_us: None,
             controller: ControllerChoice::Fixed,
-            submit: String::new(),
-            driver: String::new(),
+            submit: SubmitChoice::Each,
+            driver: DriverChoice::BlockOn,
             metrics_listen: None,
             metrics_linger_s: 0,
         }
     }
 }
 
-/// `--controller`'s parser: the core's names (`fixed`, `adaptive`).
-fn parse_controller(name: &str) -> Result<ControllerChoice, String> {
-    name.parse()
+/// When `tailguard` mode hands requests to the kernel (`--submit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SubmitChoice {
+    /// Each request as it is dispatched (the library's default).
+    Each,
+    /// All of an engine turn's requests in one system call.
+    PerTurn,
 }
 
 impl SchedulerSettings {
@@ -218,7 +223,7 @@ impl SchedulerSettings {
         if let Some(path) = &self.profile {
             builder = builder.profile_file(path)?;
         }
-        if self.submit == "per-turn" {
+        if self.submit == SubmitChoice::PerTurn {
             builder = builder.eager_submit(false);
         }
         builder = builder.controller(self.controller);
@@ -238,7 +243,7 @@ pub fn run(
     settings: &SchedulerSettings,
     seed: u64,
     progress: &mut dyn FnMut(Nanos),
-) -> Result<BenchRun, BenchError> {
+) -> Result<BenchRun, CliError> {
     run_with_options(scenario, plan, mode, settings, seed, progress, &[])
 }
 
@@ -254,7 +259,7 @@ pub fn run_with_options(
     seed: u64,
     progress: &mut dyn FnMut(Nanos),
     job_options: &[JobOptions],
-) -> Result<BenchRun, BenchError> {
+) -> Result<BenchRun, CliError> {
     let threads = concurrency(scenario);
     let mut executor: Box<dyn Executor> = match mode {
         Mode::Tailguard => Box::new(SchedulerExecutor::new(scenario, plan, settings, threads)?),
@@ -291,7 +296,7 @@ pub fn run_with_options(
     let stats = executor
         .scheduler_stats()
         .transpose()
-        .map_err(|error| BenchError::usage(format!("tailguard: its statistics: {error}")))?;
+        .map_err(|error| CliError::usage(format!("tailguard: its statistics: {error}")))?;
     drop(executor);
     verify_written(scenario, plan, mode, &written)?;
     end_fsync(scenario, plan, mode, job_options)?;
@@ -406,7 +411,7 @@ impl<'a> Driver<'a> {
         seed: u64,
         job_options: &[JobOptions],
         limits: InFlightLimits,
-    ) -> Result<Self, BenchError> {
+    ) -> Result<Self, CliError> {
         let workload = Workload::new(scenario, seed);
         let job_options: Vec<JobOptions> = (0..scenario.jobs.len())
             .map(|job| job_options.get(job).cloned().unwrap_or_default())
@@ -479,13 +484,13 @@ impl<'a> Driver<'a> {
         mut self,
         executor: &mut dyn Executor,
         progress: &mut dyn FnMut(Nanos),
-    ) -> Result<Outcome, BenchError> {
+    ) -> Result<Outcome, CliError> {
         let mut done = Vec::new();
         self.start = Instant::now();
         let mut next_progress = self.start;
         loop {
             if interrupted() {
-                return Err(BenchError::interrupted());
+                return Err(CliError::interrupted());
             }
             let instant = Instant::now();
             if instant >= next_progress {
@@ -627,12 +632,12 @@ impl<'a> Driver<'a> {
 
     /// Hands the generated requests to the executor (dropping those of
     /// instances that have moved their bytes).
-    fn submit_generated(&mut self, executor: &mut dyn Executor) -> Result<(), BenchError> {
+    fn submit_generated(&mut self, executor: &mut dyn Executor) -> Result<(), CliError> {
         let mut generated = std::mem::take(&mut self.generated);
         let mut handed = 0u32;
         for template in generated.drain(..) {
             if stop_polled(&mut handed) {
-                return Err(BenchError::interrupted());
+                return Err(CliError::interrupted());
             }
             if self.exhausted(template.instance) {
                 let job = template.job;
@@ -650,7 +655,7 @@ impl<'a> Driver<'a> {
         &mut self,
         executor: &mut dyn Executor,
         template: RequestTemplate,
-    ) -> Result<(), BenchError> {
+    ) -> Result<(), CliError> {
         let job = &self.scenario.jobs[template.job];
         let (offset_bytes, length_bytes) = match &mut self.shape_states[template.instance] {
             Some(state) => {
@@ -713,7 +718,7 @@ impl<'a> Driver<'a> {
         offset_bytes: u64,
         length_bytes: u64,
         token: u64,
-    ) -> Result<AlignedBuffer, BenchError> {
+    ) -> Result<AlignedBuffer, CliError> {
         let length = length_bytes as usize;
         let mut buffer = match self.buffers.get_mut(&length).and_then(Vec::pop) {
             Some(buffer) => buffer,
@@ -739,7 +744,7 @@ impl<'a> Driver<'a> {
         executor: &mut dyn Executor,
         instance: usize,
         job: usize,
-    ) -> Result<(), BenchError> {
+    ) -> Result<(), CliError> {
         let every = self.job_options[job].sync_every_writes;
         if every == 0 {
             return Ok(());
@@ -764,10 +769,10 @@ impl<'a> Driver<'a> {
 
     /// Records a completion and lets its instance generate the next request
     /// (after its think time, if it has one).
-    fn complete(&mut self, finished: Done) -> Result<(), BenchError> {
+    fn complete(&mut self, finished: Done) -> Result<(), CliError> {
         if let Some(job) = self.pending_syncs.remove(&finished.token) {
             return finished.result.map(|_| ()).map_err(|error| {
-                BenchError::usage(format!(
+                CliError::usage(format!(
                     "{}: job `{}`: a sync of {} failed: {error}",
                     self.mode.name(),
                     self.scenario.jobs[job].name,
@@ -833,7 +838,7 @@ impl<'a> Driver<'a> {
         request: &Pending,
         buffer: &AlignedBuffer,
         write: bool,
-    ) -> Result<(), BenchError> {
+    ) -> Result<(), CliError> {
         if write {
             let alone = self.finish_verify_write(token);
             self.remember_written(request, alone);
@@ -902,10 +907,10 @@ impl<'a> Driver<'a> {
     }
 
     /// The error for a request that failed (or read back wrong).
-    fn failure(&self, request: &Pending, problem: &str) -> BenchError {
+    fn failure(&self, request: &Pending, problem: &str) -> CliError {
         let plan = self.plan;
         let job = request.template.job;
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "{}: job `{}`: a {} of {} bytes at offset {} of {} failed: {problem}",
             self.mode.name(),
             self.scenario.jobs[job].name,
@@ -1065,7 +1070,7 @@ fn end_fsync(
     plan: &Plan,
     mode: Mode,
     job_options: &[JobOptions],
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     let mut done: Vec<usize> = Vec::new();
     for (job, options) in job_options.iter().enumerate() {
         let file = plan.job_file[job];
@@ -1079,7 +1084,7 @@ fn end_fsync(
             .open(path)
             .and_then(|handle| handle.sync_all())
             .map_err(|error| {
-                BenchError::usage(format!(
+                CliError::usage(format!(
                     "{}: job `{}`: end_fsync of {}: {error}",
                     mode.name(),
                     scenario.jobs[job].name,
@@ -1098,14 +1103,14 @@ fn verify_written(
     plan: &Plan,
     mode: Mode,
     written: &[WrittenBlock],
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     if written.is_empty() {
         return Ok(());
     }
     let mut files: HashMap<usize, std::fs::File> = HashMap::new();
     let mut buffers: HashMap<usize, AlignedBuffer> = HashMap::new();
     let failed = |job: usize, offset: u64, problem: String| {
-        BenchError::usage(format!(
+        CliError::usage(format!(
             "{}: job `{}`: verify: the block written at offset {offset} of {}: {problem}",
             mode.name(),
             scenario.jobs[job].name,
@@ -1190,7 +1195,7 @@ fn buffers(
     scenario: &Scenario,
     job_options: &[JobOptions],
     in_flight: &InFlight,
-) -> Result<(HashMap<usize, Vec<AlignedBuffer>>, u64), BenchError> {
+) -> Result<(HashMap<usize, Vec<AlignedBuffer>>, u64), CliError> {
     let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
     let mut allocated = 0;
     let mut allocated_bytes = 0;
@@ -1218,9 +1223,9 @@ fn buffers(
     Ok((buffers, allocated))
 }
 
-fn new_buffer(length: usize) -> Result<AlignedBuffer, BenchError> {
+fn new_buffer(length: usize) -> Result<AlignedBuffer, CliError> {
     let mut buffer = AlignedBuffer::new(length, BUFFER_ALIGNMENT)
-        .map_err(|error| BenchError::usage(format!("cannot allocate a buffer: {error}")))?;
+        .map_err(|error| CliError::usage(format!("cannot allocate a buffer: {error}")))?;
     // A memset, fast even unoptimized: the driver must not stall here.
     buffer.fill(0x5a);
     Ok(buffer)
@@ -1228,7 +1233,7 @@ fn new_buffer(length: usize) -> Result<AlignedBuffer, BenchError> {
 
 /// Who runs the scheduler's engine while `tailguard` mode's driver thread
 /// waits for completions (`--driver`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum DriverChoice {
     /// The driver waits inside [`Scheduler::block_on`], so it runs the engine
     /// itself (submits, sleeps in the ring, reaps) whenever it would wait: no
@@ -1238,17 +1243,6 @@ pub enum DriverChoice {
     /// every completion is a cross-thread wake-up, as for futures awaited on
     /// another runtime (tokio).
     EngineThread,
-}
-
-impl DriverChoice {
-    /// Parses `--driver`'s value (the parser has checked it).
-    fn parse(name: &str) -> Self {
-        if name == "engine-thread" {
-            Self::EngineThread
-        } else {
-            Self::BlockOn
-        }
-    }
 }
 
 /// A request's future: a read or write, or a sync.
@@ -1396,8 +1390,8 @@ impl SchedulerExecutor {
         plan: &Plan,
         settings: &SchedulerSettings,
         threads: usize,
-    ) -> Result<Self, BenchError> {
-        let failed = |error: io::Error| BenchError::usage(format!("tailguard: {error}"));
+    ) -> Result<Self, CliError> {
+        let failed = |error: io::Error| CliError::usage(format!("tailguard: {error}"));
         let scheduler = settings
             .builder()
             .map_err(failed)?
@@ -1434,7 +1428,7 @@ impl SchedulerExecutor {
             .collect::<io::Result<Vec<_>>>()
             .map_err(failed)?;
         let ready = Arc::new(ReadyTokens::default());
-        let driver = DriverChoice::parse(&settings.driver);
+        let driver = settings.driver;
         let alarm = match driver {
             DriverChoice::BlockOn => {
                 let ready = ready.clone();
@@ -1456,7 +1450,7 @@ impl SchedulerExecutor {
 }
 
 impl Executor for SchedulerExecutor {
-    fn submit(&mut self, request: Request) -> Result<(), BenchError> {
+    fn submit(&mut self, request: Request) -> Result<(), CliError> {
         let file = &self.files[request.file];
         let class = &self.classes[request.class];
         let future = match (request.kind, request.buffer) {
@@ -1469,7 +1463,7 @@ impl Executor for SchedulerExecutor {
             (RequestKind::Sync(SyncKind::Fsync), _) => SlotFuture::Sync(file.fsync(class)),
             (RequestKind::Sync(SyncKind::Fdatasync), _) => SlotFuture::Sync(file.fdatasync(class)),
             (_, None) => {
-                return Err(BenchError::usage("a read or write without a buffer"));
+                return Err(CliError::usage("a read or write without a buffer"));
             }
         };
         let waker = Waker::from(Arc::new(TokenWaker {
@@ -1481,7 +1475,7 @@ impl Executor for SchedulerExecutor {
         Ok(())
     }
 
-    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError> {
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
         if let Some(alarm) = &self.alarm {
             alarm.set(deadline);
         }
@@ -1642,13 +1636,13 @@ fn open_plain(path: &std::path::Path, direct: bool) -> io::Result<std::fs::File>
 }
 
 impl BackendExecutor {
-    fn new(plan: &Plan, direct: bool, threads: usize) -> Result<Self, BenchError> {
+    fn new(plan: &Plan, direct: bool, threads: usize) -> Result<Self, CliError> {
         let name = if direct {
             "kernel-direct"
         } else {
             "kernel-buffered"
         };
-        let failed = |error: io::Error| BenchError::usage(format!("{name}: {error}"));
+        let failed = |error: io::Error| CliError::usage(format!("{name}: {error}"));
         let backend: Box<dyn Backend> = if direct {
             backend::open_backend(BackendConfig {
                 choice: BackendChoice::Auto,
@@ -1698,7 +1692,7 @@ impl BackendExecutor {
     /// Pushes the backlog until the backend refuses, handing each op to the
     /// kernel before the next is pushed (one `io_uring_enter` per request, as
     /// fio does by default: on a virtio disk, requests submitted together
-    /// complete together, and that cost a fifth of the IOPS at queue depth 16).
+    /// complete together, which costs IOPS at deeper queues).
     /// The last op goes with `wait`'s own submit, so queue depth 1 costs one
     /// system call per request.
     fn flush(&mut self) -> io::Result<()> {
@@ -1730,7 +1724,7 @@ impl BackendExecutor {
 }
 
 impl Executor for BackendExecutor {
-    fn submit(&mut self, mut request: Request) -> Result<(), BenchError> {
+    fn submit(&mut self, mut request: Request) -> Result<(), CliError> {
         let (pointer, length) = match &mut request.buffer {
             Some(buffer) => (buffer.as_mut_ptr(), buffer.len() as u32),
             None => (std::ptr::null_mut(), 0),
@@ -1758,8 +1752,8 @@ impl Executor for BackendExecutor {
         Ok(())
     }
 
-    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError> {
-        let failed = |error: io::Error| BenchError::usage(format!("backend: {error}"));
+    fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
+        let failed = |error: io::Error| CliError::usage(format!("backend: {error}"));
         self.flush().map_err(failed)?;
         self.results.clear();
         self.backend.reap(&mut self.results);
@@ -1845,13 +1839,13 @@ mod tests {
     }
 
     impl Executor for CountingDevice {
-        fn submit(&mut self, request: Request) -> Result<(), BenchError> {
+        fn submit(&mut self, request: Request) -> Result<(), CliError> {
             self.held.push(request);
             self.held_max = self.held_max.max(self.held.len());
             Ok(())
         }
 
-        fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), BenchError> {
+        fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
             let now = Instant::now();
             if now < self.serve_from || self.held.is_empty() {
                 let until = deadline.min(self.serve_from.max(now + Duration::from_micros(50)));

@@ -56,7 +56,6 @@ use crate::bench::shape::Shape;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::FileTypeExt as _;
 use std::path::{Path, PathBuf};
-use tailguard_sim::scenario::ScenarioError;
 use tailguard_sim::ConfigError;
 
 /// Options the import maps onto the bench job.
@@ -351,7 +350,7 @@ impl Notes {
 
 impl FioImport {
     /// Reads and imports a fio job file.
-    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         tailguard_sim::scenario::read_config_file(path, Self::from_text)
     }
 

@@ -34,7 +34,7 @@
 //! command line overrides every job's).
 
 use std::path::{Path, PathBuf};
-use tailguard_sim::scenario::{Scenario, ScenarioError};
+use tailguard_sim::scenario::Scenario;
 use tailguard_sim::ConfigError;
 
 /// Top-level keys a bench job file may have.
@@ -129,7 +129,7 @@ pub struct BenchJob {
 
 impl BenchJob {
     /// Reads and validates a job file.
-    pub fn from_file(path: &Path) -> Result<Self, ScenarioError> {
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
         tailguard_sim::scenario::read_config_file(path, Self::from_toml)
     }
 
@@ -144,97 +144,10 @@ impl BenchJob {
     /// Validates a job file already parsed into a TOML table; every job gets a
     /// data region of its own.
     pub fn from_table(mut table: toml::Table) -> Result<Self, ConfigError> {
-        for key in table.keys() {
-            match key.as_str() {
-                key if TOP_KEYS.contains(&key) => {}
-                "device" => {
-                    return Err(ConfigError::new(
-                        "device",
-                        "bench jobs run on one real target, not on device models; remove the \
-                         [[device]] tables and set target = \"PATH\" (or pass --target)",
-                    ))
-                }
-                "policies" | "policy" => {
-                    return Err(ConfigError::new(
-                        key,
-                        "bench compares modes, not simulated policies; remove it and pass \
-                         --mode tailguard,kernel-direct,kernel-buffered",
-                    ))
-                }
-                other => {
-                    return Err(ConfigError::new(
-                        other,
-                        format!("unknown key; use one of: {}", TOP_KEYS.join(", ")),
-                    ))
-                }
-            }
-        }
-        let target = match table.remove("target") {
-            None => None,
-            Some(toml::Value::String(path)) if !path.is_empty() => Some(PathBuf::from(path)),
-            Some(other) => {
-                return Err(ConfigError::new(
-                    "target",
-                    format!(
-                        "must be a non-empty path string, got {}; e.g. target = \"/mnt/ssd/bench\"",
-                        other.type_str()
-                    ),
-                ))
-            }
-        };
-        let Some(toml::Value::Array(jobs)) = table.get_mut("job") else {
-            return Err(ConfigError::new(
-                "job",
-                "the job file has no [[job]]; add at least one",
-            ));
-        };
-        let mut options = Vec::with_capacity(jobs.len());
-        for (index, job) in jobs.iter_mut().enumerate() {
-            let toml::Value::Table(job) = job else {
-                return Err(ConfigError::new(
-                    format!("job[{index}]"),
-                    "must be a table; write [[job]]",
-                ));
-            };
-            if let Some(key) = job.keys().find(|key| !JOB_KEYS.contains(&key.as_str())) {
-                return Err(ConfigError::new(
-                    format!("job[{index}].{key}"),
-                    format!("unknown key; use one of: {}", JOB_KEYS.join(", ")),
-                ));
-            }
-            options.push(take_job_options(job).map_err(|(key, message)| {
-                ConfigError::new(format!("job[{index}].{key}"), message)
-            })?);
-            if !job.contains_key("size") {
-                return Err(ConfigError::new(
-                    format!("job[{index}].size"),
-                    "is missing; give the bytes the job addresses, e.g. size = \"256m\" \
-                     (in a directory target, the size of the data file laid out for it)",
-                ));
-            }
-            job.insert("device".into(), TARGET_DEVICE.into());
-        }
-        let mut device = toml::Table::new();
-        device.insert("name".into(), TARGET_DEVICE.into());
-        device.insert("model".into(), "nvme".into());
-        table.insert(
-            "device".into(),
-            toml::Value::Array(vec![toml::Value::Table(device)]),
-        );
-        let mapped = toml::to_string(&table)
-            .map_err(|error| ConfigError::new("(job file)", error.to_string()))?;
-        let scenario = Scenario::from_toml(&mapped).map_err(|mut error| {
-            // Line numbers refer to the mapped text, not the file: name the
-            // key on that line instead (`job[0].block_size`).
-            if let Some(line) = error.key.strip_prefix("line ") {
-                error.key = line
-                    .parse()
-                    .ok()
-                    .and_then(|line| key_at_line(&mapped, line))
-                    .unwrap_or_else(|| "(job file)".into());
-            }
-            error
-        })?;
+        check_top_keys(&table)?;
+        let target = take_target(&mut table)?;
+        let options = take_jobs(&mut table)?;
+        let scenario = to_scenario(table)?;
         let job_region = (0..scenario.jobs.len()).collect();
         Ok(Self {
             scenario,
@@ -289,6 +202,117 @@ impl BenchJob {
     pub fn region_count(&self) -> usize {
         self.job_region.iter().max().map_or(0, |last| last + 1)
     }
+}
+
+/// Refuses top-level keys a job file does not have, naming the fix.
+fn check_top_keys(table: &toml::Table) -> Result<(), ConfigError> {
+    for key in table.keys() {
+        match key.as_str() {
+            key if TOP_KEYS.contains(&key) => {}
+            "device" => {
+                return Err(ConfigError::new(
+                    "device",
+                    "bench jobs run on one real target, not on device models; remove the \
+                     [[device]] tables and set target = \"PATH\" (or pass --target)",
+                ))
+            }
+            "policies" | "policy" => {
+                return Err(ConfigError::new(
+                    key,
+                    "bench compares modes, not simulated policies; remove it and pass \
+                     --mode tailguard,kernel-direct,kernel-buffered",
+                ))
+            }
+            other => {
+                return Err(ConfigError::new(
+                    other,
+                    format!("unknown key; use one of: {}", TOP_KEYS.join(", ")),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Takes the `target` path out of the table, if there is one.
+fn take_target(table: &mut toml::Table) -> Result<Option<PathBuf>, ConfigError> {
+    match table.remove("target") {
+        None => Ok(None),
+        Some(toml::Value::String(path)) if !path.is_empty() => Ok(Some(PathBuf::from(path))),
+        Some(other) => Err(ConfigError::new(
+            "target",
+            format!(
+                "must be a non-empty path string, got {}; e.g. target = \"/mnt/ssd/bench\"",
+                other.type_str()
+            ),
+        )),
+    }
+}
+
+/// Checks each `[[job]]`, takes out its bench-only options, and points it at
+/// the one target device; returns the options, per job.
+fn take_jobs(table: &mut toml::Table) -> Result<Vec<JobOptions>, ConfigError> {
+    let Some(toml::Value::Array(jobs)) = table.get_mut("job") else {
+        return Err(ConfigError::new(
+            "job",
+            "the job file has no [[job]]; add at least one",
+        ));
+    };
+    let mut options = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.iter_mut().enumerate() {
+        let toml::Value::Table(job) = job else {
+            return Err(ConfigError::new(
+                format!("job[{index}]"),
+                "must be a table; write [[job]]",
+            ));
+        };
+        if let Some(key) = job.keys().find(|key| !JOB_KEYS.contains(&key.as_str())) {
+            return Err(ConfigError::new(
+                format!("job[{index}].{key}"),
+                format!("unknown key; use one of: {}", JOB_KEYS.join(", ")),
+            ));
+        }
+        options.push(
+            take_job_options(job).map_err(|(key, message)| {
+                ConfigError::new(format!("job[{index}].{key}"), message)
+            })?,
+        );
+        if !job.contains_key("size") {
+            return Err(ConfigError::new(
+                format!("job[{index}].size"),
+                "is missing; give the bytes the job addresses, e.g. size = \"256m\" \
+                 (in a directory target, the size of the data file laid out for it)",
+            ));
+        }
+        job.insert("device".into(), TARGET_DEVICE.into());
+    }
+    Ok(options)
+}
+
+/// The job file as a scenario: its jobs on one device standing for the
+/// target (an `nvme` model, which bench never simulates).
+fn to_scenario(mut table: toml::Table) -> Result<Scenario, ConfigError> {
+    let mut device = toml::Table::new();
+    device.insert("name".into(), TARGET_DEVICE.into());
+    device.insert("model".into(), "nvme".into());
+    table.insert(
+        "device".into(),
+        toml::Value::Array(vec![toml::Value::Table(device)]),
+    );
+    let mapped = toml::to_string(&table)
+        .map_err(|error| ConfigError::new("(job file)", error.to_string()))?;
+    Scenario::from_toml(&mapped).map_err(|mut error| {
+        // Line numbers refer to the mapped text, not the file: name the
+        // key on that line instead (`job[0].block_size`).
+        if let Some(line) = error.key.strip_prefix("line ") {
+            error.key = line
+                .parse()
+                .ok()
+                .and_then(|line| key_at_line(&mapped, line))
+                .unwrap_or_else(|| "(job file)".into());
+        }
+        error
+    })
 }
 
 /// Removes bench's own keys (`io_size`, `group`, `target`) from a job table;

@@ -17,6 +17,7 @@
 //! run starts from a settled target: the data files are synced and dropped from
 //! the page cache first.
 
+use crate::error::CliError;
 use crate::progress::Progress;
 use std::path::PathBuf;
 use tailguard_sim::report::RunReport;
@@ -31,8 +32,8 @@ pub mod report;
 pub mod shape;
 pub mod target;
 
-/// The ways of doing the I/O that bench compares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The ways of doing the I/O that bench compares (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
     /// Through the scheduler, O_DIRECT, one class per job class.
     Tailguard,
@@ -56,46 +57,9 @@ impl Mode {
         }
     }
 
-    /// Parses a mode name.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|mode| mode.name() == name)
-    }
-
     /// Whether it writes with O_DIRECT (and so needs a target that takes it).
     pub fn direct(self) -> bool {
         !matches!(self, Self::KernelBuffered)
-    }
-}
-
-/// Why bench failed, and the exit status that says so.
-#[derive(Debug)]
-pub struct BenchError {
-    /// What went wrong and the fix.
-    pub message: String,
-    /// 2 for bad input or a failed run, 130 after Ctrl-C (128 + the signal).
-    pub status: u8,
-}
-
-impl BenchError {
-    /// Bad input, or a run that failed: exit status 2.
-    pub fn usage(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            status: 2,
-        }
-    }
-
-    /// Interrupted by SIGINT, SIGTERM or SIGHUP: exit status 128 + the
-    /// signal's number (130 for SIGINT).
-    pub fn interrupted() -> Self {
-        let signal = crate::lifecycle::interrupt_signal().unwrap_or(libc::SIGINT);
-        Self {
-            message: format!(
-                "interrupted ({}); the data files laid out were removed",
-                crate::lifecycle::signal_name(signal)
-            ),
-            status: (128 + signal) as u8,
-        }
     }
 }
 
@@ -130,8 +94,8 @@ pub struct BenchArguments {
     pub target: Option<PathBuf>,
     /// Modes to compare, comma-separated: tailguard, kernel-direct,
     /// kernel-buffered. Default: all three.
-    #[arg(long, value_delimiter = ',')]
-    pub mode: Vec<String>,
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub mode: Vec<Mode>,
     /// Runs per mode, interleaved (A B A B).
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
@@ -162,15 +126,15 @@ pub struct BenchArguments {
 }
 
 /// Runs `tailguard bench`.
-pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
+pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
     target::watch_interrupts();
-    let modes = parse_modes(arguments)?;
+    let modes = selected_modes(arguments);
     if arguments.repeat == 0 {
-        return Err(BenchError::usage("--repeat 0 runs nothing; give 1 or more"));
+        return Err(CliError::usage("--repeat 0 runs nothing; give 1 or more"));
     }
     let format = match (arguments.json, arguments.output_format) {
         (true, OutputFormat::FioJson) => {
-            return Err(BenchError::usage(
+            return Err(CliError::usage(
                 "--json and --output-format fio-json ask for two formats; give one",
             ))
         }
@@ -179,7 +143,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
     };
     if let Some(path) = &arguments.report {
         crate::output::check_output("--report", path, arguments.allow_overwrite)
-            .map_err(BenchError::usage)?;
+            .map_err(CliError::usage)?;
     }
     let (mut job, source, source_argument) = load_job(arguments)?;
     if arguments.target.is_some() {
@@ -192,7 +156,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
     let untargeted =
         (0..job.scenario.jobs.len()).any(|index| job.options_of(index).target.is_none());
     if default_target.is_none() && untargeted {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{}: no target; {} or pass --target PATH (a directory, an existing regular file, or \
              a block device with --allow-device)",
             source.display(),
@@ -240,22 +204,12 @@ pub fn run(arguments: &BenchArguments) -> Result<(), BenchError> {
 }
 
 /// The modes `--mode` names (all three by default).
-fn parse_modes(arguments: &BenchArguments) -> Result<Vec<Mode>, BenchError> {
+fn selected_modes(arguments: &BenchArguments) -> Vec<Mode> {
     if arguments.mode.is_empty() {
-        return Ok(Mode::ALL.to_vec());
+        Mode::ALL.to_vec()
+    } else {
+        arguments.mode.clone()
     }
-    arguments
-        .mode
-        .iter()
-        .map(|name| {
-            Mode::parse(name).ok_or_else(|| {
-                BenchError::usage(format!(
-                    "unknown mode `{name}` in --mode; use one of: tailguard, kernel-direct, \
-                     kernel-buffered"
-                ))
-            })
-        })
-        .collect()
 }
 
 /// The targets the jobs run on, for the report's header.
@@ -299,7 +253,7 @@ fn run_modes(
     modes: &[Mode],
     arguments: &BenchArguments,
     format: OutputFormat,
-) -> Result<Vec<report::BenchRun>, BenchError> {
+) -> Result<Vec<report::BenchRun>, CliError> {
     let groups = job.groups();
     let mut runs: Vec<report::BenchRun> = Vec::new();
     let run_count = arguments.repeat as usize * modes.len() * groups.len();
@@ -359,7 +313,7 @@ fn write_results(
     header: &str,
     command: &str,
     runs: &[report::BenchRun],
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     let reports: Vec<RunReport> = runs.iter().map(|run| run.report.clone()).collect();
     if let Some(path) = &arguments.report {
         let notes = [
@@ -367,7 +321,7 @@ fn write_results(
             format!("{header}; modes interleaved in run order."),
         ];
         let title = format!("tailguard bench: {}", source.display());
-        crate::html::write(path, &title, &notes, &reports).map_err(BenchError::usage)?;
+        crate::html::write(path, &title, &notes, &reports)?;
         eprintln!("tailguard bench: wrote {}", path.display());
     }
     let text = match format {
@@ -376,7 +330,7 @@ fn write_results(
         OutputFormat::FioJson => Some(report::to_fio_json(runs)),
     };
     if let Some(text) = text {
-        let text = text.map_err(|error| BenchError::usage(error.to_string()))?;
+        let text = text.map_err(|error| CliError::usage(error.to_string()))?;
         println!("{text}");
         return Ok(());
     }
@@ -401,9 +355,8 @@ fn write_results(
 /// Reads the workload from the job file or, with `--fio`, imports it from a fio
 /// job file (printing the import's notes); returns it with its path and how to
 /// name it on a command line.
-fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, String), BenchError> {
-    let failed =
-        |error: tailguard_sim::scenario::ScenarioError| BenchError::usage(error.to_string());
+fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, String), CliError> {
+    let failed = |error: tailguard_sim::ConfigError| CliError::usage(error.to_string());
     match (&arguments.fio, &arguments.jobs) {
         (Some(path), _) => {
             let imported = fio::FioImport::from_file(path).map_err(failed)?;
@@ -420,8 +373,20 @@ fn load_job(arguments: &BenchArguments) -> Result<(job::BenchJob, PathBuf, Strin
             let job = job::BenchJob::from_file(path).map_err(failed)?;
             Ok((job, path.clone(), crate::render::shell_quote_path(path)))
         }
-        (None, None) => Err(BenchError::usage(
+        (None, None) => Err(CliError::usage(
             "give a job file (tailguard bench JOBS.toml) or a fio job file (--fio FILE)",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Mode;
+
+    #[test]
+    fn a_mode_is_named_in_reports_as_on_the_command_line() {
+        for mode in Mode::ALL {
+            assert_eq!(crate::flags::name_of(&mode), mode.name());
+        }
     }
 }

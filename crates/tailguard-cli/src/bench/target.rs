@@ -33,7 +33,7 @@
 //! and merges the plans (files of every target, device names joined by `+`).
 
 use crate::bench::job::{BenchJob, JobOptions};
-use crate::bench::BenchError;
+use crate::error::CliError;
 use std::fs::File;
 use std::os::unix::fs::{FileExt as _, FileTypeExt, MetadataExt as _, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -90,8 +90,8 @@ impl Plan {
     }
 }
 
-fn usage(message: String) -> BenchError {
-    BenchError::usage(message)
+fn usage(message: String) -> CliError {
+    CliError::usage(message)
 }
 
 /// Where regions start on a block device: a multiple of this (1 MiB).
@@ -106,7 +106,7 @@ pub fn prepare(
     allow_device: bool,
     direct: bool,
     layout: &mut Layout,
-) -> Result<Plan, BenchError> {
+) -> Result<Plan, CliError> {
     let shown = target.display();
     let metadata = std::fs::metadata(target).map_err(|error| {
         usage(format!(
@@ -220,7 +220,7 @@ pub fn prepare_jobs(
     allow_device: bool,
     direct: bool,
     layout: &mut Layout,
-) -> Result<Plan, BenchError> {
+) -> Result<Plan, CliError> {
     let mut targets: Vec<(PathBuf, Vec<usize>)> = Vec::new();
     for index in 0..job.scenario.jobs.len() {
         let path = match (job.options_of(index).target, default_target) {
@@ -302,7 +302,7 @@ fn sub_job(job: &BenchJob, jobs: &[usize]) -> BenchJob {
 
 /// Opens `path` with O_DIRECT (creating and removing it with `probe`) and
 /// returns the alignment it needs, or a clear error when it is refused.
-fn direct_alignment(path: &Path, probe: bool) -> Result<DirectIoAlignment, BenchError> {
+fn direct_alignment(path: &Path, probe: bool) -> Result<DirectIoAlignment, CliError> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true).custom_flags(libc::O_DIRECT);
     if probe {
@@ -375,7 +375,7 @@ pub fn pseudo_filesystem(path: &Path) -> Option<&'static str> {
 
 /// Refuses a regular file of a pseudo-filesystem ([`pseudo_filesystem`]) as
 /// a target, naming what it is and the fix.
-pub fn refuse_pseudo_file(path: &Path) -> Result<(), BenchError> {
+pub fn refuse_pseudo_file(path: &Path) -> Result<(), CliError> {
     match pseudo_filesystem(path) {
         Some(filesystem) => Err(usage(format!(
             "target {} is a file of {filesystem}, the kernel's view of its own state, not data \
@@ -386,7 +386,7 @@ pub fn refuse_pseudo_file(path: &Path) -> Result<(), BenchError> {
     }
 }
 
-fn check_alignment(scenario: &Scenario, plan: &Plan, target: &Path) -> Result<(), BenchError> {
+fn check_alignment(scenario: &Scenario, plan: &Plan, target: &Path) -> Result<(), CliError> {
     let Some(alignment) = plan.alignment else {
         return Ok(());
     };
@@ -422,7 +422,7 @@ fn place_on_device(
     regions: &[(u64, u64)],
     device_bytes: u64,
     target: &Path,
-) -> Result<Vec<u64>, BenchError> {
+) -> Result<Vec<u64>, CliError> {
     let mut bases = Vec::with_capacity(regions.len());
     let mut next = 0u64;
     let mut end_bytes = 0u64;
@@ -445,7 +445,7 @@ fn place_on_device(
 /// Refuses a block device that is mounted, has a mounted partition, or is
 /// claimed by anything else, and returns it opened exclusively (`O_EXCL`) for
 /// reading and writing.
-fn claim_device(path: &Path, device_number: u64) -> Result<File, BenchError> {
+fn claim_device(path: &Path, device_number: u64) -> Result<File, CliError> {
     let shown = path.display();
     if let Some(mount) = mount_of(device_number) {
         return Err(usage(format!(
@@ -478,7 +478,7 @@ pub fn open_exclusive(path: &Path, write: bool, custom_flags: i32) -> std::io::R
 
 /// The error for a device [`open_exclusive`] found in use; `consequence` says
 /// why the tool refuses.
-pub fn device_in_use(path: &Path, consequence: &str) -> BenchError {
+pub fn device_in_use(path: &Path, consequence: &str) -> CliError {
     usage(format!(
         "target {} is in use (mounted, a partition mounted, or held by LVM, RAID, swap or \
          another program opening it exclusively); {consequence}: release it first",
@@ -567,7 +567,7 @@ pub fn block_device_bytes(device: &File) -> std::io::Result<u64> {
 /// Creates a data file at `path`, holds its owner's lock
 /// ([`crate::lifecycle::hold`]) and fills it with `bytes` of data; returns it
 /// open, so the lock lasts as long as the caller keeps it.
-fn create_data_file(path: &Path, bytes: u64) -> Result<File, BenchError> {
+fn create_data_file(path: &Path, bytes: u64) -> Result<File, CliError> {
     let failed = |error: std::io::Error| {
         let fix = permission_fix(&error, true).unwrap_or("give another target directory");
         usage(format!(
@@ -588,7 +588,7 @@ fn create_data_file(path: &Path, bytes: u64) -> Result<File, BenchError> {
 
 /// Opens a user's file target and takes the run's lock on it before anything
 /// is written ([`crate::lifecycle::lock_target`]); a second run is refused.
-fn lock_file_target(path: &Path) -> Result<File, BenchError> {
+fn lock_file_target(path: &Path) -> Result<File, CliError> {
     let file =
         File::open(path).map_err(|error| usage(format!("target {}: {error}", path.display())))?;
     crate::lifecycle::lock_target(&file, path)?;
@@ -596,7 +596,7 @@ fn lock_file_target(path: &Path) -> Result<File, BenchError> {
 }
 
 /// Writes `bytes` of pseudo-random data into `file` from `offset` on.
-fn fill(file: &File, offset: u64, bytes: u64, path: &Path) -> Result<(), BenchError> {
+fn fill(file: &File, offset: u64, bytes: u64, path: &Path) -> Result<(), CliError> {
     let failed = |error: std::io::Error| {
         usage(format!(
             "cannot lay out data in {}: {error}",
@@ -608,7 +608,7 @@ fn fill(file: &File, offset: u64, bytes: u64, path: &Path) -> Result<(), BenchEr
     let mut written = 0;
     while written < bytes {
         if interrupted() {
-            return Err(BenchError::interrupted());
+            return Err(CliError::interrupted());
         }
         fill_random(&mut chunk, &mut state);
         let length = (bytes - written).min(chunk.len() as u64) as usize;
@@ -634,7 +634,7 @@ pub fn fill_random(chunk: &mut [u8], state: &mut u64) {
 /// Makes every file's data durable and drops it from the page cache, so a run
 /// starts neither with another mode's dirty pages nor with warm reads. The
 /// sync stops early on Ctrl-C ([`crate::lifecycle::sync_data_interruptibly`]).
-pub fn settle(plan: &Plan) -> Result<(), BenchError> {
+pub fn settle(plan: &Plan) -> Result<(), CliError> {
     for path in &plan.files {
         let file = File::options()
             .read(true)

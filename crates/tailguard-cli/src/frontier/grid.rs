@@ -11,6 +11,7 @@
 //! The flags' values are parsed here (`--depths 1,2`, `--sizes 128k,1m`,
 //! `--latency-targets 500us,2ms`), so what reaches the engine is numbers.
 
+use crate::error::CliError;
 use tailguard_sim::scenario::parse_bytes;
 
 /// Request sizes must be whole multiples of this, as O_DIRECT needs.
@@ -179,33 +180,35 @@ impl Grid {
 }
 
 /// One `--depths` value: a queue depth in 1..=[`QUEUE_DEPTH_MAX`].
-pub fn parse_depth(text: &str) -> Result<u32, String> {
+pub fn parse_depth(text: &str) -> Result<u32, CliError> {
     let depth: u32 = text.trim().parse().map_err(|_| {
-        format!("`{text}` is not a queue depth; write whole numbers, e.g. --depths 1,2,4")
+        CliError::usage(format!(
+            "`{text}` is not a queue depth; write whole numbers, e.g. --depths 1,2,4"
+        ))
     })?;
     if !(1..=QUEUE_DEPTH_MAX).contains(&depth) {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "queue depth {depth} is out of range; give 1 to {QUEUE_DEPTH_MAX}"
-        ));
+        )));
     }
     Ok(depth)
 }
 
 /// One `--sizes` value: `64k`, `1m`, or bytes; a multiple of 4 KiB up to 16 MiB.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let bytes = parse_bytes(text)?;
+pub fn parse_size(text: &str) -> Result<u64, CliError> {
+    let bytes = parse_bytes(text).map_err(CliError::usage)?;
     if bytes == 0 || bytes % REQUEST_ALIGNMENT_BYTES != 0 || bytes > REQUEST_BYTES_MAX {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "request size `{text}` must be a multiple of 4 KiB from 4k to 16m (O_DIRECT), \
              e.g. --sizes 128k,1m"
-        ));
+        )));
     }
     Ok(bytes)
 }
 
 /// One `--latency-targets` value: `250us` (or `250µs`), `2ms`, or plain
 /// microseconds; from 10 µs to 10 s.
-pub fn parse_latency_target(text: &str) -> Result<u64, String> {
+pub fn parse_latency_target(text: &str) -> Result<u64, CliError> {
     let trimmed = text.trim();
     let (number, scale_us) = if let Some(number) = trimmed
         .strip_suffix("us")
@@ -220,13 +223,15 @@ pub fn parse_latency_target(text: &str) -> Result<u64, String> {
         (trimmed, 1.0)
     };
     let value: f64 = number.trim().parse().map_err(|_| {
-        format!("`{text}` is not a latency; write e.g. 500us or 2ms (--latency-targets 500us,2ms)")
+        CliError::usage(format!(
+            "`{text}` is not a latency; write e.g. 500us or 2ms (--latency-targets 500us,2ms)"
+        ))
     })?;
     let target_us = (value * scale_us).round();
     if !(10.0..=10e6).contains(&target_us) {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "latency target `{text}` is out of range; give 10us to 10s"
-        ));
+        )));
     }
     Ok(target_us as u64)
 }

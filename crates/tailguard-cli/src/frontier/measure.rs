@@ -25,7 +25,8 @@
 use crate::bench::driver::{self, SchedulerSettings};
 use crate::bench::job::BenchJob;
 use crate::bench::target::{self, Plan};
-use crate::bench::{BenchError, Mode};
+use crate::bench::Mode;
+use crate::error::CliError;
 use crate::frontier::grid::{Setting, Variant};
 use crate::progress::Progress;
 use serde::Serialize;
@@ -100,7 +101,7 @@ impl Workload {
     }
 
     /// The bench job of `setting`: the readers, and the writer unless solo.
-    pub fn job(&self, setting: &Setting) -> Result<BenchJob, BenchError> {
+    pub fn job(&self, setting: &Setting) -> Result<BenchJob, CliError> {
         let mut text = format!(
             "duration_s = {}\nseed = 1\n\
              [[class]]\nname = \"{READ_CLASS}\"\nshares = {READ_SHARES}\n\
@@ -130,7 +131,7 @@ impl Workload {
             );
         }
         BenchJob::from_toml(&text)
-            .map_err(|error| BenchError::usage(format!("the frontier's job: {error}")))
+            .map_err(|error| CliError::usage(format!("the frontier's job: {error}")))
     }
 }
 
@@ -237,7 +238,7 @@ pub fn measure(
     base: &SchedulerSettings,
     rounds: u32,
     progress: &Progress,
-) -> Result<Vec<Vec<Sample>>, BenchError> {
+) -> Result<Vec<Vec<Sample>>, CliError> {
     let jobs = settings
         .iter()
         .map(|setting| workload.job(setting))
@@ -280,7 +281,7 @@ pub fn measure(
                 elapsed_s,
             );
             let sample = Sample::of(&run.report, round, order, disk).ok_or_else(|| {
-                BenchError::usage(format!("{}: the run completed no reads", setting.name()))
+                CliError::usage(format!("{}: the run completed no reads", setting.name()))
             })?;
             samples[index].push(sample);
         }

@@ -30,7 +30,7 @@ pub mod result;
 
 use crate::bench::driver::{self, SchedulerSettings};
 use crate::bench::target::{self, Plan};
-use crate::bench::BenchError;
+use crate::error::CliError;
 use crate::progress::Progress;
 use grid::{Grid, Setting};
 use measure::Workload;
@@ -114,7 +114,7 @@ pub struct FrontierArguments {
 }
 
 /// A `--latency-targets` value, `none` as 0 (dropped later).
-fn parse_target_or_none(text: &str) -> Result<u64, String> {
+fn parse_target_or_none(text: &str) -> Result<u64, CliError> {
     if text.trim().eq_ignore_ascii_case("none") {
         Ok(0)
     } else {
@@ -123,7 +123,7 @@ fn parse_target_or_none(text: &str) -> Result<u64, String> {
 }
 
 /// A `--duration` value in seconds.
-pub fn parse_duration_s(text: &str) -> Result<f64, String> {
+pub fn parse_duration_s(text: &str) -> Result<f64, CliError> {
     let trimmed = text.trim();
     let (number, scale) = if let Some(number) = trimmed.strip_suffix("ms") {
         (number, 1e-3)
@@ -132,15 +132,15 @@ pub fn parse_duration_s(text: &str) -> Result<f64, String> {
     } else {
         (trimmed, 1.0)
     };
-    let seconds = number
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| format!("`{text}` is not a duration; write e.g. 5s or 1500ms"))?
-        * scale;
+    let seconds = number.trim().parse::<f64>().map_err(|_| {
+        CliError::usage(format!(
+            "`{text}` is not a duration; write e.g. 5s or 1500ms"
+        ))
+    })? * scale;
     if !(1.0..=600.0).contains(&seconds) {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "--duration {text} is out of range; give 1s to 600s per point"
-        ));
+        )));
     }
     Ok(seconds)
 }
@@ -238,28 +238,43 @@ impl FrontierArguments {
                 self.read_depth
             );
         }
-        let settings = &self.scheduler;
-        if let Some(profile) = &settings.profile {
-            let _ = write!(
-                command,
-                " --profile {}",
-                crate::render::shell_quote_path(profile)
-            );
-        }
-        if let Some(target_us) = settings.latency_target_us {
-            let _ = write!(command, " --latency-target-us {target_us}");
-        }
-        for (flag, value, default) in [
-            ("--controller", settings.controller.name(), "fixed"),
-            ("--submit", settings.submit.as_str(), "each"),
-            ("--driver", settings.driver.as_str(), "block-on"),
-        ] {
-            if value != default {
-                let _ = write!(command, " {flag} {value}");
-            }
-        }
+        command.push_str(&scheduler_flags(&self.scheduler));
         command
     }
+}
+
+/// The flags that reproduce `settings`: those that differ from the defaults.
+fn scheduler_flags(settings: &SchedulerSettings) -> String {
+    let defaults = SchedulerSettings::default();
+    let mut flags = String::new();
+    if let Some(profile) = &settings.profile {
+        let _ = write!(
+            flags,
+            " --profile {}",
+            crate::render::shell_quote_path(profile)
+        );
+    }
+    if let Some(target_us) = settings.latency_target_us {
+        let _ = write!(flags, " --latency-target-us {target_us}");
+    }
+    if settings.controller != defaults.controller {
+        let _ = write!(flags, " --controller {}", settings.controller.name());
+    }
+    if settings.submit != defaults.submit {
+        let _ = write!(
+            flags,
+            " --submit {}",
+            crate::flags::name_of(&settings.submit)
+        );
+    }
+    if settings.driver != defaults.driver {
+        let _ = write!(
+            flags,
+            " --driver {}",
+            crate::flags::name_of(&settings.driver)
+        );
+    }
+    flags
 }
 
 /// Measures `settings` (which must include [`Setting::Solo`]) on `plan` over
@@ -272,7 +287,7 @@ pub fn trace(
     rounds: u32,
     progress: &Progress,
     command: String,
-) -> Result<FrontierResult, BenchError> {
+) -> Result<FrontierResult, CliError> {
     let samples = measure::measure(settings, workload, plan, base, rounds, progress)?;
     FrontierResult::build(
         command,
@@ -281,15 +296,14 @@ pub fn trace(
         settings,
         &samples,
     )
-    .map_err(BenchError::usage)
 }
 
 /// Runs `tailguard frontier`.
-pub fn run(arguments: &FrontierArguments) -> Result<(), BenchError> {
+pub fn run(arguments: &FrontierArguments) -> Result<(), CliError> {
     target::watch_interrupts();
     let base = arguments.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     if !base.is_dir() {
-        return Err(BenchError::usage(format!(
+        return Err(CliError::usage(format!(
             "{} is not a directory; give an existing directory on the disk to measure \
              (tailguard frontier DIR), or none for the current one",
             base.display()
@@ -300,7 +314,7 @@ pub fn run(arguments: &FrontierArguments) -> Result<(), BenchError> {
             .into_iter()
             .filter_map(|(flag, path)| Some((flag, path.as_deref()?)))
             .collect();
-    crate::output::check_outputs(&outputs, arguments.allow_overwrite).map_err(BenchError::usage)?;
+    crate::output::check_outputs(&outputs, arguments.allow_overwrite).map_err(CliError::usage)?;
     let grid = arguments.grid();
     let settings = grid.points();
     let workload = arguments.workload();
@@ -340,7 +354,7 @@ fn write_outputs(
     arguments: &FrontierArguments,
     result: &FrontierResult,
     base: &Path,
-) -> Result<(), BenchError> {
+) -> Result<(), CliError> {
     let json_to_stdout = arguments.json.as_deref() == Some(Path::new("-"));
     if !json_to_stdout {
         println!(
@@ -355,12 +369,12 @@ fn write_outputs(
     }
     if let Some(path) = &arguments.json {
         let text = serde_json::to_string_pretty(result)
-            .map_err(|error| BenchError::usage(error.to_string()))?;
+            .map_err(|error| CliError::usage(error.to_string()))?;
         if json_to_stdout {
             println!("{text}");
         } else {
             std::fs::write(path, text + "\n").map_err(|error| {
-                BenchError::usage(format!(
+                CliError::usage(format!(
                     "cannot write {}: {error}; give --json a path in a writable directory",
                     path.display()
                 ))
@@ -384,7 +398,7 @@ fn write_outputs(
             ),
         ];
         let page = crate::html::frontier::page("tailguard frontier", &notes, result);
-        crate::html::write_text(path, &page).map_err(BenchError::usage)?;
+        crate::html::write_text(path, &page)?;
         eprintln!("tailguard frontier: wrote {}", path.display());
     }
     Ok(())

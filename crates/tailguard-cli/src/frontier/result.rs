@@ -10,6 +10,7 @@
 //! [`FrontierResult::write_rate_source`] says which. The same structure is
 //! `--json`'s output.
 
+use crate::error::CliError;
 use crate::frontier::analysis::{self, Comparison, Position, Standing, Summary};
 use crate::frontier::grid::{Setting, Variant};
 use crate::frontier::measure::{Sample, Workload};
@@ -115,11 +116,11 @@ impl FrontierResult {
         workload: Workload,
         settings: &[Setting],
         samples: &[Vec<Sample>],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CliError> {
         let solo_index = settings
             .iter()
             .position(|setting| *setting == Setting::Solo)
-            .ok_or("the frontier needs the solo point")?;
+            .ok_or_else(|| CliError::usage("the frontier needs the solo point"))?;
         let solo = &samples[solo_index];
         let from_disk = samples
             .iter()
@@ -174,7 +175,7 @@ fn summarise(
     runs: &[Sample],
     solo: &[Sample],
     from_disk: bool,
-) -> Result<PointResult, String> {
+) -> Result<PointResult, CliError> {
     let name = setting.name();
     let solo_iops = |sample: &Sample| {
         solo.iter()
@@ -184,7 +185,7 @@ fn summarise(
     let ratio = |part: f64, whole: f64| if whole > 0.0 { part / whole } else { f64::NAN };
     let summary = |value: &dyn Fn(&Sample) -> f64| {
         Summary::of(&runs.iter().map(value).collect::<Vec<_>>())
-            .ok_or_else(|| format!("{name}: no measure in any round"))
+            .ok_or_else(|| CliError::usage(format!("{name}: no measure in any round")))
     };
     let (queue_depth, request_bytes) = match *setting {
         Setting::Static {

@@ -24,6 +24,7 @@
 pub mod frontier;
 pub mod svg;
 
+use crate::error::CliError;
 use std::fmt::Write as _;
 use std::path::Path;
 use svg::{escape, Axis, Chart, Series};
@@ -114,17 +115,17 @@ pub fn write(
     title: &str,
     notes: &[String],
     reports: &[RunReport],
-) -> Result<(), String> {
+) -> Result<(), CliError> {
     write_text(path, &render(title, notes, reports))
 }
 
 /// Writes a rendered page to `path`.
-pub fn write_text(path: &Path, page: &str) -> Result<(), String> {
+pub fn write_text(path: &Path, page: &str) -> Result<(), CliError> {
     std::fs::write(path, page).map_err(|error| {
-        format!(
+        CliError::usage(format!(
             "cannot write the report {}: {error}; give --report a path in a writable directory",
             path.display()
-        )
+        ))
     })
 }
 

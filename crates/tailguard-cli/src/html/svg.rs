@@ -267,45 +267,8 @@ impl Chart {
             "<text x=\"{LEFT}\" y=\"16\" font-size=\"13\" font-weight=\"bold\">{}</text>",
             escape(&self.title)
         );
-        // Legend, one row under the title.
-        let mut legend_x = LEFT;
-        for (index, series) in self.series.iter().enumerate() {
-            let colour = PALETTE[index % PALETTE.len()];
-            let _ = write!(
-                out,
-                "<rect x=\"{legend_x:.1}\" y=\"26\" width=\"14\" height=\"4\" fill=\"{colour}\"/>\
-                 <text x=\"{:.1}\" y=\"32\">{}</text>",
-                legend_x + 18.0,
-                escape(&series.name)
-            );
-            legend_x += 30.0 + 6.5 * series.name.chars().count() as f64;
-        }
-        // Grid and ticks.
-        for (value, label) in &self.x.ticks {
-            if let Some(x) = plot.x_at(*value) {
-                let _ = write!(
-                    out,
-                    "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\
-                     <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                    TOP + PLOT_HEIGHT,
-                    TOP + PLOT_HEIGHT + 14.0,
-                    escape(label)
-                );
-            }
-        }
-        for (value, label) in &self.y.ticks {
-            if let Some(y) = plot.y_at(*value) {
-                let _ = write!(
-                    out,
-                    "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
-                     <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-                    LEFT + PLOT_WIDTH,
-                    LEFT - 6.0,
-                    y + 4.0,
-                    escape(label)
-                );
-            }
-        }
+        self.write_legend(&mut out);
+        self.write_grid(&plot, &mut out);
         let _ = write!(
             out,
             "<rect x=\"{LEFT}\" y=\"{TOP}\" width=\"{PLOT_WIDTH}\" height=\"{PLOT_HEIGHT}\" \
@@ -333,6 +296,52 @@ impl Chart {
         overlay(&plot, &mut out);
         out.push_str("</svg>");
         out
+    }
+
+    /// The legend, one row under the title: a colour swatch and the name of
+    /// each series.
+    fn write_legend(&self, out: &mut String) {
+        let mut legend_x = LEFT;
+        for (index, series) in self.series.iter().enumerate() {
+            let colour = PALETTE[index % PALETTE.len()];
+            let _ = write!(
+                out,
+                "<rect x=\"{legend_x:.1}\" y=\"26\" width=\"14\" height=\"4\" fill=\"{colour}\"/>\
+                 <text x=\"{:.1}\" y=\"32\">{}</text>",
+                legend_x + 18.0,
+                escape(&series.name)
+            );
+            legend_x += 30.0 + 6.5 * series.name.chars().count() as f64;
+        }
+    }
+
+    /// The grid lines and tick labels of both axes.
+    fn write_grid(&self, plot: &Plot, out: &mut String) {
+        for (value, label) in &self.x.ticks {
+            if let Some(x) = plot.x_at(*value) {
+                let _ = write!(
+                    out,
+                    "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#ddd\"/>\
+                     <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                    TOP + PLOT_HEIGHT,
+                    TOP + PLOT_HEIGHT + 14.0,
+                    escape(label)
+                );
+            }
+        }
+        for (value, label) in &self.y.ticks {
+            if let Some(y) = plot.y_at(*value) {
+                let _ = write!(
+                    out,
+                    "<line x1=\"{LEFT}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
+                     <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                    LEFT + PLOT_WIDTH,
+                    LEFT - 6.0,
+                    y + 4.0,
+                    escape(label)
+                );
+            }
+        }
     }
 }
 

@@ -256,7 +256,7 @@ mod tests {
     #[test]
     fn a_dip_followed_by_growth_does_not_stop_the_curve() {
         // Depth 4 dips (a noisy step, slower), then depth 8 and 16 grow again:
-        // the old one-pair rule stopped at depth 2.
+        // a rule that judged one pair of steps would stop at depth 2.
         let mut curve = vec![
             point(1, 10_000.0, 100.0),
             point(2, 20_000.0, 100.0),

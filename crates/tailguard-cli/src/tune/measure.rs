@@ -22,8 +22,8 @@
 //! submits the one before it, and the last of a wake-up's resubmissions goes
 //! with the wait for the next completion. Submitting a wake-up's requests
 //! together is cheaper in system calls, but on virtio disks requests submitted
-//! together complete together, and the rate measured that way was a fifth
-//! below fio's at queue depth 16 (see BENCHMARKS.md, "tune against fio").
+//! together complete together, so the rate measured that way would fall below
+//! what fio (and the library, submitting eagerly) gets from the same disk.
 
 use hdrhistogram::Histogram;
 use std::fs::File;

@@ -36,7 +36,7 @@
 //! `--report`, an HTML page ([`report`]).
 
 use crate::bench::target::{interrupted, watch_interrupts};
-use crate::bench::BenchError;
+use crate::error::CliError;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -73,8 +73,8 @@ pub struct TuneArguments {
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// `toml` (tailguard's profile file) or `seastar` (io_properties.yaml).
-    #[arg(long, default_value = "toml", value_parser = ["toml", "seastar"])]
-    pub format: String,
+    #[arg(long, default_value = "toml", value_parser = crate::flags::PROFILE_FORMAT)]
+    pub format: ProfileFormat,
     /// Also write an HTML page with the curves as SVG.
     #[arg(long)]
     pub report: Option<PathBuf>,
@@ -93,19 +93,38 @@ pub struct TuneArguments {
     pub allow_overwrite: bool,
     /// Measure only these curves (comma-separated): random_read, random_write,
     /// sequential_read, sequential_write. The others get tailguard's default.
-    #[arg(long, value_delimiter = ',', value_parser = CURVE_NAMES)]
-    pub curves: Vec<String>,
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub curves: Vec<CurveKind>,
 }
 
-/// The curves, in the order they run.
-pub const CURVE_NAMES: [&str; 4] = [
-    "sequential_read",
-    "random_read",
-    "sequential_write",
-    "random_write",
-];
+/// The curves tune measures (`--curves`), in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum CurveKind {
+    /// Sequential reads: the read bandwidth.
+    SequentialRead,
+    /// Random 4 KiB reads: the read IOPS and the latency target.
+    RandomRead,
+    /// Sequential writes: the write bandwidth.
+    SequentialWrite,
+    /// Random 4 KiB writes: the write IOPS.
+    RandomWrite,
+}
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+impl CurveKind {
+    /// The curve's name on the command line and its knee's name in the
+    /// profile file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::SequentialRead => "sequential_read",
+            Self::RandomRead => "random_read",
+            Self::SequentialWrite => "sequential_write",
+            Self::RandomWrite => "random_write",
+        }
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, CliError> {
     let text = text.trim();
     let (number, unit_s) = if let Some(number) = text.strip_suffix("ms") {
         (number, 1e-3)
@@ -116,28 +135,29 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     } else {
         (text, 1.0)
     };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration; write 60s, 5s, 2m or 500ms"))?;
+    let value: f64 = number.trim().parse().map_err(|_| {
+        CliError::usage(format!(
+            "`{text}` is not a duration; write 60s, 5s, 2m or 500ms"
+        ))
+    })?;
     let seconds = value * unit_s;
     if !(1.0..=86_400.0).contains(&seconds) {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "--duration must be between 1 s and 24 h, got {seconds} s"
-        ));
+        )));
     }
     Ok(Duration::from_secs_f64(seconds))
 }
 
-fn parse_size(text: &str) -> Result<u64, String> {
-    tailguard_sim::scenario::parse_bytes(text)
+fn parse_size(text: &str) -> Result<u64, CliError> {
+    tailguard_sim::scenario::parse_bytes(text).map_err(CliError::usage)
 }
 
 /// What one curve is.
 #[derive(Clone, Debug)]
 pub struct CurveSpec {
-    /// The knee's name in the profile file.
-    pub name: &'static str,
+    /// Which curve it is.
+    pub kind: CurveKind,
     /// For people.
     pub title: String,
     /// Writes instead of reads.
@@ -152,7 +172,11 @@ impl CurveSpec {
     fn random(write: bool) -> Self {
         let direction = if write { "write" } else { "read" };
         Self {
-            name: if write { "random_write" } else { "random_read" },
+            kind: if write {
+                CurveKind::RandomWrite
+            } else {
+                CurveKind::RandomRead
+            },
             title: format!("4 KiB random {direction}s"),
             write,
             sequential: false,
@@ -168,10 +192,10 @@ impl CurveSpec {
             .collect();
         steps.extend((1..=5).map(|power| (1 << 20, 1 << power)));
         Self {
-            name: if write {
-                "sequential_write"
+            kind: if write {
+                CurveKind::SequentialWrite
             } else {
-                "sequential_read"
+                CurveKind::SequentialRead
             },
             title: format!("sequential {direction}s, 128 KiB to 1 MiB"),
             write,
@@ -188,7 +212,7 @@ const LATENCY_TARGET_FLOOR_MULTIPLE: f64 = 2.0;
 /// The latency target tune suggests from the random-read curve: twice the p99
 /// of a lone read (queue depth 1, the device's floor), but never below the
 /// library's default (1 ms). Not the knee's p99: that is the latency of a
-/// saturated device (5 ms on a virtio disk), the opposite of a goal. A floor
+/// saturated device, the opposite of a goal. A floor
 /// of several milliseconds (a rotating disk) gives a target to match, so the
 /// budget still allows the concurrency the disk needs (Seastar issue #584).
 fn latency_target_us(random_read: &Curve) -> Option<u64> {
@@ -287,7 +311,7 @@ impl Curve {
              seconds {from_s:.2} to {to_s:.2} of the {:.2} s sustained run at the knee (fio: \
              iodepth={} bs={} ramp_time={from_s:.2}s runtime={:.2}s), the first rate its \
              seconds 0 to {first_to_s:.2}",
-            self.spec.name,
+            self.spec.kind.name(),
             point.queue_depth,
             report::short_bytes(point.request_bytes),
             self.step_s,
@@ -314,13 +338,9 @@ impl Curve {
 }
 
 /// Runs `tailguard tune`.
-pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
+pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     watch_interrupts();
-    let format = if arguments.format == "seastar" {
-        ProfileFormat::SeastarYaml
-    } else {
-        ProfileFormat::Toml
-    };
+    let format = arguments.format;
     let output = arguments.output.clone().unwrap_or_else(|| {
         PathBuf::from(match format {
             ProfileFormat::SeastarYaml => "io_properties.yaml",
@@ -329,7 +349,7 @@ pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
     });
     let mut outputs = vec![("--output", output.as_path())];
     outputs.extend(arguments.report.as_deref().map(|path| ("--report", path)));
-    crate::output::check_outputs(&outputs, arguments.allow_overwrite).map_err(BenchError::usage)?;
+    crate::output::check_outputs(&outputs, arguments.allow_overwrite).map_err(CliError::usage)?;
     let start = Instant::now();
     let budget = arguments.duration;
     let test = target::prepare(
@@ -351,14 +371,14 @@ pub fn run(arguments: &TuneArguments) -> Result<(), BenchError> {
     for line in &summary {
         println!("{line}");
     }
-    profile.save(&output, format).map_err(|error| {
-        BenchError::usage(format!("cannot write {}: {error}", output.display()))
-    })?;
+    profile
+        .save(&output, format)
+        .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
     println!("profile written to {}", output.display());
     if let Some(path) = &arguments.report {
         let title = format!("tailguard tune: {}", arguments.path.display());
         std::fs::write(path, report::html_page(&title, &summary, &curves)).map_err(|error| {
-            BenchError::usage(format!("cannot write {}: {error}", path.display()))
+            CliError::usage(format!("cannot write {}: {error}", path.display()))
         })?;
         println!("report written to {}", path.display());
     }
@@ -380,12 +400,12 @@ fn progress_bar(budget: Duration) -> ProgressBar {
 
 fn measure_curves(
     test: &TestFile,
-    only: &[String],
+    only: &[CurveKind],
     budget: Duration,
     start: Instant,
-) -> Result<Vec<Curve>, BenchError> {
+) -> Result<Vec<Curve>, CliError> {
     let failed = |error: std::io::Error| {
-        BenchError::usage(format!("measuring {}: {error}", test.path.display()))
+        CliError::usage(format!("measuring {}: {error}", test.path.display()))
     };
     let file = test.file.try_clone().map_err(failed)?;
     let mut prober = Prober::new(file, test.size_bytes, test.alignment_bytes).map_err(failed)?;
@@ -402,10 +422,10 @@ fn measure_curves(
     ]
     .into_iter()
     .filter(|spec| test.writable || !spec.write)
-    .filter(|spec| only.is_empty() || only.iter().any(|name| name == spec.name))
+    .filter(|spec| only.is_empty() || only.contains(&spec.kind))
     .collect();
     if specs.is_empty() {
-        return Err(BenchError::usage(
+        return Err(CliError::usage(
             "--curves selects only write curves, and the target is read-only; pass --allow-write",
         ));
     }
@@ -422,7 +442,7 @@ fn measure_curves(
         curves.push(measure_curve(&mut prober, spec, curve_budget, &mut tick).map_err(failed)?);
         if interrupted() {
             bar.finish_and_clear();
-            return Err(BenchError::interrupted());
+            return Err(CliError::interrupted());
         }
     }
     bar.finish_and_clear();
@@ -488,8 +508,8 @@ fn measure_curve(
     Ok(curve)
 }
 
-fn find<'a>(curves: &'a [Curve], name: &str) -> Option<&'a Curve> {
-    curves.iter().find(|curve| curve.spec.name == name)
+fn find(curves: &[Curve], kind: CurveKind) -> Option<&Curve> {
+    curves.iter().find(|curve| curve.spec.kind == kind)
 }
 
 fn build_profile(
@@ -497,31 +517,69 @@ fn build_profile(
     test: &TestFile,
     curves: &[Curve],
     elapsed_s: f64,
-) -> Result<ProfileFile, BenchError> {
-    let uncalibrated = tailguard::scheduler::default_profile(&test.device);
+) -> Result<ProfileFile, CliError> {
     let mut notes = Vec::new();
-    let rate = |name: &str, fallback: f64, notes: &mut Vec<String>| match find(curves, name)
+    let mut entry = device_entry(test, curves, &mut notes);
+    entry.latency_target_us = find(curves, CurveKind::RandomRead).and_then(latency_target_us);
+    let knee = |kind: CurveKind| find(curves, kind).and_then(Curve::knee_record);
+    entry.knee.random_read = knee(CurveKind::RandomRead);
+    entry.knee.random_write = knee(CurveKind::RandomWrite);
+    entry.knee.sequential_read = knee(CurveKind::SequentialRead);
+    entry.knee.sequential_write = knee(CurveKind::SequentialWrite);
+    let mut profile = ProfileFile::new();
+    let mut metadata = Metadata::default();
+    metadata.tool = "tailguard tune".into();
+    metadata.tool_version = env!("CARGO_PKG_VERSION").into();
+    metadata.date = rfc3339_utc(SystemTime::now());
+    metadata.target = target_description(&arguments.path);
+    metadata.duration_s = Some((elapsed_s * 10.0).round() / 10.0);
+    metadata.notes = notes;
+    profile.metadata = Some(metadata);
+    profile.devices.insert(test.device.name.clone(), entry);
+    profile.resolve().map_err(|error| {
+        CliError::usage(format!(
+            "the measured profile is not usable ({error}); the device may have failed requests"
+        ))
+    })?;
+    Ok(profile)
+}
+
+/// The device's rates from the curves: the steady ones, and the first ones
+/// (before any throttling). A curve not measured gets the library's
+/// uncalibrated default, and a note says so; so does a throttled curve.
+fn device_entry(test: &TestFile, curves: &[Curve], notes: &mut Vec<String>) -> DeviceEntry {
+    let uncalibrated = tailguard::scheduler::default_profile(&test.device);
+    let rate = |kind: CurveKind, fallback: f64, notes: &mut Vec<String>| match find(curves, kind)
         .and_then(Curve::steady_profile_rate)
     {
         Some(rate) => rate,
         None => {
             notes.push(format!(
-                "{name} not measured (read-only target; pass --allow-write to measure it): \
-                     tailguard's uncalibrated default is written instead"
+                "{} not measured (read-only target; pass --allow-write to measure it): \
+                     tailguard's uncalibrated default is written instead",
+                kind.name()
             ));
             fallback
         }
     };
-    let first_rate = |name: &str, fallback: f64| {
-        find(curves, name)
+    let first_rate = |kind: CurveKind, fallback: f64| {
+        find(curves, kind)
             .and_then(Curve::first_profile_rate)
             .unwrap_or(fallback)
     };
     let rates = Rates {
-        read_iops: rate("random_read", uncalibrated.read_iops, &mut notes),
-        write_iops: rate("random_write", uncalibrated.write_iops, &mut notes),
-        read_bandwidth: rate("sequential_read", uncalibrated.read_bandwidth, &mut notes),
-        write_bandwidth: rate("sequential_write", uncalibrated.write_bandwidth, &mut notes),
+        read_iops: rate(CurveKind::RandomRead, uncalibrated.read_iops, notes),
+        write_iops: rate(CurveKind::RandomWrite, uncalibrated.write_iops, notes),
+        read_bandwidth: rate(
+            CurveKind::SequentialRead,
+            uncalibrated.read_bandwidth,
+            notes,
+        ),
+        write_bandwidth: rate(
+            CurveKind::SequentialWrite,
+            uncalibrated.write_bandwidth,
+            notes,
+        ),
     };
     notes.extend(curves.iter().filter_map(Curve::window_note));
     for curve in curves {
@@ -534,34 +592,13 @@ fn build_profile(
     }
     let mut entry = DeviceEntry::from_rates(rounded(rates));
     entry.first = Some(rounded(Rates {
-        read_iops: first_rate("random_read", rates.read_iops),
-        write_iops: first_rate("random_write", rates.write_iops),
-        read_bandwidth: first_rate("sequential_read", rates.read_bandwidth),
-        write_bandwidth: first_rate("sequential_write", rates.write_bandwidth),
+        read_iops: first_rate(CurveKind::RandomRead, rates.read_iops),
+        write_iops: first_rate(CurveKind::RandomWrite, rates.write_iops),
+        read_bandwidth: first_rate(CurveKind::SequentialRead, rates.read_bandwidth),
+        write_bandwidth: first_rate(CurveKind::SequentialWrite, rates.write_bandwidth),
     }));
     entry.max_request_bytes = Some(uncalibrated.max_request_bytes);
-    entry.latency_target_us = find(curves, "random_read").and_then(latency_target_us);
-    let knee = |name: &str| find(curves, name).and_then(Curve::knee_record);
-    entry.knee.random_read = knee("random_read");
-    entry.knee.random_write = knee("random_write");
-    entry.knee.sequential_read = knee("sequential_read");
-    entry.knee.sequential_write = knee("sequential_write");
-    let mut profile = ProfileFile::new();
-    let mut metadata = Metadata::default();
-    metadata.tool = "tailguard tune".into();
-    metadata.tool_version = env!("CARGO_PKG_VERSION").into();
-    metadata.date = rfc3339_utc(SystemTime::now());
-    metadata.target = target_description(&arguments.path);
-    metadata.duration_s = Some((elapsed_s * 10.0).round() / 10.0);
-    metadata.notes = notes;
-    profile.metadata = Some(metadata);
-    profile.devices.insert(test.device.name.clone(), entry);
-    profile.resolve().map_err(|error| {
-        BenchError::usage(format!(
-            "the measured profile is not usable ({error}); the device may have failed requests"
-        ))
-    })?;
-    Ok(profile)
+    entry
 }
 
 /// Whole requests and bytes per second: more digits would be noise.
@@ -695,6 +732,14 @@ mod tests {
             interval_s: 0.0,
             step_s: 1.0,
             rates: None,
+        }
+    }
+
+    #[test]
+    fn a_curve_is_named_in_the_profile_as_on_the_command_line() {
+        use clap::ValueEnum;
+        for kind in CurveKind::value_variants() {
+            assert_eq!(crate::flags::name_of(kind), kind.name());
         }
     }
 

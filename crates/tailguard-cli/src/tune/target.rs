@@ -28,7 +28,7 @@
 use crate::bench::target::{
     block_device_bytes, device_in_use, fill_random, interrupted, mount_of, open_exclusive, Mount,
 };
-use crate::bench::BenchError;
+use crate::error::CliError;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -96,12 +96,12 @@ pub struct TargetOptions {
     pub layout_budget: Duration,
 }
 
-fn usage(message: String) -> BenchError {
-    BenchError::usage(message)
+fn usage(message: String) -> CliError {
+    CliError::usage(message)
 }
 
 /// Checks the target and opens (or lays out) the test file.
-pub fn prepare(target: &Path, options: &TargetOptions) -> Result<TestFile, BenchError> {
+pub fn prepare(target: &Path, options: &TargetOptions) -> Result<TestFile, CliError> {
     let shown = target.display();
     let metadata = std::fs::metadata(target).map_err(|error| {
         usage(format!(
@@ -141,7 +141,7 @@ fn open_direct(path: &Path, write: bool, create: bool) -> io::Result<File> {
 }
 
 /// The error for a failed open, naming the likely fix.
-fn open_error(path: &Path, error: &io::Error, creating: bool) -> BenchError {
+fn open_error(path: &Path, error: &io::Error, creating: bool) -> CliError {
     let shown = path.display();
     let fix = match error.raw_os_error() {
         Some(libc::EINVAL) => {
@@ -162,7 +162,7 @@ fn open_error(path: &Path, error: &io::Error, creating: bool) -> BenchError {
     usage(format!("cannot open {shown} with O_DIRECT: {error}; {fix}"))
 }
 
-fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<TestFile, BenchError> {
+fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<TestFile, CliError> {
     let opened = if kind == TargetKind::BlockDevice {
         open_exclusive(path, allow_write, libc::O_DIRECT)
     } else {
@@ -219,7 +219,7 @@ fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<Tes
 }
 
 /// Refuses a block device that is mounted, or whose partition is.
-fn refuse_if_mounted(target: &Path, rdev: u64) -> Result<(), BenchError> {
+fn refuse_if_mounted(target: &Path, rdev: u64) -> Result<(), CliError> {
     match mount_of(rdev) {
         Some(Mount {
             source,
@@ -246,16 +246,16 @@ fn free_bytes(directory: &Path) -> Option<u64> {
 
 /// How large a file to lay out: `--size`, or 1 GiB capped at a quarter of the
 /// free space, rounded down to whole MiB.
-pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, String> {
+pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, CliError> {
     let mib = 1u64 << 20;
     let size = match (requested, free) {
         (Some(requested), Some(free)) if requested > free => {
-            return Err(format!(
+            return Err(CliError::usage(format!(
                 "not enough space: --size asks for {} MiB, the filesystem has {} MiB free; \
                  free some space or give a smaller --size",
                 requested / mib,
                 free / mib
-            ))
+            )))
         }
         (Some(requested), _) => requested,
         (None, Some(free)) => DEFAULT_SIZE_BYTES.min(free / 4),
@@ -263,17 +263,17 @@ pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, Str
     };
     let size = size / mib * mib;
     if size < MINIMUM_SIZE_BYTES {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "not enough space: tune needs a test file of at least {} MiB (got {} MiB to work \
              with); free some space or give a larger --size",
             MINIMUM_SIZE_BYTES / mib,
             size / mib
-        ));
+        )));
     }
     Ok(size)
 }
 
-fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, BenchError> {
+fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, CliError> {
     let size_bytes = layout_size(options.size_bytes, free_bytes(directory))
         .map_err(|message| usage(format!("{}: {message}", directory.display())))?;
     crate::lifecycle::note_leftovers(directory);
@@ -337,7 +337,7 @@ fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, BenchE
 
 /// Fills the file with incompressible data, 1 MiB at a time, until it is full
 /// or the budget is spent. Returns the bytes written.
-fn write_data(test: &TestFile, budget: Duration) -> Result<u64, BenchError> {
+fn write_data(test: &TestFile, budget: Duration) -> Result<u64, CliError> {
     let deadline = Instant::now() + budget;
     let mut chunk = AlignedBuffer::new(LAYOUT_CHUNK_BYTES, test.alignment_bytes.max(4096))
         .map_err(|error| usage(format!("cannot allocate a layout buffer: {error}")))?;
@@ -345,7 +345,7 @@ fn write_data(test: &TestFile, budget: Duration) -> Result<u64, BenchError> {
     let mut written = 0u64;
     while written < test.size_bytes && Instant::now() < deadline {
         if interrupted() {
-            return Err(BenchError::interrupted());
+            return Err(CliError::interrupted());
         }
         fill_random(&mut chunk, &mut state);
         test.file.write_all_at(&chunk, written).map_err(|error| {
@@ -381,10 +381,10 @@ mod tests {
     #[test]
     fn too_little_space_is_a_clear_error() {
         let error = layout_size(None, Some(32 << 20)).unwrap_err();
-        assert!(error.contains("not enough space"), "{error}");
+        assert!(error.message.contains("not enough space"), "{error}");
         let error = layout_size(Some(1 << 30), Some(100 << 20)).unwrap_err();
-        assert!(error.contains("--size"), "{error}");
+        assert!(error.message.contains("--size"), "{error}");
         let error = layout_size(Some(1 << 20), None).unwrap_err();
-        assert!(error.contains("at least 16 MiB"), "{error}");
+        assert!(error.message.contains("at least 16 MiB"), "{error}");
     }
 }

@@ -46,6 +46,22 @@ pub fn scratch_dir(prefix: &str, name: &str) -> PathBuf {
     directory
 }
 
+/// A fresh scratch directory (as [`scratch_dir`]) and beside it the path of
+/// a job file with `extension` for it, so that the file is not in the
+/// directory a run must leave empty.
+pub fn scratch_with_file(prefix: &str, name: &str, extension: &str) -> (PathBuf, PathBuf) {
+    let directory = scratch_dir(prefix, name);
+    let file = directory.with_extension(extension);
+    (directory, file)
+}
+
+/// Removes a scratch directory and the job file beside it, once a test has
+/// checked them.
+pub fn remove_scratch(directory: &Path, file: &Path) {
+    let _ = std::fs::remove_dir_all(directory);
+    let _ = std::fs::remove_file(file);
+}
+
 /// The names in `directory`.
 pub fn entries(directory: &Path) -> Vec<String> {
     std::fs::read_dir(directory)
@@ -229,3 +245,31 @@ pub fn loop_device(test: &str, bytes: u64) -> Option<LoopDevice> {
         }
     }
 }
+
+/// A job file small enough for a run of a fraction of a second: readers at
+/// a fixed rate beside a sequential writer, in two classes.
+pub const TINY_JOB: &str = r#"
+duration_s = 0.3
+seed = 5
+[[class]]
+name = "reads"
+shares = 100
+[[class]]
+name = "background"
+shares = 50
+[[job]]
+name = "readers"
+class = "reads"
+pattern = "randread"
+block_size = "4k"
+rate_iops = 1000.0
+numjobs = 2
+size = "1m"
+[[job]]
+name = "writer"
+class = "background"
+pattern = "seqwrite"
+block_size = "64k"
+queue_depth = 2
+size = "2m"
+"#;

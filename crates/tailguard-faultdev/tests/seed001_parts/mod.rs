@@ -87,9 +87,13 @@ impl Drop for FastFile {
 /// The `usb-flash` model's own profile (what `tailguard tune` would measure
 /// on the stick): 128 KiB requests, a 500 ms latency target.
 pub fn stick_profile() -> tailguard::Profile {
-    tailguard_sim::device::build("usb-flash", &toml::Table::new(), 1)
-        .expect("the usb-flash model builds with its defaults")
-        .profile()
+    tailguard_sim::device::build(
+        tailguard_sim::device::ModelName::UsbFlash,
+        &toml::Table::new(),
+        1,
+    )
+    .expect("the usb-flash model builds with its defaults")
+    .profile()
 }
 
 /// The kernel name of a block device (`loop3` for `/dev/loop3`), the name

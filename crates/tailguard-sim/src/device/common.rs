@@ -920,12 +920,13 @@ pub(crate) mod driver {
 
 #[cfg(test)]
 mod tests {
-    use crate::device::{build, MODEL_NAMES};
+    use crate::device::{build, ModelName};
 
     #[test]
     fn every_model_builds_from_an_empty_table_and_rejects_unknown_keys() {
-        for name in MODEL_NAMES {
-            let device = build(name, &toml::Table::new(), 1).expect(name);
+        for model in ModelName::ALL {
+            let name = model.name();
+            let device = build(model, &toml::Table::new(), 1).expect(name);
             let profile = device.profile();
             eprintln!("{name}: {profile:?}");
             assert!(profile.validate().is_ok(), "{name}: {profile:?}");
@@ -934,7 +935,7 @@ mod tests {
             assert_eq!(device.next_event_at(), None);
             let mut table = toml::Table::new();
             table.insert("no_such_key".into(), toml::Value::Integer(1));
-            assert!(build(name, &table, 1).is_err(), "{name}");
+            assert!(build(model, &table, 1).is_err(), "{name}");
         }
     }
 }

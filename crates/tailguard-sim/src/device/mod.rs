@@ -86,13 +86,54 @@ pub trait DeviceModel: Send {
     fn outstanding(&self) -> usize;
 }
 
-/// The device model names a scenario may use.
-pub const MODEL_NAMES: [&str; 4] = ["nvme", "sata-ssd", "hdd", "usb-flash"];
+/// The device models a scenario may use (a `[[device]]` table's `model`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ModelName {
+    /// [`nvme::Nvme`].
+    Nvme,
+    /// [`sata_ssd::SataSsd`].
+    SataSsd,
+    /// [`hdd::Hdd`].
+    Hdd,
+    /// [`usb_flash::UsbFlash`].
+    UsbFlash,
+}
+
+impl ModelName {
+    /// Every model, in the order error messages list them.
+    pub const ALL: [Self; 4] = [Self::Nvme, Self::SataSsd, Self::Hdd, Self::UsbFlash];
+
+    /// The model's name in scenario files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Nvme => "nvme",
+            Self::SataSsd => "sata-ssd",
+            Self::Hdd => "hdd",
+            Self::UsbFlash => "usb-flash",
+        }
+    }
+
+    /// Parses a scenario's `model`; the error lists the models there are.
+    pub fn parse(name: &str) -> Result<Self, ConfigError> {
+        Self::ALL
+            .into_iter()
+            .find(|model| model.name() == name)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "model",
+                    format!(
+                        "unknown device model `{name}`; use one of: {}",
+                        Self::ALL.map(Self::name).join(", ")
+                    ),
+                )
+            })
+    }
+}
 
 /// Builds a model by name from a scenario's `[[device]]` table (with `name` and
 /// `model` already removed), seeding its random generator with `seed`.
 pub fn build(
-    model: &str,
+    model: ModelName,
     parameters: &toml::Table,
     seed: u64,
 ) -> Result<Box<dyn DeviceModel>, ConfigError> {
@@ -165,23 +206,16 @@ pub fn validate_parameters(parameters: &toml::Table) -> Result<(), ConfigError> 
 }
 
 fn build_model(
-    model: &str,
+    model: ModelName,
     parameters: &toml::Table,
     seed: u64,
 ) -> Result<Box<dyn DeviceModel>, ConfigError> {
     validate_parameters(parameters)?;
     match model {
-        "nvme" => Ok(Box::new(nvme::Nvme::new(parse(parameters)?, seed))),
-        "sata-ssd" => Ok(Box::new(sata_ssd::SataSsd::new(parse(parameters)?, seed))),
-        "hdd" => Ok(Box::new(hdd::Hdd::new(parse(parameters)?, seed))),
-        "usb-flash" => Ok(Box::new(usb_flash::UsbFlash::new(parse(parameters)?, seed))),
-        other => Err(ConfigError::new(
-            "model",
-            format!(
-                "unknown device model `{other}`; use one of: {}",
-                MODEL_NAMES.join(", ")
-            ),
-        )),
+        ModelName::Nvme => Ok(Box::new(nvme::Nvme::new(parse(parameters)?, seed))),
+        ModelName::SataSsd => Ok(Box::new(sata_ssd::SataSsd::new(parse(parameters)?, seed))),
+        ModelName::Hdd => Ok(Box::new(hdd::Hdd::new(parse(parameters)?, seed))),
+        ModelName::UsbFlash => Ok(Box::new(usb_flash::UsbFlash::new(parse(parameters)?, seed))),
     }
 }
 
@@ -341,7 +375,7 @@ mod tests {
     use super::*;
 
     fn slowed(windows: &[SlowdownWindow]) -> Slowed {
-        let inner = build("usb-flash", &toml::Table::new(), 1).unwrap();
+        let inner = build(ModelName::UsbFlash, &toml::Table::new(), 1).unwrap();
         Slowed::new(inner, windows).unwrap()
     }
 
@@ -367,7 +401,7 @@ mod tests {
 
     #[test]
     fn overlapping_or_empty_windows_are_refused() {
-        let inner = || build("usb-flash", &toml::Table::new(), 1).unwrap();
+        let inner = || build(ModelName::UsbFlash, &toml::Table::new(), 1).unwrap();
         let window = |start_s, stop_s, factor| SlowdownWindow {
             start_s,
             stop_s,

@@ -46,7 +46,7 @@
 //! | `latency_target_us` | 300 | µs | profile: suggested latency target |
 //!
 //! Default profile: 617k read IOPS (48 units / 77 µs, by mean value analysis at
-//! depth 1024; 588k measured), 207k sustained write IOPS, 3 GB/s read bandwidth (the link), about 1.74 GB/s
+//! depth 1024), 207k sustained write IOPS, 3 GB/s read bandwidth (the link), about 1.74 GB/s
 //! sustained write bandwidth (including GC stalls). A lone 4 KiB read takes about
 //! 80 µs.
 

@@ -109,54 +109,101 @@ pub trait Policy {
     fn next_timer_at(&self) -> Option<Nanos>;
 }
 
-/// The policy names `--policy` accepts.
-pub const POLICY_NAMES: [&str; 6] = [
-    "tailguard",
-    "fifo",
-    "global-cap",
-    "cfq",
-    "cfq-fixed",
-    "deadline",
-];
+/// The policies the simulator compares (`--policy`, a scenario's
+/// `policies` and `[policy.NAME]` tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PolicyName {
+    /// The real core, one dispatcher per device.
+    Tailguard,
+    /// No scheduler, unlimited depth.
+    Fifo,
+    /// One byte cap on in-flight writes shared by all devices.
+    GlobalCap,
+    /// CFQ's sync preference.
+    Cfq,
+    /// CFQ with the FIFO-expiry fix.
+    CfqFixed,
+    /// mq-deadline's expiries.
+    Deadline,
+}
 
-/// Builds a policy by name. `parameters` is the scenario's optional
-/// `[policy.NAME]` table (for example `hirunningspace_bytes` for `global-cap`).
+impl PolicyName {
+    /// Every policy, in the order the command line lists them.
+    pub const ALL: [Self; 6] = [
+        Self::Tailguard,
+        Self::Fifo,
+        Self::GlobalCap,
+        Self::Cfq,
+        Self::CfqFixed,
+        Self::Deadline,
+    ];
+
+    /// The policy's name on the command line, in scenario files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tailguard => "tailguard",
+            Self::Fifo => "fifo",
+            Self::GlobalCap => "global-cap",
+            Self::Cfq => "cfq",
+            Self::CfqFixed => "cfq-fixed",
+            Self::Deadline => "deadline",
+        }
+    }
+
+    /// Parses a name; the error, for `key`, lists the names there are.
+    pub fn parse(name: &str, key: impl Into<String>) -> Result<Self, ConfigError> {
+        Self::ALL
+            .into_iter()
+            .find(|policy| policy.name() == name)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    key,
+                    format!(
+                        "unknown policy `{name}`; use one of: {}",
+                        Self::ALL.map(Self::name).join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+impl std::fmt::Display for PolicyName {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+/// Builds a policy. `parameters` is the scenario's optional `[policy.NAME]`
+/// table (for example `hirunningspace_bytes` for `global-cap`).
 pub fn build(
-    name: &str,
+    name: PolicyName,
     context: &PolicyContext,
     parameters: &toml::Table,
 ) -> Result<Box<dyn Policy>, ConfigError> {
     match name {
-        "tailguard" => Ok(Box::new(tailguard::TailguardPolicy::new(
+        PolicyName::Tailguard => Ok(Box::new(tailguard::TailguardPolicy::new(
             context,
             crate::device::parse(parameters)?,
         )?)),
-        "fifo" => Ok(Box::new(fifo::Fifo::new(context))),
-        "global-cap" => Ok(Box::new(global_cap::GlobalCap::new(
+        PolicyName::Fifo => Ok(Box::new(fifo::Fifo::new(context))),
+        PolicyName::GlobalCap => Ok(Box::new(global_cap::GlobalCap::new(
             context,
             crate::device::parse(parameters)?,
         ))),
-        "cfq" => Ok(Box::new(cfq::Cfq::new(
+        PolicyName::Cfq => Ok(Box::new(cfq::Cfq::new(
             context,
             crate::device::parse(parameters)?,
             false,
         ))),
-        "cfq-fixed" => Ok(Box::new(cfq::Cfq::new(
+        PolicyName::CfqFixed => Ok(Box::new(cfq::Cfq::new(
             context,
             crate::device::parse(parameters)?,
             true,
         ))),
-        "deadline" => Ok(Box::new(deadline::Deadline::new(
+        PolicyName::Deadline => Ok(Box::new(deadline::Deadline::new(
             context,
             crate::device::parse(parameters)?,
         ))),
-        other => Err(ConfigError::new(
-            "policy",
-            format!(
-                "unknown policy `{other}`; use one of: {}",
-                POLICY_NAMES.join(", ")
-            ),
-        )),
     }
 }
 
