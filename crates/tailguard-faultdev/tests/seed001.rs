@@ -23,6 +23,7 @@
 mod seed001_parts;
 
 use seed001_parts::{device_name, open_direct, stick_profile, write_buffer, FastFile, WRITE_BYTES};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -145,9 +146,16 @@ fn the_fast_disk_completes_every_write_while_the_stalled_sticks_budget_is_full()
             let stick = scheduler.open(&rig.stick).unwrap();
             let fast = scheduler.open(&rig.fast).unwrap();
             control.stall_for(STALL);
-            let stick_writes: Vec<_> = (0..STICK_WRITES)
+            let mut stick_writes: Vec<_> = (0..STICK_WRITES)
                 .map(|index| stick.write_at(&class, write_buffer(), index * WRITE_BYTES as u64))
                 .collect();
+            // A future is lazy: polled once, each request is surely in the
+            // engine's hands (a push that found the engine thread parked
+            // wakes it only when its future is first polled or waited on).
+            let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+            for write in &mut stick_writes {
+                assert!(std::pin::Pin::new(write).poll(&mut context).is_pending());
+            }
             wait_until_stalled(&control);
 
             let mut fast_writes: std::collections::VecDeque<
