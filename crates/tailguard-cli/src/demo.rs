@@ -132,8 +132,7 @@ pub fn run(arguments: &DemoArguments) -> Result<(), CliError> {
         Some(path) => path.clone(),
         None => default_report_path(Path::new(".")),
     };
-    crate::output::check_output("--report", &report_path, arguments.allow_overwrite)
-        .map_err(CliError::usage)?;
+    crate::output::check_output("--report", &report_path, arguments.allow_overwrite)?;
     let sizing = size_demo(arguments, &base)?;
     let directory = DemoDirectory::create(&base)?;
     describe_sizing(

@@ -11,21 +11,22 @@
 //! with the kernel's reason, the path, the flag and the fix. `-` (standard
 //! output) is not a file and is not checked.
 
+use crate::error::CliError;
 use std::path::Path;
 
 /// Checks each `(flag, path)` the command will write at the end of its run:
 /// that the paths differ, that none is a directory, that an existing file is
 /// replaced only with `allow_overwrite`, and that the file can be created.
-pub fn check_outputs(outputs: &[(&str, &Path)], allow_overwrite: bool) -> Result<(), String> {
+pub fn check_outputs(outputs: &[(&str, &Path)], allow_overwrite: bool) -> Result<(), CliError> {
     for (index, &(flag, path)) in outputs.iter().enumerate() {
         if path == Path::new("-") {
             continue;
         }
         if let Some((other, _)) = outputs[..index].iter().find(|(_, other)| *other == path) {
-            return Err(format!(
+            return Err(CliError::usage(format!(
                 "{other} and {flag} both name {}; give each its own file",
                 path.display()
-            ));
+            )));
         }
         check_output(flag, path, allow_overwrite)?;
     }
@@ -33,23 +34,25 @@ pub fn check_outputs(outputs: &[(&str, &Path)], allow_overwrite: bool) -> Result
 }
 
 /// Checks one output path; see [`check_outputs`].
-pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<(), String> {
+pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<(), CliError> {
     let shown = path.display();
     if path.as_os_str().is_empty() {
-        return Err(format!("{flag} is empty; give a file name"));
+        return Err(CliError::usage(format!(
+            "{flag} is empty; give a file name"
+        )));
     }
     match std::fs::metadata(path) {
         Ok(metadata) if metadata.is_dir() => {
-            return Err(format!(
+            return Err(CliError::usage(format!(
                 "{flag} {shown} is a directory; give a file name in it, e.g. {}",
                 path.join("out").display()
-            ))
+            )))
         }
         Ok(_) if !allow_overwrite => {
-            return Err(format!(
+            return Err(CliError::usage(format!(
                 "{flag} {shown} exists; pass --allow-overwrite to replace it, or give another \
                  {flag}"
-            ))
+            )))
         }
         Ok(_) => {
             return std::fs::OpenOptions::new()
@@ -57,7 +60,10 @@ pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<()
                 .open(path)
                 .map(drop)
                 .map_err(|error| {
-                    format!("{flag} {shown}: cannot write it: {error}; {}", fix(&error))
+                    CliError::usage(format!(
+                        "{flag} {shown}: cannot write it: {error}; {}",
+                        fix(&error)
+                    ))
                 })
         }
         Err(_) => {}
@@ -67,11 +73,11 @@ pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<()
         _ => Path::new("."),
     };
     if !parent.is_dir() {
-        return Err(format!(
+        return Err(CliError::usage(format!(
             "{flag} {shown}: the directory {} does not exist; create it first or give a path \
              in an existing directory",
             parent.display()
-        ));
+        )));
     }
     match std::fs::OpenOptions::new()
         .write(true)
@@ -83,10 +89,10 @@ pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<()
             let _ = std::fs::remove_file(path);
             Ok(())
         }
-        Err(error) => Err(format!(
+        Err(error) => Err(CliError::usage(format!(
             "{flag} {shown}: cannot create it: {error}; {}",
             fix(&error)
-        )),
+        ))),
     }
 }
 
@@ -118,15 +124,15 @@ mod tests {
         let directory = scratch("rules");
         let missing = directory.join("no-such-dir/profile.toml");
         let error = check_output("--output", &missing, false).unwrap_err();
-        assert!(error.contains("does not exist") && error.contains("--output"));
+        assert!(error.message.contains("does not exist") && error.message.contains("--output"));
 
         let error = check_output("--report", &directory, false).unwrap_err();
-        assert!(error.contains("is a directory"), "{error}");
+        assert!(error.message.contains("is a directory"), "{error}");
 
         let existing = directory.join("old.html");
         std::fs::write(&existing, "keep me").unwrap();
         let error = check_output("--report", &existing, false).unwrap_err();
-        assert!(error.contains("--allow-overwrite"), "{error}");
+        assert!(error.message.contains("--allow-overwrite"), "{error}");
         check_output("--report", &existing, true).unwrap();
         assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
 
@@ -136,7 +142,7 @@ mod tests {
 
         let error =
             check_outputs(&[("--output", &fresh), ("--report", &fresh)], false).unwrap_err();
-        assert!(error.contains("--output and --report"), "{error}");
+        assert!(error.message.contains("--output and --report"), "{error}");
         check_outputs(&[("--json", Path::new("-"))], false).unwrap();
         std::fs::remove_dir_all(&directory).unwrap();
     }

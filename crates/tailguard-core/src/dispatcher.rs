@@ -47,9 +47,10 @@
 
 use crate::budget::{self, Budget};
 use crate::controller::{CompletionSample, ControllerStats, FixedBudget, LatencyController};
+use crate::error::CoreError;
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
-use crate::profile::{CostModel, DeviceProfile, ProfileError};
-use crate::rate_limit::{ClassLimiter, RateLimit, RateLimitError};
+use crate::profile::{CostModel, DeviceProfile};
+use crate::rate_limit::{ClassLimiter, RateLimit};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};
 use std::collections::VecDeque;
 use std::fmt;
@@ -65,73 +66,6 @@ impl ClassId {
     /// The class's slot, dense from zero: usable as an index into per-class arrays.
     pub fn index(self) -> usize {
         self.index as usize
-    }
-}
-
-/// Why a class operation was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClassError {
-    /// Shares must be within `SHARES_MIN..=SHARES_MAX`.
-    InvalidShares(u32),
-    /// The handle names no live class (removed, or from another dispatcher).
-    UnknownClass(ClassId),
-    /// The class is being removed and accepts no new requests.
-    Retiring(ClassId),
-    /// The rate limit is invalid.
-    InvalidRateLimit(RateLimitError),
-}
-
-impl fmt::Display for ClassError {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::InvalidShares(shares) => write!(
-                formatter,
-                "shares must be between {SHARES_MIN} and {SHARES_MAX}, got {shares}"
-            ),
-            Self::UnknownClass(class) => write!(
-                formatter,
-                "class {class:?} does not exist (removed, or from another dispatcher)"
-            ),
-            Self::Retiring(class) => write!(
-                formatter,
-                "class {class:?} is being removed and accepts no new requests"
-            ),
-            Self::InvalidRateLimit(error) => error.fmt(formatter),
-        }
-    }
-}
-
-impl std::error::Error for ClassError {}
-
-/// Why a request or completion was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EnqueueError {
-    /// The request's class cannot take it.
-    Class(ClassError),
-    /// A completion named a token that is not in flight (unknown, or completed
-    /// already): a caller bug that would otherwise complete a request twice.
-    UnknownToken(u64),
-}
-
-impl fmt::Display for EnqueueError {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Class(error) => error.fmt(formatter),
-            Self::UnknownToken(token) => {
-                write!(
-                    formatter,
-                    "token {token:#x} is not in flight (completed twice?)"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for EnqueueError {}
-
-impl From<ClassError> for EnqueueError {
-    fn from(error: ClassError) -> Self {
-        Self::Class(error)
     }
 }
 
@@ -362,14 +296,14 @@ impl<C: LatencyController> fmt::Debug for Dispatcher<C> {
 
 impl Dispatcher<FixedBudget> {
     /// A dispatcher whose budget stays what the profile (or config) sets.
-    pub fn new(config: DispatcherConfig) -> Result<Self, ProfileError> {
+    pub fn new(config: DispatcherConfig) -> Result<Self, CoreError> {
         Self::with_controller(config, FixedBudget)
     }
 }
 
 impl<C: LatencyController> Dispatcher<C> {
     /// A dispatcher whose budget `controller` may resize.
-    pub fn with_controller(config: DispatcherConfig, controller: C) -> Result<Self, ProfileError> {
+    pub fn with_controller(config: DispatcherConfig, controller: C) -> Result<Self, CoreError> {
         config.profile.validate()?;
         let cost_model = CostModel::new(&config.profile);
         let limit_ns = config.budget_ns.unwrap_or_else(|| {
@@ -463,7 +397,7 @@ impl<C: LatencyController> Dispatcher<C> {
     /// classes that exist now and the current budget; see [`crate::fair_queue`],
     /// whose bound is applied with the in-flight work that may be ahead of the
     /// class ([`Dispatcher::in_flight_bound_ns`]), not the bare limit.
-    pub fn gap_bound_ns(&self, class: ClassId) -> Result<Nanos, ClassError> {
+    pub fn gap_bound_ns(&self, class: ClassId) -> Result<Nanos, CoreError> {
         self.check_class(class)?;
         let shares = self.queue.shares(class.index());
         let others: Vec<u32> = self
@@ -482,9 +416,9 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// Adds a class with `shares` (1..=10000).
-    pub fn add_class(&mut self, shares: u32) -> Result<ClassId, ClassError> {
+    pub fn add_class(&mut self, shares: u32) -> Result<ClassId, CoreError> {
         if !(SHARES_MIN..=SHARES_MAX).contains(&shares) {
-            return Err(ClassError::InvalidShares(shares));
+            return Err(CoreError::InvalidShares(shares));
         }
         let index = self.classes.insert_with(|old| ClassSlot {
             generation: old.map_or(0, |slot| slot.generation.wrapping_add(1)),
@@ -504,10 +438,10 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// Changes a class's shares; they apply to everything dispatched from now on.
-    pub fn set_shares(&mut self, class: ClassId, shares: u32) -> Result<(), ClassError> {
+    pub fn set_shares(&mut self, class: ClassId, shares: u32) -> Result<(), CoreError> {
         self.check_class(class)?;
         if !(SHARES_MIN..=SHARES_MAX).contains(&shares) {
-            return Err(ClassError::InvalidShares(shares));
+            return Err(CoreError::InvalidShares(shares));
         }
         self.queue.set_shares(class.index(), shares);
         Ok(())
@@ -522,10 +456,10 @@ impl<C: LatencyController> Dispatcher<C> {
         now: Nanos,
         class: ClassId,
         limit: Option<RateLimit>,
-    ) -> Result<(), ClassError> {
+    ) -> Result<(), CoreError> {
         self.check_class(class)?;
         if let Some(limit) = &limit {
-            limit.validate().map_err(ClassError::InvalidRateLimit)?;
+            limit.validate()?;
         }
         let index = class.index();
         let slot = &mut self.classes.slots[index];
@@ -550,7 +484,7 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// A class's rate limit, if it has one.
-    pub fn rate_limit(&self, class: ClassId) -> Result<Option<RateLimit>, ClassError> {
+    pub fn rate_limit(&self, class: ClassId) -> Result<Option<RateLimit>, CoreError> {
         self.check_class(class)?;
         Ok(self.classes.slots[class.index()]
             .limiter
@@ -614,7 +548,7 @@ impl<C: LatencyController> Dispatcher<C> {
     /// Removes a class. With nothing queued or in flight it goes at once;
     /// otherwise it is retired: it takes no new requests, and goes when its last
     /// piece completes. Returns whether it is gone already.
-    pub fn remove_class(&mut self, class: ClassId) -> Result<bool, ClassError> {
+    pub fn remove_class(&mut self, class: ClassId) -> Result<bool, CoreError> {
         self.check_class(class)?;
         self.classes.slots[class.index()].retiring = true;
         Ok(self.free_class_if_idle(class.index()))
@@ -633,10 +567,10 @@ impl<C: LatencyController> Dispatcher<C> {
             })
     }
 
-    fn check_class(&self, class: ClassId) -> Result<(), ClassError> {
+    fn check_class(&self, class: ClassId) -> Result<(), CoreError> {
         match self.classes.slots.get(class.index()) {
             Some(slot) if slot.live && slot.generation == class.generation => Ok(()),
-            _ => Err(ClassError::UnknownClass(class)),
+            _ => Err(CoreError::UnknownClass(class)),
         }
     }
 
@@ -656,10 +590,10 @@ impl<C: LatencyController> Dispatcher<C> {
 
     /// Queues a request at `now`, split into pieces of at most
     /// `max_request_bytes`. Returns the number of pieces.
-    pub fn enqueue(&mut self, now: Nanos, request: IoRequest) -> Result<u32, EnqueueError> {
+    pub fn enqueue(&mut self, now: Nanos, request: IoRequest) -> Result<u32, CoreError> {
         self.check_class(request.class)?;
         if self.classes.slots[request.class.index()].retiring {
-            return Err(ClassError::Retiring(request.class).into());
+            return Err(CoreError::Retiring(request.class));
         }
         let max_bytes = self.split_bytes(request.direction);
         let pieces = request.length_bytes.div_ceil(max_bytes).max(1);
@@ -826,12 +760,12 @@ impl<C: LatencyController> Dispatcher<C> {
 
     /// The device finished the piece with `token` at `now`. Returns the request's
     /// completion when this was its last piece.
-    pub fn complete(&mut self, now: Nanos, token: u64) -> Result<Option<Completion>, EnqueueError> {
+    pub fn complete(&mut self, now: Nanos, token: u64) -> Result<Option<Completion>, CoreError> {
         let slot_index = (token & u64::from(u32::MAX)) as u32;
         let generation = (token >> 32) as u32;
         let piece = match self.in_flight.slots.get(slot_index as usize) {
             Some(piece) if piece.occupied && piece.generation == generation => *piece,
-            _ => return Err(EnqueueError::UnknownToken(token)),
+            _ => return Err(CoreError::UnknownToken(token)),
         };
         self.in_flight.slots[slot_index as usize].occupied = false;
         self.in_flight.release(slot_index);
@@ -888,7 +822,7 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// Counters of one class.
-    pub fn class_stats(&self, class: ClassId) -> Result<ClassStats, ClassError> {
+    pub fn class_stats(&self, class: ClassId) -> Result<ClassStats, CoreError> {
         self.check_class(class)?;
         let slot = &self.classes.slots[class.index()];
         Ok(ClassStats {
@@ -1029,7 +963,7 @@ mod tests {
         assert!(dispatcher.complete(1, token).unwrap().is_some());
         assert_eq!(
             dispatcher.complete(2, token),
-            Err(EnqueueError::UnknownToken(token))
+            Err(CoreError::UnknownToken(token))
         );
     }
 
@@ -1047,14 +981,14 @@ mod tests {
         );
         assert_eq!(
             dispatcher.enqueue(0, request(2, class, Direction::Read, 4096)),
-            Err(EnqueueError::Class(ClassError::Retiring(class)))
+            Err(CoreError::Retiring(class))
         );
         let mut out = Vec::new();
         dispatcher.dispatch(0, &mut out);
         assert!(dispatcher.complete(5, out[0].token).unwrap().is_some());
         assert_eq!(
             dispatcher.set_shares(class, 5),
-            Err(ClassError::UnknownClass(class))
+            Err(CoreError::UnknownClass(class))
         );
         let reused = dispatcher.add_class(10).unwrap();
         assert_eq!(reused.index(), class.index(), "slot reused");
@@ -1064,15 +998,15 @@ mod tests {
     #[test]
     fn shares_are_validated() {
         let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
-        assert_eq!(dispatcher.add_class(0), Err(ClassError::InvalidShares(0)));
+        assert_eq!(dispatcher.add_class(0), Err(CoreError::InvalidShares(0)));
         assert_eq!(
             dispatcher.add_class(10_001),
-            Err(ClassError::InvalidShares(10_001))
+            Err(CoreError::InvalidShares(10_001))
         );
         let class = dispatcher.add_class(10_000).unwrap();
         assert_eq!(
             dispatcher.set_shares(class, 0),
-            Err(ClassError::InvalidShares(0))
+            Err(CoreError::InvalidShares(0))
         );
     }
 

@@ -24,6 +24,8 @@
 //! - [`dispatcher`]: one per device; splits oversize requests, queues them in the
 //!   fair queue, dispatches while the budget allows, and rejoins pieces on
 //!   completion. It is the only type an engine needs.
+//! - [`error`]: [`CoreError`], the one error type of every fallible operation
+//!   here, with messages that name the fix.
 //!
 //! The design's central inequality is: *in-flight cost ≤ budget*. Cost is device
 //! time, so the budget is the amount of work the device may hold, and therefore the
@@ -33,6 +35,7 @@
 pub mod budget;
 pub mod controller;
 pub mod dispatcher;
+pub mod error;
 pub mod fair_queue;
 pub mod profile;
 pub mod rate_limit;
@@ -44,11 +47,11 @@ pub use controller::{
     ControllerStats, FixedBudget, LatencyController, Situation,
 };
 pub use dispatcher::{
-    ClassError, ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
-    DispatcherStats, EnqueueError,
+    ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig, DispatcherStats,
 };
-pub use profile::{CostModel, DeviceProfile, ProfileError};
-pub use rate_limit::{RateLimit, RateLimitError, DEFAULT_BURST_NS};
+pub use error::CoreError;
+pub use profile::{CostModel, DeviceProfile};
+pub use rate_limit::{RateLimit, DEFAULT_BURST_NS};
 pub use request::{
     Direction, IoRequest, Nanos, RequestId, NANOS_PER_MICROSECOND, NANOS_PER_MILLISECOND,
     NANOS_PER_SECOND, NANOS_PER_SECOND_F64,

@@ -37,9 +37,9 @@
 //! Costs are integers (nanoseconds). Per-byte costs are kept in femtoseconds so a
 //! device of tens of GB/s keeps three significant digits.
 
+use crate::error::CoreError;
 use crate::request::{Direction, Nanos, NANOS_PER_MICROSECOND, NANOS_PER_SECOND};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 /// The smallest latency target accepted, 10 µs: below it no device can answer.
 pub const LATENCY_TARGET_US_MIN: u64 = 10;
@@ -66,26 +66,9 @@ pub struct DeviceProfile {
     pub latency_target_us: u64,
 }
 
-/// A profile value that cannot be used, with the fix.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProfileError {
-    /// The offending key.
-    pub key: &'static str,
-    /// What is wrong and how to fix it.
-    pub message: String,
-}
-
-impl fmt::Display for ProfileError {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "profile key `{}`: {}", self.key, self.message)
-    }
-}
-
-impl std::error::Error for ProfileError {}
-
 impl DeviceProfile {
     /// Checks every value, naming the first bad key and the fix.
-    pub fn validate(&self) -> Result<(), ProfileError> {
+    pub fn validate(&self) -> Result<(), CoreError> {
         let positive = [
             ("read_iops", self.read_iops),
             ("write_iops", self.write_iops),
@@ -94,7 +77,7 @@ impl DeviceProfile {
         ];
         for (key, value) in positive {
             if !(value.is_finite() && value >= 1.0) {
-                return Err(ProfileError {
+                return Err(CoreError::InvalidProfile {
                     key,
                     message: format!(
                         "must be a finite number of at least 1, got {value}; \
@@ -104,7 +87,7 @@ impl DeviceProfile {
             }
         }
         if self.max_request_bytes < MAX_REQUEST_BYTES_MIN {
-            return Err(ProfileError {
+            return Err(CoreError::InvalidProfile {
                 key: "max_request_bytes",
                 message: format!(
                     "must be at least {MAX_REQUEST_BYTES_MIN}, got {}; use the device's \
@@ -114,7 +97,7 @@ impl DeviceProfile {
             });
         }
         if self.latency_target_us < LATENCY_TARGET_US_MIN {
-            return Err(ProfileError {
+            return Err(CoreError::InvalidProfile {
                 key: "latency_target_us",
                 message: format!(
                     "must be at least {LATENCY_TARGET_US_MIN} µs, got {}",
@@ -287,9 +270,29 @@ mod tests {
     fn validation_names_the_key() {
         let mut profile = sata_ssd();
         profile.write_bandwidth = 0.0;
-        assert_eq!(profile.validate().unwrap_err().key, "write_bandwidth");
+        let error = profile.validate().unwrap_err();
+        assert!(
+            matches!(
+                error,
+                CoreError::InvalidProfile {
+                    key: "write_bandwidth",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
         let mut profile = sata_ssd();
         profile.max_request_bytes = 512;
-        assert_eq!(profile.validate().unwrap_err().key, "max_request_bytes");
+        let error = profile.validate().unwrap_err();
+        assert!(
+            matches!(
+                error,
+                CoreError::InvalidProfile {
+                    key: "max_request_bytes",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
     }
 }

@@ -41,8 +41,8 @@
 //! spike without losing throughput; smaller ones keep its instantaneous rate
 //! closer to the cap, and so its interference with other classes smaller.
 
+use crate::error::CoreError;
 use crate::request::{Nanos, NANOS_PER_SECOND};
-use std::fmt;
 
 /// How long a burst lasts by default: 20 ms at the rate. Short enough that a
 /// capped class's worst second stays within a few percent of its cap, long
@@ -106,53 +106,22 @@ impl RateLimit {
 
     /// Checks that the limit caps something, with rates above zero and a burst
     /// within `1..=BURST_NS_MAX`.
-    pub fn validate(&self) -> Result<(), RateLimitError> {
+    pub fn validate(&self) -> Result<(), CoreError> {
         if self.bytes_per_s.is_none() && self.iops.is_none() {
-            return Err(RateLimitError::NothingCapped);
+            return Err(CoreError::NothingCapped);
         }
         if self.bytes_per_s == Some(0) {
-            return Err(RateLimitError::ZeroRate("bytes_per_s"));
+            return Err(CoreError::ZeroRate("bytes_per_s"));
         }
         if self.iops == Some(0) {
-            return Err(RateLimitError::ZeroRate("iops"));
+            return Err(CoreError::ZeroRate("iops"));
         }
         if !(1..=BURST_NS_MAX).contains(&self.burst_ns) {
-            return Err(RateLimitError::InvalidBurst(self.burst_ns));
+            return Err(CoreError::InvalidBurst(self.burst_ns));
         }
         Ok(())
     }
 }
-
-/// Why a [`RateLimit`] was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RateLimitError {
-    /// Neither bytes per second nor operations per second is set.
-    NothingCapped,
-    /// A rate of zero (would stop the class forever); names the field.
-    ZeroRate(&'static str),
-    /// The burst is zero or longer than [`BURST_NS_MAX`].
-    InvalidBurst(Nanos),
-}
-
-impl fmt::Display for RateLimitError {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NothingCapped => formatter.write_str(
-                "a rate limit needs bytes_per_s or iops (or both); use None for no limit",
-            ),
-            Self::ZeroRate(field) => write!(
-                formatter,
-                "{field} must be at least 1 (a zero rate would stop the class); use None for no limit"
-            ),
-            Self::InvalidBurst(burst_ns) => write!(
-                formatter,
-                "burst_ns must be between 1 and {BURST_NS_MAX}, got {burst_ns}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RateLimitError {}
 
 /// One bucket: units per second with a burst; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -391,10 +360,10 @@ mod tests {
             iops: None,
             burst_ns: DEFAULT_BURST_NS,
         };
-        assert_eq!(none.validate(), Err(RateLimitError::NothingCapped));
+        assert_eq!(none.validate(), Err(CoreError::NothingCapped));
         assert_eq!(
             RateLimit::iops(0).validate(),
-            Err(RateLimitError::ZeroRate("iops"))
+            Err(CoreError::ZeroRate("iops"))
         );
         assert!(RateLimit::bytes_per_s(0)
             .validate()
@@ -403,7 +372,7 @@ mod tests {
             .contains("bytes_per_s"));
         assert_eq!(
             RateLimit::iops(1).with_burst_ns(0).validate(),
-            Err(RateLimitError::InvalidBurst(0))
+            Err(CoreError::InvalidBurst(0))
         );
     }
 }

@@ -51,8 +51,8 @@ use proptest::strategy::Union;
 use std::collections::{HashMap, VecDeque};
 use tailguard_core::fair_queue::{self, SHARES_SCALE};
 use tailguard_core::{
-    ClassError, ClassId, Completion, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
-    DispatcherConfig, DispatcherStats, EnqueueError, IoRequest, Nanos, RequestId,
+    ClassId, Completion, CoreError, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
+    DispatcherConfig, DispatcherStats, IoRequest, Nanos, RequestId,
 };
 
 /// The most operations (arrivals and class changes) in one generated stream.
@@ -322,12 +322,12 @@ struct Trace {
     /// Completions of unknown request ids.
     stray_completions: Vec<Completion>,
     /// `complete` refused a token the device had (a core error).
-    refused_live_tokens: Vec<(u64, EnqueueError)>,
+    refused_live_tokens: Vec<(u64, CoreError)>,
     /// Second completions of a token (just completed, or older and stale),
     /// with what `complete` answered.
-    repeated_tokens: Vec<(u64, Result<Option<Completion>, EnqueueError>)>,
+    repeated_tokens: Vec<(u64, Result<Option<Completion>, CoreError>)>,
     /// Enqueues to a removed class, with the error expected and the answer.
-    enqueue_after_remove: Vec<(ClassError, Result<u32, EnqueueError>)>,
+    enqueue_after_remove: Vec<(CoreError, Result<u32, CoreError>)>,
     /// `dispatcher.gap_bound_ns` against the test's own bound, at the start.
     initial_bounds: Vec<(Nanos, Nanos)>,
     /// Whether the dispatcher was idle once the stream and the device drained.
@@ -496,9 +496,9 @@ impl Harness {
                     self.classes[index].freed_at = Some(now);
                 }
                 let expected = if gone {
-                    ClassError::UnknownClass(id)
+                    CoreError::UnknownClass(id)
                 } else {
-                    ClassError::Retiring(id)
+                    CoreError::Retiring(id)
                 };
                 let refused = self.dispatcher.enqueue(
                     now,
@@ -694,10 +694,10 @@ proptest! {
             prop_assert_eq!(log.seen.len(), log.pieces as usize);
         }
         for (token, answer) in &trace.repeated_tokens {
-            prop_assert_eq!(answer, &Err(EnqueueError::UnknownToken(*token)));
+            prop_assert_eq!(answer, &Err(CoreError::UnknownToken(*token)));
         }
         for (expected, answer) in &trace.enqueue_after_remove {
-            prop_assert_eq!(answer, &Err(EnqueueError::Class(*expected)));
+            prop_assert_eq!(answer, &Err(expected.clone()));
         }
     }
 

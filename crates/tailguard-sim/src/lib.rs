@@ -50,6 +50,17 @@ impl ConfigError {
         self
     }
 
+    /// A core error about a device profile, keyed `profile.KEY` when the core
+    /// names the profile key at fault, `profile` otherwise.
+    pub fn from_profile(error: tailguard_core::CoreError) -> Self {
+        match error {
+            tailguard_core::CoreError::InvalidProfile { key, message } => {
+                Self::new(format!("profile.{key}"), message)
+            }
+            other => Self::new("profile", other.to_string()),
+        }
+    }
+
     /// Prefixes the key with its enclosing table (`device[0]` + `model`).
     pub fn within(mut self, prefix: &str) -> Self {
         self.key = format!("{prefix}.{}", self.key);

@@ -42,7 +42,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tailguard_core::fair_queue::{SHARES_MAX, SHARES_MIN};
-use tailguard_core::rate_limit::RateLimitError;
+use tailguard_core::CoreError;
 use tailguard_core::{
     DeviceProfile, Direction, Nanos, RateLimit, DEFAULT_BURST_NS, NANOS_PER_MILLISECOND,
     NANOS_PER_SECOND_F64,
@@ -367,12 +367,12 @@ fn validate_rate_limit(class: &ClassSpec) -> Result<(), ConfigError> {
     };
     limit.validate().map_err(|error| {
         let key = match error {
-            RateLimitError::ZeroRate("bytes_per_s") => "limit_bytes_per_s",
-            RateLimitError::ZeroRate(_) => "limit_iops",
-            RateLimitError::InvalidBurst(_) | RateLimitError::NothingCapped => "limit_burst_ms",
+            CoreError::ZeroRate("bytes_per_s") => "limit_bytes_per_s",
+            CoreError::ZeroRate(_) => "limit_iops",
+            _ => "limit_burst_ms",
         };
         let message = match error {
-            RateLimitError::ZeroRate(_) => {
+            CoreError::ZeroRate(_) => {
                 "must be at least 1 (a zero cap would stop the class); remove the key for no cap"
                     .to_string()
             }
@@ -643,9 +643,7 @@ fn parse_device(table: &toml::Table) -> Result<DeviceSpec, ConfigError> {
     };
     let built = device::build(model, &parameters, 0)?;
     let profile = overrides.apply(built.profile());
-    profile
-        .validate()
-        .map_err(|error| ConfigError::new(format!("profile.{}", error.key), error.message))?;
+    profile.validate().map_err(ConfigError::from_profile)?;
     Ok(DeviceSpec {
         name,
         model,

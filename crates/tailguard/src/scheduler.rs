@@ -184,11 +184,46 @@ impl SchedulerBuilder {
 
     /// Starts the engine thread.
     pub fn build(self) -> io::Result<Scheduler> {
+        self.validate_profiles()?;
+        let (thread, shared) = self.start_engine()?;
+        let backend_kind = shared.backend_kind();
+        let inner = Arc::new(Inner {
+            driver: shared.clone(),
+            shared,
+            thread: Mutex::new(Some(thread)),
+            backend: backend_kind,
+            registry: Mutex::new(Registry::default()),
+            builder: self,
+        });
+        let scheduler = Scheduler { inner };
+        scheduler.announce_device(
+            NULL_DEVICE,
+            "null".to_string(),
+            DeviceProfile {
+                read_iops: 1e9,
+                write_iops: 1e9,
+                read_bandwidth: 1e15,
+                write_bandwidth: 1e15,
+                max_request_bytes: 1 << 20,
+                latency_target_us: 1_000,
+            },
+        )?;
+        Ok(scheduler)
+    }
+
+    /// Checks every device's profile, naming the device at fault.
+    fn validate_profiles(&self) -> io::Result<()> {
         for (device, profile) in &self.profiles {
             profile
                 .validate()
                 .map_err(|error| invalid_input(format!("profile of device {device}: {error}")))?;
         }
+        Ok(())
+    }
+
+    /// Spawns the engine thread, which opens the backend, and waits until the
+    /// engine runs: its thread and the engine, or the error that stopped it.
+    fn start_engine(&self) -> io::Result<(JoinHandle<()>, Arc<Shared>)> {
         let handoff = Arc::new(Handoff::new());
         let (sender, receiver) = std::sync::mpsc::channel();
         let helpers = self.waiters_run_engine;
@@ -233,42 +268,19 @@ impl SchedulerBuilder {
                     }
                 }
             })?;
-        let shared = match receiver.recv() {
-            Ok(Ok(started)) => started,
+        match receiver.recv() {
+            Ok(Ok(started)) => Ok((thread, started)),
             Ok(Err(error)) => {
                 let _ = thread.join();
-                return Err(error);
+                Err(error)
             }
             Err(_) => {
                 let _ = thread.join();
-                return Err(io::Error::other(
+                Err(io::Error::other(
                     "the tailguard engine thread died while starting",
-                ));
+                ))
             }
-        };
-        let backend_kind = shared.backend_kind();
-        let inner = Arc::new(Inner {
-            driver: shared.clone(),
-            shared,
-            thread: Mutex::new(Some(thread)),
-            backend: backend_kind,
-            registry: Mutex::new(Registry::default()),
-            builder: self,
-        });
-        let scheduler = Scheduler { inner };
-        scheduler.announce_device(
-            NULL_DEVICE,
-            "null".to_string(),
-            DeviceProfile {
-                read_iops: 1e9,
-                write_iops: 1e9,
-                read_bandwidth: 1e15,
-                write_bandwidth: 1e15,
-                max_request_bytes: 1 << 20,
-                latency_target_us: 1_000,
-            },
-        )?;
-        Ok(scheduler)
+        }
     }
 }
 

@@ -1339,69 +1339,109 @@ fn files(
     notes: &mut Notes,
 ) -> Result<Vec<FioFile>, ConfigError> {
     let places = places(options, job_line, notes)?;
-    let kb_base = options.kb_base;
-    let size = options.parse("size", |text| Amount::parse(text, kb_base))?;
-    let filesize = options.parse("filesize", |text| {
-        if text.contains('-') {
-            Err("a range of file sizes is not supported; give one size, e.g. filesize=1g".into())
-        } else {
-            parse_fio_bytes(text, kb_base)
-        }
-    })?;
-    let offset = options.parse("offset", |text| Amount::parse(text, kb_base))?;
+    let amounts = FileAmounts::parse(options)?;
     let alignment = block_size_bytes[0].max(block_size_bytes[1]);
     let count = places.len() as u64;
     let mut files = Vec::with_capacity(places.len());
     for place in places {
-        let existing = match &place {
-            Place::UsedAsIs(path) => default_size(path),
-            _ => None,
-        };
-        let of_existing = |what: &str, line: usize, percent: f64| {
-            existing
-                .map(|bytes| (bytes as f64 * percent / 100.0) as u64 / alignment * alignment)
-                .ok_or_else(|| {
-                    options.error(
-                        what,
-                        line,
-                        format!(
-                            "`{what}={percent}%` is a share of an existing file or device, and \
-                             job `{name}` names none; give bytes, e.g. {what}=1g"
-                        ),
-                    )
-                })
-        };
-        let offset_bytes = match offset {
-            None => 0,
-            Some((_, Amount::Bytes(bytes))) => bytes,
-            Some((line, Amount::Percent(percent))) => of_existing("offset", line, percent)?,
-        };
-        let size_bytes = match (filesize, size) {
-            (Some((_, bytes)), _) => bytes,
-            (None, Some((_, Amount::Bytes(bytes)))) => bytes / count,
-            (None, Some((line, Amount::Percent(percent)))) => of_existing("size", line, percent)?
-                .min(existing.unwrap_or(0).saturating_sub(offset_bytes)),
-            (None, None) => existing
-                .map(|bytes| bytes.saturating_sub(offset_bytes))
-                .filter(|bytes| *bytes > 0)
-                .ok_or_else(|| {
-                    at(
-                        job_line,
-                        format!(
-                            "job `{name}` has no `size`; give the bytes it addresses, e.g. \
-                             size=1g (without it, bench takes the size of the file or block \
-                             device filename= names, when that exists)"
-                        ),
-                    )
-                })?,
-        };
-        files.push(FioFile {
-            place,
-            size_bytes,
-            offset_bytes,
-        });
+        files.push(sized_file(
+            options, job_line, name, &amounts, alignment, count, place,
+        )?);
     }
     Ok(files)
+}
+
+/// A job's `size`, `filesize` and `offset`, each with the line that sets it.
+struct FileAmounts {
+    size: Option<(usize, Amount)>,
+    filesize: Option<(usize, u64)>,
+    offset: Option<(usize, Amount)>,
+}
+
+impl FileAmounts {
+    /// Reads the three keys; a range of file sizes is refused.
+    fn parse(options: &Options) -> Result<Self, ConfigError> {
+        let kb_base = options.kb_base;
+        let size = options.parse("size", |text| Amount::parse(text, kb_base))?;
+        let filesize = options.parse("filesize", |text| {
+            if text.contains('-') {
+                Err(
+                    "a range of file sizes is not supported; give one size, e.g. filesize=1g"
+                        .into(),
+                )
+            } else {
+                parse_fio_bytes(text, kb_base)
+            }
+        })?;
+        let offset = options.parse("offset", |text| Amount::parse(text, kb_base))?;
+        Ok(Self {
+            size,
+            filesize,
+            offset,
+        })
+    }
+}
+
+/// One of the job's `count` files at `place`, with its offset and size: a
+/// percentage is of the existing file or device, rounded down to `alignment`;
+/// `size` is shared between the files; without `size` the existing file's
+/// size past the offset is used.
+fn sized_file(
+    options: &Options,
+    job_line: usize,
+    name: &str,
+    amounts: &FileAmounts,
+    alignment: u64,
+    count: u64,
+    place: Place,
+) -> Result<FioFile, ConfigError> {
+    let existing = match &place {
+        Place::UsedAsIs(path) => default_size(path),
+        _ => None,
+    };
+    let of_existing = |what: &str, line: usize, percent: f64| {
+        existing
+            .map(|bytes| (bytes as f64 * percent / 100.0) as u64 / alignment * alignment)
+            .ok_or_else(|| {
+                options.error(
+                    what,
+                    line,
+                    format!(
+                        "`{what}={percent}%` is a share of an existing file or device, and \
+                         job `{name}` names none; give bytes, e.g. {what}=1g"
+                    ),
+                )
+            })
+    };
+    let offset_bytes = match amounts.offset {
+        None => 0,
+        Some((_, Amount::Bytes(bytes))) => bytes,
+        Some((line, Amount::Percent(percent))) => of_existing("offset", line, percent)?,
+    };
+    let size_bytes = match (amounts.filesize, amounts.size) {
+        (Some((_, bytes)), _) => bytes,
+        (None, Some((_, Amount::Bytes(bytes)))) => bytes / count,
+        (None, Some((line, Amount::Percent(percent)))) => of_existing("size", line, percent)?
+            .min(existing.unwrap_or(0).saturating_sub(offset_bytes)),
+        (None, None) => existing
+            .map(|bytes| bytes.saturating_sub(offset_bytes))
+            .filter(|bytes| *bytes > 0)
+            .ok_or_else(|| {
+                at(
+                    job_line,
+                    format!(
+                        "job `{name}` has no `size`; give the bytes it addresses, e.g. \
+                         size=1g (without it, bench takes the size of the file or block \
+                         device filename= names, when that exists)"
+                    ),
+                )
+            })?,
+    };
+    Ok(FioFile {
+        place,
+        size_bytes,
+        offset_bytes,
+    })
 }
 
 /// Where the job's files are: `filename` (`a:b` for several; `\:` for a

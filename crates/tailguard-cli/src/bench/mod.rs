@@ -142,8 +142,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
         (false, format) => format,
     };
     if let Some(path) = &arguments.report {
-        crate::output::check_output("--report", path, arguments.allow_overwrite)
-            .map_err(CliError::usage)?;
+        crate::output::check_output("--report", path, arguments.allow_overwrite)?;
     }
     let (mut job, source, source_argument) = load_job(arguments)?;
     if arguments.target.is_some() {

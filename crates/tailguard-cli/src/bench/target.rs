@@ -107,21 +107,7 @@ pub fn prepare(
     direct: bool,
     layout: &mut Layout,
 ) -> Result<Plan, CliError> {
-    let shown = target.display();
-    let metadata = std::fs::metadata(target).map_err(|error| {
-        usage(format!(
-            "target {shown}: {error}; give an existing directory (data files are laid out in it) \
-             or regular file with target = \"PATH\" or --target"
-        ))
-    })?;
-    let file_type = metadata.file_type();
-    if file_type.is_block_device() && !allow_device {
-        return Err(usage(format!(
-            "target {shown} is a block device; bench writes to its target, which destroys the \
-             data on the device; pass --allow-device if that is what you want, or give a \
-             directory or a regular file on a filesystem"
-        )));
-    }
+    let metadata = target_metadata(target, allow_device)?;
     let device_name = device::device_of_path(target)
         .map(|info| info.name)
         .unwrap_or_else(|_| "target".into());
@@ -133,81 +119,154 @@ pub fn prepare(
         alignment: None,
     };
     let regions = regions(job);
-    let scenario = &job.scenario;
-    if file_type.is_block_device() {
-        let device = claim_device(target, metadata.rdev())?;
-        let device_bytes = block_device_bytes(&device)
-            .map_err(|error| usage(format!("target {shown}: cannot read its size: {error}")))?;
-        let bases = place_on_device(&regions, device_bytes, target)?;
-        layout.claimed_device = Some(device);
-        for (index, spec) in job.scenario.jobs.iter_mut().enumerate() {
-            let region = job.job_region[index];
-            spec.offset_bytes = bases[region] + (spec.offset_bytes - regions[region].0);
-            plan.job_file.push(0);
-            plan.job_base.push(0);
-        }
-        plan.files.push(target.to_path_buf());
-        if direct {
-            plan.alignment = Some(direct_alignment(target, false)?);
-        }
-        check_alignment(&job.scenario, &plan, target)?;
-        let device = layout.claimed_device.as_ref().expect("claimed above");
-        for (region, &(start, end)) in regions.iter().enumerate() {
-            fill(device, bases[region], end - start, target)?;
-        }
-        device
-            .sync_all()
-            .map_err(|error| usage(format!("target {shown}: {error}")))?;
-        return Ok(plan);
-    }
-    if metadata.is_dir() {
-        crate::lifecycle::note_leftovers(target);
-        if direct {
-            let probe = target.join(format!(".tailguard-bench-{}-probe", std::process::id()));
-            layout.created.push(probe.clone());
-            plan.alignment = Some(direct_alignment(&probe, true)?);
-        }
-        check_alignment(scenario, &plan, target)?;
-        for (index, &(start, end)) in regions.iter().enumerate() {
-            let path = target.join(format!(
-                ".tailguard-bench-{}-{index}.data",
-                std::process::id()
-            ));
-            layout.created.push(path.clone());
-            layout.held.push(create_data_file(&path, end - start)?);
-            plan.files.push(path);
-        }
-        for &region in &job.job_region {
-            plan.job_file.push(region);
-            plan.job_base.push(regions[region].0);
-        }
+    if metadata.file_type().is_block_device() {
+        prepare_device(
+            job,
+            target,
+            metadata.rdev(),
+            &regions,
+            direct,
+            layout,
+            &mut plan,
+        )?;
+    } else if metadata.is_dir() {
+        prepare_directory(job, target, &regions, direct, layout, &mut plan)?;
     } else if metadata.is_file() {
-        refuse_pseudo_file(target)?;
-        layout.held.push(lock_file_target(target)?);
-        for (index, job) in scenario.jobs.iter().enumerate() {
-            let end = job.offset_bytes + job.region_bytes;
-            if end > metadata.len() {
-                return Err(usage(format!(
-                    "`job[{index}].size`: the job's region ends at byte {end} but target {shown} \
-                     has {} bytes; shrink size or offset, or give a directory target",
-                    metadata.len()
-                )));
-            }
-            plan.job_file.push(0);
-            plan.job_base.push(0);
-        }
-        plan.files.push(target.to_path_buf());
-        if direct {
-            plan.alignment = Some(direct_alignment(target, false)?);
-        }
-        check_alignment(scenario, &plan, target)?;
+        prepare_file(
+            &job.scenario,
+            target,
+            metadata.len(),
+            direct,
+            layout,
+            &mut plan,
+        )?;
     } else {
         return Err(usage(format!(
-            "target {shown} is neither a directory, a regular file nor a block device; give one \
-             of those"
+            "target {} is neither a directory, a regular file nor a block device; give one \
+             of those",
+            target.display()
         )));
     }
     Ok(plan)
+}
+
+/// The target's metadata, refusing a missing target, and a block device
+/// without `allow_device`.
+fn target_metadata(target: &Path, allow_device: bool) -> Result<std::fs::Metadata, CliError> {
+    let shown = target.display();
+    let metadata = std::fs::metadata(target).map_err(|error| {
+        usage(format!(
+            "target {shown}: {error}; give an existing directory (data files are laid out in it) \
+             or regular file with target = \"PATH\" or --target"
+        ))
+    })?;
+    if metadata.file_type().is_block_device() && !allow_device {
+        return Err(usage(format!(
+            "target {shown} is a block device; bench writes to its target, which destroys the \
+             data on the device; pass --allow-device if that is what you want, or give a \
+             directory or a regular file on a filesystem"
+        )));
+    }
+    Ok(metadata)
+}
+
+/// A block device target: claims it, places the regions on it, points the
+/// jobs' offsets into their regions and fills the regions.
+fn prepare_device(
+    job: &mut BenchJob,
+    target: &Path,
+    device_number: u64,
+    regions: &[(u64, u64)],
+    direct: bool,
+    layout: &mut Layout,
+    plan: &mut Plan,
+) -> Result<(), CliError> {
+    let shown = target.display();
+    let device = claim_device(target, device_number)?;
+    let device_bytes = block_device_bytes(&device)
+        .map_err(|error| usage(format!("target {shown}: cannot read its size: {error}")))?;
+    let bases = place_on_device(regions, device_bytes, target)?;
+    layout.claimed_device = Some(device);
+    for (index, spec) in job.scenario.jobs.iter_mut().enumerate() {
+        let region = job.job_region[index];
+        spec.offset_bytes = bases[region] + (spec.offset_bytes - regions[region].0);
+        plan.job_file.push(0);
+        plan.job_base.push(0);
+    }
+    plan.files.push(target.to_path_buf());
+    if direct {
+        plan.alignment = Some(direct_alignment(target, false)?);
+    }
+    check_alignment(&job.scenario, plan, target)?;
+    let device = layout.claimed_device.as_ref().expect("claimed above");
+    for (region, &(start, end)) in regions.iter().enumerate() {
+        fill(device, bases[region], end - start, target)?;
+    }
+    device
+        .sync_all()
+        .map_err(|error| usage(format!("target {shown}: {error}")))
+}
+
+/// A directory target: one data file per region, created in it.
+fn prepare_directory(
+    job: &BenchJob,
+    target: &Path,
+    regions: &[(u64, u64)],
+    direct: bool,
+    layout: &mut Layout,
+    plan: &mut Plan,
+) -> Result<(), CliError> {
+    crate::lifecycle::note_leftovers(target);
+    if direct {
+        let probe = target.join(format!(".tailguard-bench-{}-probe", std::process::id()));
+        layout.created.push(probe.clone());
+        plan.alignment = Some(direct_alignment(&probe, true)?);
+    }
+    check_alignment(&job.scenario, plan, target)?;
+    for (index, &(start, end)) in regions.iter().enumerate() {
+        let path = target.join(format!(
+            ".tailguard-bench-{}-{index}.data",
+            std::process::id()
+        ));
+        layout.created.push(path.clone());
+        layout.held.push(create_data_file(&path, end - start)?);
+        plan.files.push(path);
+    }
+    for &region in &job.job_region {
+        plan.job_file.push(region);
+        plan.job_base.push(regions[region].0);
+    }
+    Ok(())
+}
+
+/// A regular file target of `target_bytes`: every job's region must fit in it.
+fn prepare_file(
+    scenario: &Scenario,
+    target: &Path,
+    target_bytes: u64,
+    direct: bool,
+    layout: &mut Layout,
+    plan: &mut Plan,
+) -> Result<(), CliError> {
+    refuse_pseudo_file(target)?;
+    layout.held.push(lock_file_target(target)?);
+    for (index, job) in scenario.jobs.iter().enumerate() {
+        let end = job.offset_bytes + job.region_bytes;
+        if end > target_bytes {
+            return Err(usage(format!(
+                "`job[{index}].size`: the job's region ends at byte {end} but target {} \
+                 has {target_bytes} bytes; shrink size or offset, or give a directory target",
+                target.display()
+            )));
+        }
+        plan.job_file.push(0);
+        plan.job_base.push(0);
+    }
+    plan.files.push(target.to_path_buf());
+    if direct {
+        plan.alignment = Some(direct_alignment(target, false)?);
+    }
+    check_alignment(scenario, plan, target)
 }
 
 /// Prepares every job's target: its own ([`JobOptions::target`]) or

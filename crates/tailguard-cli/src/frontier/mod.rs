@@ -314,7 +314,7 @@ pub fn run(arguments: &FrontierArguments) -> Result<(), CliError> {
             .into_iter()
             .filter_map(|(flag, path)| Some((flag, path.as_deref()?)))
             .collect();
-    crate::output::check_outputs(&outputs, arguments.allow_overwrite).map_err(CliError::usage)?;
+    crate::output::check_outputs(&outputs, arguments.allow_overwrite)?;
     let grid = arguments.grid();
     let settings = grid.points();
     let workload = arguments.workload();

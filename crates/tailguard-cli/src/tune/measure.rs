@@ -172,15 +172,9 @@ impl Prober {
         let mut submitted_at = vec![Instant::now(); self.slots.len()];
         let start = Instant::now();
         let deadline = start + duration;
-        for (slot, submitted) in submitted_at.iter_mut().enumerate() {
-            *submitted = Instant::now();
-            self.push(slot, pattern)?;
-        }
-        self.submit(false)?;
+        self.fill_slots(pattern, &mut submitted_at)?;
         let mut completed = 0u64;
-        let mut timeline = Vec::new();
-        let mut interval_completed = 0u64;
-        let mut interval_start = start;
+        let mut timeline = Timeline::new(interval, start);
         let mut last_tick = start;
         let mut results = Vec::new();
         let mut stop = false;
@@ -199,20 +193,14 @@ impl Prober {
                     let nanos = now.duration_since(submitted_at[slot]).as_nanos() as u64;
                     latency_ns.saturating_record(nanos.max(1));
                     completed += 1;
-                    interval_completed += 1;
+                    timeline.count();
                 }
                 if !stop {
                     submitted_at[slot] = now;
                     self.push(slot, pattern)?;
                 }
             }
-            if let Some(interval) = interval {
-                while now.duration_since(interval_start) >= interval && interval_start < deadline {
-                    timeline.push(interval_completed as f64 / interval.as_secs_f64());
-                    interval_completed = 0;
-                    interval_start += interval;
-                }
-            }
+            timeline.advance(now, deadline);
             if now.duration_since(last_tick) >= Duration::from_millis(50) {
                 last_tick = now;
                 if !tick() {
@@ -228,8 +216,17 @@ impl Prober {
             completed,
             elapsed_s,
             latency_ns,
-            timeline_iops: timeline,
+            timeline_iops: timeline.iops,
         })
+    }
+
+    /// Sends one request from every slot, noting when each was sent.
+    fn fill_slots(&mut self, pattern: Pattern, submitted_at: &mut [Instant]) -> io::Result<()> {
+        for (slot, submitted) in submitted_at.iter_mut().enumerate() {
+            *submitted = Instant::now();
+            self.push(slot, pattern)?;
+        }
+        self.submit(false)
     }
 
     /// Submits what is pushed, waiting for a completion if `wait`.
@@ -306,6 +303,50 @@ impl Prober {
             self.backend.reap(&mut results);
         }
         Ok(())
+    }
+}
+
+/// Completions per interval of a step: one IOPS figure per whole interval
+/// that ends by the deadline.
+struct Timeline {
+    /// The interval; without one, no figures are kept.
+    interval: Option<Duration>,
+    /// When the open interval began.
+    interval_start: Instant,
+    /// Completions in the open interval.
+    interval_completed: u64,
+    /// IOPS of each closed interval, in order.
+    iops: Vec<f64>,
+}
+
+impl Timeline {
+    fn new(interval: Option<Duration>, start: Instant) -> Self {
+        Self {
+            interval,
+            interval_start: start,
+            interval_completed: 0,
+            iops: Vec::new(),
+        }
+    }
+
+    /// Counts one completion in the open interval.
+    fn count(&mut self) {
+        self.interval_completed += 1;
+    }
+
+    /// Closes every interval that ended by `now`, none starting at or past
+    /// `deadline`.
+    fn advance(&mut self, now: Instant, deadline: Instant) {
+        let Some(interval) = self.interval else {
+            return;
+        };
+        while now.duration_since(self.interval_start) >= interval && self.interval_start < deadline
+        {
+            self.iops
+                .push(self.interval_completed as f64 / interval.as_secs_f64());
+            self.interval_completed = 0;
+            self.interval_start += interval;
+        }
     }
 }
 

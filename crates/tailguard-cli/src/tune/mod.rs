@@ -349,7 +349,7 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     });
     let mut outputs = vec![("--output", output.as_path())];
     outputs.extend(arguments.report.as_deref().map(|path| ("--report", path)));
-    crate::output::check_outputs(&outputs, arguments.allow_overwrite).map_err(CliError::usage)?;
+    crate::output::check_outputs(&outputs, arguments.allow_overwrite)?;
     let start = Instant::now();
     let budget = arguments.duration;
     let test = target::prepare(

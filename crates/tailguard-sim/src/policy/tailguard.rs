@@ -109,10 +109,8 @@ impl TailguardPolicy {
                 config.budget_ns = parameters
                     .budget_us
                     .map(|budget_us| budget_us * NANOS_PER_MICROSECOND);
-                let mut dispatcher =
-                    Dispatcher::with_controller(config, controller).map_err(|error| {
-                        ConfigError::new(format!("profile.{}", error.key), error.message)
-                    })?;
+                let mut dispatcher = Dispatcher::with_controller(config, controller)
+                    .map_err(ConfigError::from_profile)?;
                 let classes = context
                     .classes
                     .iter()
