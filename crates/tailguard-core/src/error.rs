@@ -14,6 +14,7 @@ use std::fmt;
 
 /// Why the core refused a value, a request or a completion.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CoreError {
     /// A profile value that cannot be used.
     InvalidProfile {
