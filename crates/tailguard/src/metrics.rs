@@ -172,68 +172,8 @@ impl SnapshotCollector {
         family(encoder, shares, classes, |class, metric| {
             gauge(metric, &class_label(class), i64::from(class.shares))
         })?;
-        let caps: [Reading<ClassStats, Option<u64>>; 2] = [
-            (
-                "tailguard_class_rate_limit_bytes_per_second",
-                "The class's cap in bytes per second on each device (no sample: no cap).",
-                |c| c.rate_limit_bytes_per_s,
-            ),
-            (
-                "tailguard_class_rate_limit_operations_per_second",
-                "The class's cap in requests per second on each device (no sample: no cap).",
-                |c| c.rate_limit_iops,
-            ),
-        ];
-        for (name, help, value) in caps {
-            // No family without a sample: some strict parsers refuse one.
-            if classes.iter().all(|class| value(class).is_none()) {
-                continue;
-            }
-            family(
-                encoder,
-                (name, help, None, GAUGE),
-                classes,
-                |class, metric| match value(class) {
-                    Some(cap) => gauge(
-                        metric,
-                        &class_label(class),
-                        i64::try_from(cap).unwrap_or(i64::MAX),
-                    ),
-                    None => Ok(()),
-                },
-            )?;
-        }
-        #[allow(clippy::type_complexity)] // a higher-ranked fn type
-        let histograms: [(
-            &str,
-            &str,
-            for<'a> fn(&'a ClassStats) -> &'a LatencyHistogram,
-        ); 3] = [
-            (
-                "tailguard_class_queue_wait_seconds",
-                "Enqueue to the dispatch of the last piece (the sum: total time queued).",
-                |c| &c.queue_wait_ns,
-            ),
-            (
-                "tailguard_class_device_time_seconds",
-                "Dispatch of the last piece to completion (the sum: total device time).",
-                |c| &c.device_time_ns,
-            ),
-            (
-                "tailguard_class_latency_seconds",
-                "Submission to completion.",
-                |c| &c.latency_ns,
-            ),
-        ];
-        for (name, help, histogram) in histograms {
-            // The unit is in the name; no UNIT line, which some parsers
-            // refuse on histograms.
-            let descriptor = (name, help, None, HISTOGRAM);
-            family(encoder, descriptor, classes, |class, metric| {
-                histogram_seconds(metric, &class_label(class), histogram(class))
-            })?;
-        }
-        Ok(())
+        encode_class_caps(encoder, classes)?;
+        encode_class_histograms(encoder, classes)
     }
 
     /// The devices' counters: requests, bytes, and the budget policy's and
@@ -460,4 +400,82 @@ fn answer(mut stream: TcpStream, source: &impl Fn() -> io::Result<String>) -> io
         body.len()
     )?;
     stream.flush()
+}
+
+/// The classes' rate caps, one family per dimension, left out when no class
+/// has a cap in it (some strict parsers refuse a family without samples).
+fn encode_class_caps(
+    encoder: &mut DescriptorEncoder,
+    classes: &[ClassStats],
+) -> Result<(), std::fmt::Error> {
+    let caps: [Reading<ClassStats, Option<u64>>; 2] = [
+        (
+            "tailguard_class_rate_limit_bytes_per_second",
+            "The class's cap in bytes per second on each device (no sample: no cap).",
+            |c| c.rate_limit_bytes_per_s,
+        ),
+        (
+            "tailguard_class_rate_limit_operations_per_second",
+            "The class's cap in requests per second on each device (no sample: no cap).",
+            |c| c.rate_limit_iops,
+        ),
+    ];
+    for (name, help, value) in caps {
+        // No family without a sample: some strict parsers refuse one.
+        if classes.iter().all(|class| value(class).is_none()) {
+            continue;
+        }
+        family(
+            encoder,
+            (name, help, None, GAUGE),
+            classes,
+            |class, metric| match value(class) {
+                Some(cap) => gauge(
+                    metric,
+                    &class_label(class),
+                    i64::try_from(cap).unwrap_or(i64::MAX),
+                ),
+                None => Ok(()),
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// The classes' queue-wait, device-time and latency histograms, in seconds.
+fn encode_class_histograms(
+    encoder: &mut DescriptorEncoder,
+    classes: &[ClassStats],
+) -> Result<(), std::fmt::Error> {
+    #[allow(clippy::type_complexity)] // a higher-ranked fn type
+    let histograms: [(
+        &str,
+        &str,
+        for<'a> fn(&'a ClassStats) -> &'a LatencyHistogram,
+    ); 3] = [
+        (
+            "tailguard_class_queue_wait_seconds",
+            "Enqueue to the dispatch of the last piece (the sum: total time queued).",
+            |c| &c.queue_wait_ns,
+        ),
+        (
+            "tailguard_class_device_time_seconds",
+            "Dispatch of the last piece to completion (the sum: total device time).",
+            |c| &c.device_time_ns,
+        ),
+        (
+            "tailguard_class_latency_seconds",
+            "Submission to completion.",
+            |c| &c.latency_ns,
+        ),
+    ];
+    for (name, help, histogram) in histograms {
+        // The unit is in the name; no UNIT line, which some parsers
+        // refuse on histograms.
+        let descriptor = (name, help, None, HISTOGRAM);
+        family(encoder, descriptor, classes, |class, metric| {
+            histogram_seconds(metric, &class_label(class), histogram(class))
+        })?;
+    }
+    Ok(())
 }
