@@ -318,7 +318,7 @@ fn a_second_run_on_a_file_target_is_refused_naming_the_first() {
 }
 
 /// Open-loop readers asking far more than the disk serves, beside a writer
-/// (issue 15's overload): each turn of the run loop generates a large batch.
+/// (an overload): each turn of the run loop generates a large batch.
 const OVERLOAD: &str = r#"
 duration_s = 30
 seed = 1

@@ -8,34 +8,9 @@
 
 mod common;
 
-use common::{assert_empty, entries, scratch_dir, tailguard, tailguard_ok};
+use common::{assert_empty, entries, scratch_dir, tailguard, tailguard_ok, TINY_JOB};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-const TINY: &str = r#"
-duration_s = 0.3
-seed = 5
-[[class]]
-name = "reads"
-shares = 100
-[[class]]
-name = "background"
-shares = 50
-[[job]]
-name = "readers"
-class = "reads"
-pattern = "randread"
-block_size = "4k"
-rate_iops = 1000.0
-size = "1m"
-[[job]]
-name = "writer"
-class = "background"
-pattern = "seqwrite"
-block_size = "64k"
-queue_depth = 2
-size = "2m"
-"#;
 
 const SCENARIO: &str = r#"
 duration_s = 0.2
@@ -142,7 +117,7 @@ fn output_paths_are_checked_before_the_run() {
     assert!(run.stdout.is_empty(), "nothing was measured: {run:?}");
     assert_empty(&target);
 
-    let jobs = scratch.file("tiny.toml", TINY);
+    let jobs = scratch.file("tiny.toml", TINY_JOB);
     let run = tailguard(&[
         "bench",
         text(&jobs),
@@ -191,7 +166,7 @@ fn every_command_refuses_to_overwrite_without_allow_overwrite() {
     let target = scratch.0.join("target");
     std::fs::create_dir(&target).unwrap();
     let existing = scratch.file("existing.html", "keep me");
-    let jobs = scratch.file("tiny.toml", TINY);
+    let jobs = scratch.file("tiny.toml", TINY_JOB);
     let bench = |extra: &[&str]| {
         let mut arguments = vec![
             "bench",
@@ -238,7 +213,7 @@ fn ramfs_runs_kernel_buffered_and_is_not_reported_as_full() {
         return;
     };
     let scratch = Scratch::new("ramfs");
-    let jobs = scratch.file("tiny.toml", TINY);
+    let jobs = scratch.file("tiny.toml", TINY_JOB);
     let run = tailguard(&[
         "bench",
         text(&jobs),
@@ -292,7 +267,7 @@ fn an_unwritable_directory_is_blamed_for_permissions_not_o_direct() {
         return;
     };
     let scratch = Scratch::new("read-only");
-    let jobs = scratch.file("tiny.toml", TINY);
+    let jobs = scratch.file("tiny.toml", TINY_JOB);
     let error = failed(&tailguard(&[
         "bench",
         text(&jobs),
@@ -306,7 +281,7 @@ fn an_unwritable_directory_is_blamed_for_permissions_not_o_direct() {
 #[test]
 fn pseudo_files_are_named_as_such() {
     let scratch = Scratch::new("proc");
-    let jobs = scratch.file("tiny.toml", TINY);
+    let jobs = scratch.file("tiny.toml", TINY_JOB);
     let error = failed(&tailguard(&[
         "bench",
         text(&jobs),
@@ -329,7 +304,7 @@ fn a_negative_block_size_names_its_job_and_key() {
     let scratch = Scratch::new("negative");
     let jobs = scratch.file(
         "negative.toml",
-        &TINY.replace("block_size = \"64k\"", "block_size = -4096"),
+        &TINY_JOB.replace("block_size = \"64k\"", "block_size = -4096"),
     );
     let error = failed(&tailguard(&[
         "bench",
@@ -357,7 +332,7 @@ fn reproduce_lines_are_shell_quoted() {
     );
 
     let jobs = directory.join("tiny jobs.toml");
-    std::fs::write(&jobs, TINY).unwrap();
+    std::fs::write(&jobs, TINY_JOB).unwrap();
     let run = tailguard_ok(&[
         "bench",
         text(&jobs),
@@ -383,7 +358,7 @@ fn class_names_with_control_characters_are_refused() {
     for name in ["re\\nads", "re\\u0000ads"] {
         let jobs = scratch.file(
             "names.toml",
-            &TINY.replace("\"reads\"", &format!("\"{name}\"")),
+            &TINY_JOB.replace("\"reads\"", &format!("\"{name}\"")),
         );
         let error = failed(&tailguard(&[
             "bench",

@@ -153,7 +153,7 @@ impl SchedulerBuilder {
     /// second). Either way submitters hand requests over in batches (one lock
     /// per batch, see `crate::handoff`). Per-request submission gives small
     /// random reads more IOPS on disks that complete requests submitted
-    /// together together (virtio disks do): a batch reaches the device at
+    /// together (virtio disks do): a batch reaches the device at
     /// once, and is only as fast as its slowest member.
     pub fn eager_submit(mut self, enabled: bool) -> Self {
         self.eager_submit = enabled;
