@@ -34,23 +34,8 @@ TAILGUARD_FLAGS=${TAILGUARD_FLAGS:-}
 DURATION_S=${DURATION_S:-20}
 RESULTS=${RESULTS:-$CARGO_TARGET_DIR/bench-results/demo-xfs-$(date +%Y%m%d-%H%M%S)}
 
-[ "$(id -u)" = 0 ] || { echo "needs root (loop devices, mkfs, mount); run it with sudo" >&2; exit 1; }
-need losetup "install it with: apt-get install -y mount"
-need mkfs.xfs "install it with: apt-get install -y xfsprogs"
+xfs_loop_prepare "$IMAGE_DIR"
 need python3 "install it with: apt-get install -y python3"
-
-IMAGE="$IMAGE_DIR/xfs-$$.img"
-MOUNT_POINT="$IMAGE_DIR/mnt-$$"
-LOOP=""
-teardown() {
-  set +e
-  if mountpoint -q "$MOUNT_POINT" 2>/dev/null; then umount "$MOUNT_POINT"; fi
-  [ -d "$MOUNT_POINT" ] && rmdir "$MOUNT_POINT"
-  [ -n "$LOOP" ] && losetup -d "$LOOP"
-  rm -f "$IMAGE"
-}
-trap teardown EXIT
-trap 'exit 130' INT TERM
 
 mkdir -p "$IMAGE_DIR" "$RESULTS"
 echo "== machine"
@@ -63,11 +48,7 @@ echo "== build (release)"
 BIN=$(tailguard_binary "$ROOT")
 
 echo "== set up: ${IMAGE_GB} GiB sparse image, loop device, XFS"
-truncate -s "${IMAGE_GB}G" "$IMAGE"
-LOOP=$(losetup --find --show --direct-io=on "$IMAGE")
-mkfs.xfs -q -f "$LOOP"
-mkdir -p "$MOUNT_POINT"
-mount "$LOOP" "$MOUNT_POINT"
+xfs_loop_up "$IMAGE_GB"
 echo "loop device $LOOP ($(cat /sys/block/"$(basename "$LOOP")"/queue/scheduler)), XFS at $MOUNT_POINT" |
   tee -a "$RESULTS/machine.txt"
 DATA="$MOUNT_POINT/demo.data"

@@ -62,3 +62,38 @@ engine_binary() {
     jq -r 'select(.reason == "compiler-artifact" and .target.name == "engine" and .executable != null) | .executable' |
     tail -1
 }
+
+# XFS over a loop device, for the scripts that measure on it (needs root,
+# losetup, mkfs.xfs). xfs_loop_prepare DIRECTORY names the image and mount
+# point under DIRECTORY (IMAGE, MOUNT_POINT) and installs the teardown: on
+# exit, failure and Ctrl-C included, it unmounts, detaches the loop device
+# and removes the image. xfs_loop_up GIB then creates a sparse image of GIB
+# GiB, a loop device over it with direct I/O (so the loop device passes I/O
+# through instead of caching it twice; sets LOOP), XFS on it, mounted at
+# MOUNT_POINT.
+xfs_loop_prepare() {
+  [ "$(id -u)" = 0 ] || { echo "needs root (loop devices, mkfs, mount); run it with sudo" >&2; exit 1; }
+  need losetup "install it with: apt-get install -y mount"
+  need mkfs.xfs "install it with: apt-get install -y xfsprogs"
+  IMAGE="$1/xfs-$$.img"
+  MOUNT_POINT="$1/mnt-$$"
+  LOOP=""
+  trap xfs_loop_teardown EXIT
+  trap 'exit 130' INT TERM
+}
+
+xfs_loop_teardown() {
+  set +e
+  if mountpoint -q "$MOUNT_POINT" 2>/dev/null; then umount "$MOUNT_POINT"; fi
+  [ -d "$MOUNT_POINT" ] && rmdir "$MOUNT_POINT"
+  [ -n "$LOOP" ] && losetup -d "$LOOP"
+  rm -f "$IMAGE"
+}
+
+xfs_loop_up() {
+  truncate -s "${1}G" "$IMAGE"
+  LOOP=$(losetup --find --show --direct-io=on "$IMAGE")
+  mkfs.xfs -q -f "$LOOP"
+  mkdir -p "$MOUNT_POINT"
+  mount "$LOOP" "$MOUNT_POINT"
+}
