@@ -120,6 +120,32 @@ struct Sizing {
 /// Runs `tailguard demo`.
 pub fn run(arguments: &DemoArguments) -> Result<(), CliError> {
     target::watch_interrupts();
+    let (base, report_path) = checked_paths(arguments)?;
+    let sizing = size_demo(arguments, &base)?;
+    let directory = DemoDirectory::create(&base)?;
+    describe_sizing(
+        &sizing,
+        &base,
+        frontier_points(frontier_quick(arguments)).len(),
+    );
+    let mut layout = target::Layout::default();
+    let setup = Setup::lay_out(&sizing, &directory.path, &mut layout)?;
+    let measured = measure(arguments, &sizing, &directory.path, &setup, &mut layout)?;
+    drop(layout);
+    drop(directory);
+    present(
+        arguments,
+        &report_path,
+        &base,
+        &sizing,
+        &setup.read_plan.device_name,
+        &measured,
+    )
+}
+
+/// The directory the demo lays its files out in and the report's path, both
+/// checked before anything is written.
+fn checked_paths(arguments: &DemoArguments) -> Result<(PathBuf, PathBuf), CliError> {
     let base = arguments.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     if !base.is_dir() {
         return Err(CliError::usage(format!(
@@ -133,15 +159,18 @@ pub fn run(arguments: &DemoArguments) -> Result<(), CliError> {
         None => default_report_path(Path::new(".")),
     };
     crate::output::check_output("--report", &report_path, arguments.allow_overwrite)?;
-    let sizing = size_demo(arguments, &base)?;
-    let directory = DemoDirectory::create(&base)?;
-    describe_sizing(
-        &sizing,
-        &base,
-        frontier_points(frontier_quick(arguments)).len(),
-    );
-    let mut layout = target::Layout::default();
-    let setup = Setup::lay_out(&sizing, &directory.path, &mut layout)?;
+    Ok((base, report_path))
+}
+
+/// The three runs and the frontier, in an order that keeps writeback's dirty
+/// pages out of the others: alone, tailguard, the frontier, then writeback.
+fn measure(
+    arguments: &DemoArguments,
+    sizing: &Sizing,
+    directory: &Path,
+    setup: &Setup,
+    layout: &mut target::Layout,
+) -> Result<Measured, CliError> {
     let progress = Progress::new("tailguard demo");
     let run = |number: usize, name: &str, scenario: &Scenario, plan: &Plan, mode: Mode| {
         run_one(arguments, &progress, number, name, scenario, plan, mode)
@@ -160,13 +189,12 @@ pub fn run(arguments: &DemoArguments) -> Result<(), CliError> {
         &setup.mixed_plan,
         Mode::Tailguard,
     )?;
-    // Before writeback, whose dirty pages would flush into its runs.
     let frontier = static_frontier(
         arguments,
-        &sizing,
-        &directory.path,
+        sizing,
+        directory,
         &setup.read_plan,
-        &mut layout,
+        layout,
         &progress,
     )?;
     let writeback = run(
@@ -176,23 +204,13 @@ pub fn run(arguments: &DemoArguments) -> Result<(), CliError> {
         &setup.mixed_plan,
         Mode::KernelBuffered,
     )?;
-    drop(layout);
-    drop(directory);
     // Shown in the order of the story: alone, the problem, the fix.
     let (reports, disk_writes) = [alone, writeback, tailguard].into_iter().unzip();
-    let measured = Measured {
+    Ok(Measured {
         reports,
         disk_writes,
         frontier,
-    };
-    present(
-        arguments,
-        &report_path,
-        &base,
-        &sizing,
-        &setup.read_plan.device_name,
-        &measured,
-    )
+    })
 }
 
 /// The demo's two workloads and where they run: the readers alone on the

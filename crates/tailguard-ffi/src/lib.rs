@@ -204,9 +204,18 @@ fn set_last_error(message: &str) {
     LAST_ERROR.with(|last| *last.borrow_mut() = text);
 }
 
-/// The errno that stands for `error`.
+/// The errno that stands for `error`: the kernel's for a failed request,
+/// the one of the library's [`tailguard::Error`] it carries, else one for its
+/// [`io::ErrorKind`].
 fn errno_of(error: &io::Error) -> c_int {
     if let Some(errno) = tailguard::os_error_code(error) {
+        return errno;
+    }
+    let library = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<tailguard::Error>())
+        .and_then(errno_of_library);
+    if let Some(errno) = library {
         return errno;
     }
     match error.kind() {
@@ -220,6 +229,23 @@ fn errno_of(error: &io::Error) -> c_int {
         io::ErrorKind::TimedOut => libc::ETIMEDOUT,
         _ if error.to_string().contains("shut down") => libc::ESHUTDOWN,
         _ => libc::EIO,
+    }
+}
+
+/// The errno for a kind of the library's error; `None` leaves it to the
+/// [`io::ErrorKind`] the error carries.
+fn errno_of_library(error: &tailguard::Error) -> Option<c_int> {
+    use tailguard::ErrorKind;
+    match error.kind() {
+        ErrorKind::Request { errno, .. } => Some(*errno),
+        ErrorKind::MisalignedOffset { .. }
+        | ErrorKind::MisalignedLength { .. }
+        | ErrorKind::MisalignedPointer { .. }
+        | ErrorKind::AlignmentNotPowerOfTwo { .. }
+        | ErrorKind::ProfileFile { .. }
+        | ErrorKind::InvalidConfig { .. } => Some(libc::EINVAL),
+        ErrorKind::BufferTooLarge { .. } | ErrorKind::OutOfMemory { .. } => Some(libc::ENOMEM),
+        _ => None,
     }
 }
 
@@ -290,6 +316,19 @@ unsafe fn reference<'a, T>(pointer: *const T, name: &str) -> io::Result<&'a T> {
 unsafe fn mutable<'a, T>(pointer: *mut T, name: &str) -> io::Result<&'a mut T> {
     // SAFETY: the caller's contract: NULL or a live T used by us alone.
     unsafe { pointer.as_mut() }.ok_or_else(|| null_argument(name))
+}
+
+/// The file and class handles every request names, or an error naming the
+/// NULL one.
+///
+/// # Safety
+/// `file` and `class` are NULL or live handles.
+unsafe fn request_handles<'a>(
+    file: *const tg_file,
+    class: *const tg_class,
+) -> io::Result<(&'a tg_file, &'a tg_class)> {
+    // SAFETY: the caller's contract: NULL or live handles.
+    unsafe { Ok((reference(file, "file")?, reference(class, "class")?)) }
 }
 
 /// A C string argument as UTF-8.
@@ -691,8 +730,7 @@ pub unsafe extern "C" fn tg_file_close(file: *mut tg_file) {
 pub extern "C" fn tg_buffer_new(length: usize, alignment: usize) -> *mut tg_buffer {
     let mut handle = std::ptr::null_mut();
     guard(|| {
-        let buffer = AlignedBuffer::new(length, alignment)
-            .map_err(|error| io::Error::new(io::ErrorKind::InvalidInput, error.to_string()))?;
+        let buffer = AlignedBuffer::new(length, alignment)?;
         handle = Box::into_raw(Box::new(tg_buffer { buffer }));
         Ok(0)
     });
@@ -774,13 +812,8 @@ unsafe fn blocking_data(
 ) -> i64 {
     guard(|| {
         // SAFETY: the caller's contract (live handles, buffer held by it).
-        let (file, class, handle) = unsafe {
-            (
-                reference(file, "file")?,
-                reference(class, "class")?,
-                mutable(buffer, "buffer")?,
-            )
-        };
+        let ((file, class), handle) =
+            unsafe { (request_handles(file, class)?, mutable(buffer, "buffer")?) };
         let (result, buffer) = kind.start(file, class, take_buffer(handle), offset).wait();
         handle.buffer = buffer;
         Ok(result? as i64)
@@ -831,7 +864,7 @@ pub unsafe extern "C" fn tg_write(
 pub unsafe extern "C" fn tg_fdatasync(file: *const tg_file, class: *const tg_class) -> c_int {
     guard_int(|| {
         // SAFETY: live handles by the caller's contract.
-        let (file, class) = unsafe { (reference(file, "file")?, reference(class, "class")?) };
+        let (file, class) = unsafe { request_handles(file, class) }?;
         file.file.fdatasync(&class.class).wait()?;
         Ok(0)
     })
@@ -1166,13 +1199,8 @@ unsafe fn async_data(
 ) -> c_int {
     guard_int(|| {
         // SAFETY: the caller's contract (live handles, valid notify).
-        let (file, class, notify) = unsafe {
-            (
-                reference(file, "file")?,
-                reference(class, "class")?,
-                notify_from(notify)?,
-            )
-        };
+        let ((file, class), notify) =
+            unsafe { (request_handles(file, class)?, notify_from(notify)?) };
         if buffer.is_null() {
             return Err(null_argument("buffer"));
         }
@@ -1247,13 +1275,8 @@ pub unsafe extern "C" fn tg_fdatasync_async(
 ) -> c_int {
     guard_int(|| {
         // SAFETY: the caller's contract (live handles, valid notify).
-        let (file, class, notify) = unsafe {
-            (
-                reference(file, "file")?,
-                reference(class, "class")?,
-                notify_from(notify)?,
-            )
-        };
+        let ((file, class), notify) =
+            unsafe { (request_handles(file, class)?, notify_from(notify)?) };
         file.completions.check_running()?;
         let request = file.file.fdatasync(&class.class);
         file.completions.submit(

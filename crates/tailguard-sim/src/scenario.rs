@@ -355,6 +355,56 @@ struct RawJob {
 }
 
 /// Checks a class's caps, naming the key at fault.
+/// The `[[device]]` tables as devices, an error naming the table's index.
+fn parse_devices(tables: &[toml::Table]) -> Result<Vec<DeviceSpec>, ConfigError> {
+    tables
+        .iter()
+        .enumerate()
+        .map(|(index, table)| {
+            parse_device(table).map_err(|error| error.within(&format!("device[{index}]")))
+        })
+        .collect()
+}
+
+/// Every class's shares in range and rate limit valid.
+fn validate_classes(classes: &[ClassSpec]) -> Result<(), ConfigError> {
+    for (index, class) in classes.iter().enumerate() {
+        if !(SHARES_MIN..=SHARES_MAX).contains(&class.shares) {
+            return Err(ConfigError::new(
+                format!("class[{index}].shares"),
+                format!(
+                    "{} is out of range; shares go from {SHARES_MIN} to {SHARES_MAX}",
+                    class.shares
+                ),
+            ));
+        }
+        validate_rate_limit(class).map_err(|error| error.within(&format!("class[{index}]")))?;
+    }
+    Ok(())
+}
+
+/// The `[policy.NAME]` parameter tables and the `policies` list, with their
+/// names parsed.
+fn parse_policies(
+    parameters: BTreeMap<String, toml::Table>,
+    names: &[String],
+) -> Result<(BTreeMap<PolicyName, toml::Table>, Vec<PolicyName>), ConfigError> {
+    let policy_parameters = parameters
+        .into_iter()
+        .map(|(name, parameters)| {
+            Ok((
+                PolicyName::parse(&name, format!("policy.{name}"))?,
+                parameters,
+            ))
+        })
+        .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
+    let policies = names
+        .iter()
+        .map(|name| PolicyName::parse(name, "policies"))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((policy_parameters, policies))
+}
+
 fn validate_rate_limit(class: &ClassSpec) -> Result<(), ConfigError> {
     if class.limit_burst_ms.is_some() && class.rate_limit().is_none() {
         return Err(ConfigError::new(
@@ -400,31 +450,13 @@ impl Scenario {
         let raw: RawScenario = toml::from_str(text).map_err(|error| toml_error(text, &error))?;
         validate_duration(raw.duration_s)?;
         let duration_ns = seconds_to_ns(raw.duration_s);
-        let devices = raw
-            .device
-            .iter()
-            .enumerate()
-            .map(|(index, table)| {
-                parse_device(table).map_err(|error| error.within(&format!("device[{index}]")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let devices = parse_devices(&raw.device)?;
         let classes = raw.class;
         validate_names(devices.iter().map(|device| device.name.as_str()), "device")?;
         validate_names(classes.iter().map(|class| class.name.as_str()), "class")?;
         validate_printable(devices.iter().map(|device| device.name.as_str()), "device")?;
         validate_printable(classes.iter().map(|class| class.name.as_str()), "class")?;
-        for (index, class) in classes.iter().enumerate() {
-            if !(SHARES_MIN..=SHARES_MAX).contains(&class.shares) {
-                return Err(ConfigError::new(
-                    format!("class[{index}].shares"),
-                    format!(
-                        "{} is out of range; shares go from {SHARES_MIN} to {SHARES_MAX}",
-                        class.shares
-                    ),
-                ));
-            }
-            validate_rate_limit(class).map_err(|error| error.within(&format!("class[{index}]")))?;
-        }
+        validate_classes(&classes)?;
         let jobs = raw
             .job
             .into_iter()
@@ -442,21 +474,7 @@ impl Scenario {
             ));
         }
         validate_scenario_load(&jobs)?;
-        let policy_parameters = raw
-            .policy
-            .into_iter()
-            .map(|(name, parameters)| {
-                Ok((
-                    PolicyName::parse(&name, format!("policy.{name}"))?,
-                    parameters,
-                ))
-            })
-            .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
-        let policies = raw
-            .policies
-            .iter()
-            .map(|name| PolicyName::parse(name, "policies"))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (policy_parameters, policies) = parse_policies(raw.policy, &raw.policies)?;
         Ok(Self {
             duration_ns,
             seed: raw.seed,

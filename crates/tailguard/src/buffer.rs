@@ -18,16 +18,18 @@
 //! buffers are zeroed, so no stale heap contents can be written to disk.
 //!
 //! [`check_alignment`] validates a request before submission and explains,
-//! in an [`AlignmentError`], which of the address, offset or length is
-//! misaligned and what alignment the device needs, so the mistake is
+//! in an [`Error`] of a `Misaligned*` [`ErrorKind`], which of the address,
+//! offset or length is misaligned and what alignment the device needs, so the mistake is
 //! reported by the engine rather than as a bare `EINVAL` from the kernel.
 
 use std::alloc::{self, Layout};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
 use std::ptr::NonNull;
 
 use crate::device::DirectIoAlignment;
+use crate::error::{Error, ErrorKind};
 
 /// A zeroed heap buffer whose start address is a multiple of a chosen
 /// alignment, for `O_DIRECT` reads and writes.
@@ -43,65 +45,22 @@ pub struct AlignedBuffer {
     alignment: usize,
 }
 
-/// Why an [`AlignedBuffer`] could not be created.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BufferError {
-    /// The requested alignment is not a power of two (0 included).
-    AlignmentNotPowerOfTwo {
-        /// The alignment asked for.
-        alignment: usize,
-    },
-    /// The length, rounded up to the alignment, does not fit in `isize`.
-    SizeOverflow {
-        /// The length asked for.
-        len: usize,
-        /// The alignment asked for.
-        alignment: usize,
-    },
-    /// The allocator returned no memory.
-    AllocationFailed {
-        /// The length asked for.
-        len: usize,
-        /// The alignment asked for.
-        alignment: usize,
-    },
-}
-
-impl fmt::Display for BufferError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            BufferError::AlignmentNotPowerOfTwo { alignment } => write!(
-                f,
-                "buffer alignment {alignment} is not a power of two; pass the device's \
-                 direct-I/O memory alignment (such as 512 or 4096)"
-            ),
-            BufferError::SizeOverflow { len, alignment } => write!(
-                f,
-                "a buffer of {len} bytes aligned to {alignment} exceeds the largest possible \
-                 allocation; split the I/O into smaller requests"
-            ),
-            BufferError::AllocationFailed { len, alignment } => write!(
-                f,
-                "could not allocate {len} bytes aligned to {alignment}: out of memory; \
-                 use smaller buffers or fewer requests in flight"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for BufferError {}
-
 impl AlignedBuffer {
     /// A zeroed buffer of `len` bytes starting at a multiple of `alignment`,
     /// which must be a power of two (any, 1 included). `len` may be 0, in
     /// which case nothing is allocated.
-    pub fn new(len: usize, alignment: usize) -> Result<Self, BufferError> {
+    pub fn new(len: usize, alignment: usize) -> Result<Self, Error> {
         if !alignment.is_power_of_two() {
-            return Err(BufferError::AlignmentNotPowerOfTwo { alignment });
+            return Err(Error::new(ErrorKind::AlignmentNotPowerOfTwo {
+                alignment_bytes: alignment,
+            }));
         }
-        let layout = Layout::from_size_align(len, alignment)
-            .map_err(|_| BufferError::SizeOverflow { len, alignment })?;
+        let layout = Layout::from_size_align(len, alignment).map_err(|_| {
+            Error::new(ErrorKind::BufferTooLarge {
+                length_bytes: len,
+                alignment_bytes: alignment,
+            })
+        })?;
         if len == 0 {
             // A nonzero power of two used as an address is non-null and
             // aligned to itself; nothing is ever read through it.
@@ -116,7 +75,12 @@ impl AlignedBuffer {
         }
         // SAFETY: `layout` has a nonzero size (len > 0 was checked above).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or(BufferError::AllocationFailed { len, alignment })?;
+        let ptr = NonNull::new(raw).ok_or_else(|| {
+            Error::new(ErrorKind::OutOfMemory {
+                length_bytes: len,
+                alignment_bytes: alignment,
+            })
+        })?;
         Ok(AlignedBuffer {
             ptr,
             len,
@@ -126,7 +90,7 @@ impl AlignedBuffer {
     }
 
     /// An aligned copy of `data`.
-    pub fn from_slice(data: &[u8], alignment: usize) -> Result<Self, BufferError> {
+    pub fn from_slice(data: &[u8], alignment: usize) -> Result<Self, Error> {
         let mut buf = AlignedBuffer::new(data.len(), alignment)?;
         buf.copy_from_slice(data);
         Ok(buf)
@@ -263,141 +227,69 @@ unsafe impl Send for AlignedBuffer {}
 // threads is as safe as sharing a `&[u8]`.
 unsafe impl Sync for AlignedBuffer {}
 
-/// Which part of a direct-I/O request is misaligned, and what the device
-/// requires.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AlignmentError {
-    /// The buffer's address is not a multiple of the memory alignment.
-    Pointer {
-        /// The buffer's address.
-        pointer: usize,
-        /// The device's direct-I/O memory alignment.
-        required: u32,
-    },
-    /// The file offset is not a multiple of the offset alignment.
-    Offset {
-        /// The file offset.
-        offset: u64,
-        /// The device's direct-I/O offset alignment.
-        required: u32,
-    },
-    /// The length is not a multiple of the offset alignment.
-    Length {
-        /// The request length.
-        length: u64,
-        /// The device's direct-I/O offset alignment.
-        required: u32,
-    },
-}
-
-impl fmt::Display for AlignmentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            AlignmentError::Pointer { pointer, required } => write!(
-                f,
-                "buffer address {pointer:#x} is not a multiple of {required} (this device's \
-                 direct-I/O memory alignment); allocate it with AlignedBuffer::new(len, {required})"
-            ),
-            AlignmentError::Offset { offset, required } => write!(
-                f,
-                "offset {offset} is not a multiple of {required} (this device's direct-I/O \
-                 offset alignment); align it (for example down to {}) or use buffered I/O",
-                offset - offset % u64::from(required)
-            ),
-            AlignmentError::Length { length, required } => write!(
-                f,
-                "length {length} is not a multiple of {required} (this device's direct-I/O \
-                 offset alignment); round it up to {} and use an AlignedBuffer of that length",
-                length.div_ceil(u64::from(required)) * u64::from(required)
-            ),
-        }
-    }
-}
-
-impl std::error::Error for AlignmentError {}
-
-/// A request on a file that its device's direct-I/O alignment refuses: the
-/// error inside the `io::Error` (kind `InvalidInput`) that
-/// [`crate::File::read_at`] and [`crate::File::write_at`] return, so a
-/// caller can inspect which part is misaligned instead of parsing text:
-///
-/// ```
-/// # fn inspect(error: &std::io::Error) {
-/// use tailguard::{AlignmentError, MisalignedRequest};
-/// let misaligned = error
-///     .get_ref()
-///     .and_then(|inner| inner.downcast_ref::<MisalignedRequest>());
-/// if let Some(AlignmentError::Offset { required, .. }) = misaligned.map(|m| m.error()) {
-///     println!("offsets must be multiples of {required}");
-/// }
-/// # }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MisalignedRequest {
-    path: std::path::PathBuf,
-    error: AlignmentError,
-}
+/// Gives a misaligned request's [`Error`] the path of its file; what
+/// `scheduler.rs` calls when [`check_alignment`] refuses a request.
+pub(crate) struct MisalignedRequest;
 
 impl MisalignedRequest {
-    pub(crate) fn new(path: std::path::PathBuf, error: AlignmentError) -> Self {
-        Self { path, error }
-    }
-
-    /// The file's path.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
-
-    /// What is misaligned, and the alignment the device needs.
-    pub fn error(&self) -> &AlignmentError {
-        &self.error
-    }
-}
-
-impl fmt::Display for MisalignedRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.error)
-    }
-}
-
-impl std::error::Error for MisalignedRequest {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
+    /// `error` about the file at `path`. Named `new` for its call site; it
+    /// returns the library's [`Error`], which is the point.
+    #[allow(clippy::new_ret_no_self)]
+    pub(crate) fn new(path: PathBuf, error: Error) -> Error {
+        error.with_path(path)
     }
 }
 
 /// Checks a direct-I/O request against a device's alignment: `pointer` must
 /// be a multiple of `memory_bytes`, and `offset` and `length` multiples of
 /// `offset_bytes`. Reports the first violation, in the order offset, length,
-/// pointer. An alignment of 0 (which [`crate::device::direct_io_alignment`]
-/// never returns) is treated as 1, no constraint.
+/// pointer, as an [`Error`] of kind [`ErrorKind::MisalignedOffset`],
+/// [`ErrorKind::MisalignedLength`] or [`ErrorKind::MisalignedPointer`]. An
+/// alignment of 0 (which [`crate::device::direct_io_alignment`] never
+/// returns) is treated as 1, no constraint.
+///
+/// [`crate::File::read_at`] and [`crate::File::write_at`] check their
+/// requests with it; their `io::Error` (kind `InvalidInput`) carries the
+/// [`Error`] with the file's path, so a caller can inspect which part is
+/// misaligned instead of parsing text:
+///
+/// ```
+/// # fn inspect(error: &std::io::Error) {
+/// use tailguard::ErrorKind;
+/// let detail = error
+///     .get_ref()
+///     .and_then(|inner| inner.downcast_ref::<tailguard::Error>());
+/// if let Some(ErrorKind::MisalignedOffset { required_bytes, .. }) = detail.map(|e| e.kind()) {
+///     println!("offsets must be multiples of {required_bytes}");
+/// }
+/// # }
+/// ```
 pub fn check_alignment(
     pointer: usize,
     length: u64,
     offset: u64,
     alignment: DirectIoAlignment,
-) -> Result<(), AlignmentError> {
+) -> Result<(), Error> {
     let offset_align = alignment.offset_bytes.max(1);
     let memory_align = alignment.memory_bytes.max(1);
     if !is_multiple(offset, u64::from(offset_align)) {
-        return Err(AlignmentError::Offset {
+        return Err(Error::new(ErrorKind::MisalignedOffset {
             offset,
-            required: offset_align,
-        });
+            required_bytes: offset_align,
+        }));
     }
     if !is_multiple(length, u64::from(offset_align)) {
-        return Err(AlignmentError::Length {
-            length,
-            required: offset_align,
-        });
+        return Err(Error::new(ErrorKind::MisalignedLength {
+            length_bytes: length,
+            required_bytes: offset_align,
+        }));
     }
     // u32 -> usize is lossless on every target with 32-bit or wider pointers.
     if !is_multiple(pointer as u64, u64::from(memory_align)) {
-        return Err(AlignmentError::Pointer {
+        return Err(Error::new(ErrorKind::MisalignedPointer {
             pointer,
-            required: memory_align,
-        });
+            required_bytes: memory_align,
+        }));
     }
     Ok(())
 }
@@ -500,16 +392,25 @@ mod tests {
     fn bad_requests_are_rejected_with_a_fix() {
         for alignment in [0usize, 3, 768, 4095] {
             let err = AlignedBuffer::new(16, alignment).unwrap_err();
-            assert_eq!(err, BufferError::AlignmentNotPowerOfTwo { alignment });
+            assert_eq!(
+                err.kind(),
+                &ErrorKind::AlignmentNotPowerOfTwo {
+                    alignment_bytes: alignment
+                }
+            );
             assert!(err.to_string().contains("not a power of two"), "{err}");
         }
         let err = AlignedBuffer::new(usize::MAX - 100, 4096).unwrap_err();
-        assert!(matches!(err, BufferError::SizeOverflow { .. }), "{err:?}");
+        assert!(
+            matches!(err.kind(), ErrorKind::BufferTooLarge { .. }),
+            "{err:?}"
+        );
         assert!(err.to_string().contains("smaller requests"), "{err}");
-        let oom = BufferError::AllocationFailed {
-            len: 1 << 40,
-            alignment: 4096,
-        };
+        let oom = Error::new(ErrorKind::OutOfMemory {
+            length_bytes: 1 << 40,
+            alignment_bytes: 4096,
+        });
+        assert_eq!(oom.io_error_kind(), std::io::ErrorKind::OutOfMemory);
         assert!(oom.to_string().contains("out of memory"), "{oom}");
     }
 
@@ -552,10 +453,10 @@ mod tests {
     fn misaligned_offset_is_named() {
         let err = check_alignment(0x1000, 4096, 4097, DIO_4K).unwrap_err();
         assert_eq!(
-            err,
-            AlignmentError::Offset {
+            err.kind(),
+            &ErrorKind::MisalignedOffset {
                 offset: 4097,
-                required: 4096
+                required_bytes: 4096
             }
         );
         assert_eq!(
@@ -569,10 +470,10 @@ mod tests {
     fn misaligned_length_is_named() {
         let err = check_alignment(0x1000, 5000, 8192, DIO_4K).unwrap_err();
         assert_eq!(
-            err,
-            AlignmentError::Length {
-                length: 5000,
-                required: 4096
+            err.kind(),
+            &ErrorKind::MisalignedLength {
+                length_bytes: 5000,
+                required_bytes: 4096
             }
         );
         assert_eq!(
@@ -586,10 +487,10 @@ mod tests {
     fn misaligned_pointer_is_named() {
         let err = check_alignment(0x1100, 4096, 0, DIO_4K).unwrap_err();
         assert_eq!(
-            err,
-            AlignmentError::Pointer {
+            err.kind(),
+            &ErrorKind::MisalignedPointer {
                 pointer: 0x1100,
-                required: 512
+                required_bytes: 512
             }
         );
         assert_eq!(
@@ -600,8 +501,8 @@ mod tests {
         let vec = [0u8; 4096 + 1];
         let odd = vec.as_ptr() as usize | 1;
         assert!(matches!(
-            check_alignment(odd, 4096, 0, DIO_4K),
-            Err(AlignmentError::Pointer { .. })
+            check_alignment(odd, 4096, 0, DIO_4K).map_err(|error| error.kind().clone()),
+            Err(ErrorKind::MisalignedPointer { .. })
         ));
     }
 
@@ -623,12 +524,12 @@ mod tests {
         };
         assert_eq!(check_alignment(9, 1040, 520, odd), Ok(()));
         assert!(matches!(
-            check_alignment(9, 1041, 520, odd),
-            Err(AlignmentError::Length { .. })
+            check_alignment(9, 1041, 520, odd).map_err(|error| error.kind().clone()),
+            Err(ErrorKind::MisalignedLength { .. })
         ));
         assert!(matches!(
-            check_alignment(10, 1040, 520, odd),
-            Err(AlignmentError::Pointer { .. })
+            check_alignment(10, 1040, 520, odd).map_err(|error| error.kind().clone()),
+            Err(ErrorKind::MisalignedPointer { .. })
         ));
     }
 }

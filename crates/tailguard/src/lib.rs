@@ -31,7 +31,17 @@
 //! Modules: [`scheduler`] (the API), [`device`] (files to devices),
 //! [`buffer`] (aligned buffers), [`stats`] (counters and histograms),
 //! [`metrics`] (the OpenMetrics text and its HTTP server), [`profile_file`]
-//! (device profiles on disk).
+//! (device profiles on disk), [`error`] (the library's one error type).
+//!
+//! # Errors
+//!
+//! Calls that do no I/O (profile files, buffers, alignment checks) return
+//! [`Error`]; calls that do I/O return [`std::io::Result`], and when the
+//! library is why one failed (the kernel refused a request, the request is
+//! misaligned, a setting or profile file is refused) the [`std::io::Error`]
+//! carries an [`Error`] as its payload: `error.get_ref().and_then(|e|
+//! e.downcast_ref::<tailguard::Error>())` gives its [`ErrorKind`] (the
+//! operation, the misaligned value, ...) and its file's path.
 //!
 //! # Stability
 //!
@@ -54,23 +64,24 @@ mod completion;
 pub mod device;
 #[doc(hidden)]
 pub mod engine;
+pub mod error;
 #[doc(hidden)]
 pub mod handoff;
 pub mod metrics;
 pub mod profile_file;
-pub mod request_error;
+mod request_error;
 pub mod scheduler;
 pub mod stats;
 mod sync;
 
 pub use backend::{BackendChoice, BackendKind, DEFAULT_FILE_SLOTS as DEFAULT_REGISTERED_FILES};
-pub use buffer::{AlignedBuffer, AlignmentError, BufferError, MisalignedRequest};
+pub use buffer::AlignedBuffer;
 pub use completion::IoFuture;
 pub use device::{DeviceInfo, DirectIoAlignment};
 pub use engine::{BufResult, ControllerChoice, CONTROLLER_TARGET};
+pub use error::{os_error_code, Error, ErrorKind, Operation};
 pub use metrics::{render_openmetrics, MetricsServer};
-pub use profile_file::{ProfileFile, ProfileFileError};
-pub use request_error::{os_error_code, RequestError};
+pub use profile_file::ProfileFile;
 pub use scheduler::{ClassOptions, File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
 pub use stats::{ClassStats, ControllerCounters, DeviceStats, LatencyHistogram, StatsSnapshot};
 pub use tailguard_core::DeviceProfile as Profile;

@@ -13,7 +13,8 @@
 //! The pool is a mutex around a vector: one short critical section per take
 //! or give, shared by every thread (it is `Sync`).
 
-use crate::buffer::{AlignedBuffer, BufferError};
+use crate::buffer::AlignedBuffer;
+use crate::error::Error;
 use std::sync::Mutex;
 
 /// A bounded pool of equal aligned buffers; see the module docs.
@@ -63,7 +64,7 @@ impl BufferPool {
     }
 
     /// An idle buffer at its full length, or a new zeroed one.
-    pub fn take(&self) -> Result<AlignedBuffer, BufferError> {
+    pub fn take(&self) -> Result<AlignedBuffer, Error> {
         let idle = self.idle.lock().expect("pool lock poisoned").pop();
         match idle {
             Some(mut buffer) => {

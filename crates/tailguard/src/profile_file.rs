@@ -77,10 +77,10 @@
 //! misread someone's disk. The mapping from the YAML tree to profiles is done
 //! by hand here, which gives errors naming the disk and key.
 
+use crate::error::Error;
 use crate::scheduler::SchedulerBuilder;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use tailguard_core::DeviceProfile;
@@ -272,51 +272,6 @@ impl DeviceEntry {
     }
 }
 
-/// A profile file that cannot be read or used, with the fix.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProfileFileError {
-    /// The file, when the error came from one.
-    pub path: Option<PathBuf>,
-    /// What is wrong and how to fix it.
-    pub message: String,
-}
-
-impl ProfileFileError {
-    fn new(message: impl Into<String>) -> Self {
-        Self {
-            path: None,
-            message: message.into(),
-        }
-    }
-
-    fn in_file(mut self, path: &Path) -> Self {
-        self.path = Some(path.to_path_buf());
-        self
-    }
-}
-
-impl fmt::Display for ProfileFileError {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.path {
-            Some(path) => write!(
-                formatter,
-                "profile file {}: {}",
-                path.display(),
-                self.message
-            ),
-            None => write!(formatter, "profile file: {}", self.message),
-        }
-    }
-}
-
-impl std::error::Error for ProfileFileError {}
-
-impl From<ProfileFileError> for io::Error {
-    fn from(error: ProfileFileError) -> Self {
-        io::Error::new(io::ErrorKind::InvalidData, error)
-    }
-}
-
 /// Profiles ready for [`SchedulerBuilder::profile`] and
 /// [`SchedulerBuilder::default_profile`]: device names resolved, values checked.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -358,19 +313,19 @@ impl ProfileFile {
     }
 
     /// Reads a file: Seastar YAML for `.yaml`/`.yml`, else TOML.
-    pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileFileError> {
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|error| {
-            ProfileFileError::new(format!(
+            Error::profile_file(format!(
                 "{error}; give the file `tailguard tune` wrote (tailguard-profile.toml by default)"
             ))
-            .in_file(path)
+            .with_path(path)
         })?;
         let parsed = match ProfileFormat::of_path(path) {
             ProfileFormat::Toml => Self::from_toml_str(&text),
             ProfileFormat::SeastarYaml => Self::from_seastar_yaml_str(&text),
         };
-        parsed.map_err(|error| error.in_file(path))
+        parsed.map_err(|error| error.with_path(path))
     }
 
     /// Writes the file in `format`.
@@ -383,20 +338,20 @@ impl ProfileFile {
     }
 
     /// Parses TOML, checking the version first; see the module docs.
-    pub fn from_toml_str(text: &str) -> Result<Self, ProfileFileError> {
+    pub fn from_toml_str(text: &str) -> Result<Self, Error> {
         let table: toml::Table = toml::from_str(text)
-            .map_err(|error| ProfileFileError::new(format!("not valid TOML: {error}")))?;
+            .map_err(|error| Error::profile_file(format!("not valid TOML: {error}")))?;
         check_version(table.get("version"))?;
         let file: Self =
-            toml::from_str(text).map_err(|error| ProfileFileError::new(format!("{error}")))?;
+            toml::from_str(text).map_err(|error| Error::profile_file(format!("{error}")))?;
         file.check_values()?;
         Ok(file)
     }
 
     /// The TOML text, with a header naming the format.
-    pub fn to_toml_string(&self) -> Result<String, ProfileFileError> {
+    pub fn to_toml_string(&self) -> Result<String, Error> {
         let body = toml::to_string_pretty(self)
-            .map_err(|error| ProfileFileError::new(format!("cannot write TOML: {error}")))?;
+            .map_err(|error| Error::profile_file(format!("cannot write TOML: {error}")))?;
         Ok(format!(
             "# tailguard device profile (format version {PROFILE_FILE_VERSION}).\n\
              # Rates are steady-state: 4 KiB random IOPS, streaming bandwidth in bytes/s.\n\
@@ -405,7 +360,7 @@ impl ProfileFile {
     }
 
     /// Every section's values, checked as the scheduler will check them.
-    fn check_values(&self) -> Result<(), ProfileFileError> {
+    fn check_values(&self) -> Result<(), Error> {
         let sections = self
             .default
             .iter()
@@ -419,13 +374,13 @@ impl ProfileFile {
             entry
                 .to_device_profile()
                 .validate()
-                .map_err(|error| ProfileFileError::new(format!("section {section}: {error}")))?;
+                .map_err(|error| Error::profile_file(format!("section {section}: {error}")))?;
         }
         Ok(())
     }
 
     /// Device names resolved (`match_path` looked up now) and values checked.
-    pub fn resolve(&self) -> Result<ResolvedProfiles, ProfileFileError> {
+    pub fn resolve(&self) -> Result<ResolvedProfiles, Error> {
         self.check_values()?;
         let mut resolved = ResolvedProfiles {
             devices: BTreeMap::new(),
@@ -437,7 +392,7 @@ impl ProfileFile {
                 Some(path) => {
                     crate::device::device_of_path(path)
                         .map_err(|error| {
-                            ProfileFileError::new(format!(
+                            Error::profile_file(format!(
                             "section [device.{name}] matches the device of {}, which cannot be \
                              found here ({error}); fix match_path, or remove it to match the \
                              device by the section's name",
@@ -455,21 +410,21 @@ impl ProfileFile {
     }
 
     /// Parses Seastar's `io_properties.yaml`; see the module docs.
-    pub fn from_seastar_yaml_str(text: &str) -> Result<Self, ProfileFileError> {
+    pub fn from_seastar_yaml_str(text: &str) -> Result<Self, Error> {
         use saphyr::{LoadableYamlNode, Yaml};
         let documents = Yaml::load_from_str(text)
-            .map_err(|error| ProfileFileError::new(format!("not valid YAML: {error}")))?;
+            .map_err(|error| Error::profile_file(format!("not valid YAML: {error}")))?;
         let Some(document) = documents.first() else {
-            return Err(ProfileFileError::new(
+            return Err(Error::profile_file(
                 "the file is empty; Seastar's io_properties.yaml starts with `disks:`",
             ));
         };
         let top = document.as_mapping().ok_or_else(|| {
-            ProfileFileError::new("the top level must be a mapping with a `disks:` list")
+            Error::profile_file("the top level must be a mapping with a `disks:` list")
         })?;
         for key in top.keys() {
             if key.as_str() != Some("disks") {
-                return Err(ProfileFileError::new(format!(
+                return Err(Error::profile_file(format!(
                     "unknown top-level key {}; Seastar's io_properties.yaml has only `disks`",
                     describe_yaml(key)
                 )));
@@ -479,7 +434,7 @@ impl ProfileFile {
             .as_mapping_get("disks")
             .and_then(Yaml::as_sequence)
             .ok_or_else(|| {
-                ProfileFileError::new("`disks` is missing or not a list; write `disks:` then `- mountpoint: ...` items")
+                Error::profile_file("`disks` is missing or not a list; write `disks:` then `- mountpoint: ...` items")
             })?;
         let mut file = Self::new();
         file.metadata = Some(Metadata {
@@ -488,7 +443,7 @@ impl ProfileFile {
         });
         for (index, disk) in disks.iter().enumerate() {
             let (mountpoints, entry) = seastar_disk(disk)
-                .map_err(|message| ProfileFileError::new(format!("disks[{index}]: {message}")))?;
+                .map_err(|message| Error::profile_file(format!("disks[{index}]: {message}")))?;
             for mountpoint in mountpoints {
                 let mut entry = entry.clone();
                 entry.match_path = Some(PathBuf::from(&mountpoint));
@@ -501,7 +456,7 @@ impl ProfileFile {
 
     /// Seastar's `io_properties.yaml`: one disk per section, its mountpoint the
     /// section's `match_path`, else the metadata's target.
-    pub fn to_seastar_yaml_string(&self) -> Result<String, ProfileFileError> {
+    pub fn to_seastar_yaml_string(&self) -> Result<String, Error> {
         let target = self
             .metadata
             .as_ref()
@@ -513,7 +468,7 @@ impl ProfileFile {
                 (Some(path), _) => path.display().to_string(),
                 (None, Some(target)) if self.devices.len() == 1 => target.clone(),
                 _ => {
-                    return Err(ProfileFileError::new(format!(
+                    return Err(Error::profile_file(format!(
                         "section [device.{name}] has no match_path, and Seastar's format needs \
                          a mountpoint per disk; add match_path = \"/mount/point\""
                     )))
@@ -535,7 +490,7 @@ impl ProfileFile {
             }
         }
         if self.devices.is_empty() {
-            return Err(ProfileFileError::new(
+            return Err(Error::profile_file(
                 "no [device.NAME] section to write; Seastar's format has no default disk",
             ));
         }
@@ -543,20 +498,20 @@ impl ProfileFile {
     }
 }
 
-fn check_version(version: Option<&toml::Value>) -> Result<(), ProfileFileError> {
+fn check_version(version: Option<&toml::Value>) -> Result<(), Error> {
     let supported = PROFILE_FILE_VERSION;
     match version {
-        None => Err(ProfileFileError::new(format!(
+        None => Err(Error::profile_file(format!(
             "no `version` key; this tailguard reads profile files of version {supported}: \
              add `version = {supported}` at the top"
         ))),
         Some(toml::Value::Integer(found)) if *found == i64::from(supported) => Ok(()),
-        Some(toml::Value::Integer(found)) => Err(ProfileFileError::new(format!(
+        Some(toml::Value::Integer(found)) => Err(Error::profile_file(format!(
             "version {found} is not supported; this tailguard reads profile files of version \
              {supported}: re-run `tailguard tune` with this tailguard, or use the tailguard \
              that wrote the file"
         ))),
-        Some(other) => Err(ProfileFileError::new(format!(
+        Some(other) => Err(Error::profile_file(format!(
             "`version` must be the integer {supported}, got {other}"
         ))),
     }
@@ -706,7 +661,7 @@ impl SchedulerBuilder {
         let path = path.as_ref();
         let resolved = ProfileFile::load(path)?
             .resolve()
-            .map_err(|error| error.in_file(path))?;
+            .map_err(|error| error.with_path(path))?;
         for (device, profile) in resolved.devices {
             self = self.profile(&device, profile);
         }

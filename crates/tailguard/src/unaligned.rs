@@ -36,11 +36,11 @@ static BOUNCE_BUFFERS: LazyLock<BufferPool> =
 fn bounce(len: usize, alignment: usize) -> io::Result<AlignedBuffer> {
     let pool = &*BOUNCE_BUFFERS;
     if len <= pool.buffer_bytes() && alignment <= pool.alignment() {
-        let mut buffer = pool.take().map_err(io::Error::other)?;
+        let mut buffer = pool.take().map_err(io::Error::from)?;
         buffer.truncate(len);
         return Ok(buffer);
     }
-    AlignedBuffer::new(len, alignment).map_err(io::Error::other)
+    AlignedBuffer::new(len, alignment).map_err(io::Error::from)
 }
 
 /// The aligned range `[start, end)` of blocks that cover `len` bytes at

@@ -7,7 +7,7 @@
 //! you add one). The `#[non_exhaustive]` types are matched here with the
 //! wildcard arm every user needs, and the engine's hidden modules (`engine`,
 //! `backend`, `handoff`) are deliberately absent. The one test at the end
-//! checks at run time that an alignment error stays inspectable.
+//! checks at run time that the library's errors stay inspectable.
 
 use std::future::Future;
 use std::io;
@@ -15,11 +15,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tailguard::stats::BUCKET_BOUNDS_NS;
 use tailguard::{
-    AlignedBuffer, AlignmentError, BackendChoice, BackendKind, BufResult, BufferError,
-    ClassOptions, ClassStats, ControllerChoice, ControllerCounters, DeviceInfo, DeviceStats,
-    DirectIoAlignment, File, IoClass, IoFuture, LatencyHistogram, MetricsServer, MisalignedRequest,
-    OpenOptions, Profile, ProfileFile, ProfileFileError, RateLimit, Scheduler, SchedulerBuilder,
-    StatsSnapshot,
+    AlignedBuffer, BackendChoice, BackendKind, BufResult, ClassOptions, ClassStats,
+    ControllerChoice, ControllerCounters, DeviceInfo, DeviceStats, DirectIoAlignment, Error,
+    ErrorKind, File, IoClass, IoFuture, LatencyHistogram, MetricsServer, OpenOptions, Operation,
+    Profile, ProfileFile, RateLimit, Scheduler, SchedulerBuilder, StatsSnapshot,
 };
 
 #[allow(dead_code)]
@@ -84,24 +83,74 @@ fn classes_files_and_buffers() {
     let _: fn(&File, &IoClass) -> IoFuture<io::Result<()>> = File::fsync;
     let _: fn(IoFuture<BufResult>) -> BufResult = IoFuture::wait;
     let _: fn(BufResult) -> (io::Result<usize>, AlignedBuffer) = |result| result;
-    let _: fn(usize, usize) -> Result<AlignedBuffer, BufferError> = AlignedBuffer::new;
-    let _: fn(&[u8], usize) -> Result<AlignedBuffer, BufferError> = AlignedBuffer::from_slice;
+    let _: fn(usize, usize) -> Result<AlignedBuffer, Error> = AlignedBuffer::new;
+    let _: fn(&[u8], usize) -> Result<AlignedBuffer, Error> = AlignedBuffer::from_slice;
     let _: fn(&AlignedBuffer) -> usize = AlignedBuffer::len;
     let _: fn(&AlignedBuffer) -> bool = AlignedBuffer::is_empty;
     let _: fn(&AlignedBuffer) -> usize = AlignedBuffer::alignment;
     let _: fn(&AlignedBuffer) -> *const u8 = AlignedBuffer::as_ptr;
     let _: fn(&mut AlignedBuffer) -> *mut u8 = AlignedBuffer::as_mut_ptr;
     let _: fn(&mut AlignedBuffer, usize) = AlignedBuffer::truncate;
-    let _: fn(&MisalignedRequest) -> &Path = MisalignedRequest::path;
-    let _: fn(&MisalignedRequest) -> &AlignmentError = MisalignedRequest::error;
-    let _: fn(usize, u64, u64, DirectIoAlignment) -> Result<(), AlignmentError> =
+    let _: fn(usize, u64, u64, DirectIoAlignment) -> Result<(), Error> =
         tailguard::buffer::check_alignment;
     fn is_future<T: Future<Output = BufResult> + Send>() {}
     is_future::<IoFuture<BufResult>>();
 }
 
 #[allow(dead_code)]
-fn devices(info: &DeviceInfo, alignment: DirectIoAlignment, error: &AlignmentError) {
+fn errors(error: &Error) {
+    let _: fn(&Error) -> &ErrorKind = Error::kind;
+    let _: fn(&Error) -> Option<&Path> = Error::path;
+    let _: fn(&Error) -> Option<i32> = Error::raw_os_error;
+    let _: fn(&Error) -> bool = Error::is_misaligned;
+    let _: fn(&Error) -> io::ErrorKind = Error::io_error_kind;
+    let _: fn(Error) -> io::Error = io::Error::from;
+    let _: fn(&io::Error) -> Option<i32> = tailguard::os_error_code;
+    let _: fn(Operation) -> &'static str = Operation::as_str;
+    match Operation::Read {
+        Operation::Read
+        | Operation::Write
+        | Operation::Fsync
+        | Operation::Fdatasync
+        | Operation::Nop => {}
+        _ => {}
+    }
+    match error.kind() {
+        ErrorKind::Request {
+            errno: _,
+            operation: _,
+            offset: _,
+            length_bytes: _,
+        } => {}
+        ErrorKind::MisalignedOffset {
+            offset: _,
+            required_bytes: _,
+        } => {}
+        ErrorKind::MisalignedLength {
+            length_bytes: _,
+            required_bytes: _,
+        } => {}
+        ErrorKind::MisalignedPointer {
+            pointer: _,
+            required_bytes: _,
+        } => {}
+        ErrorKind::AlignmentNotPowerOfTwo { alignment_bytes: _ } => {}
+        ErrorKind::BufferTooLarge {
+            length_bytes: _,
+            alignment_bytes: _,
+        } => {}
+        ErrorKind::OutOfMemory {
+            length_bytes: _,
+            alignment_bytes: _,
+        } => {}
+        ErrorKind::ProfileFile { message: _ } => {}
+        ErrorKind::InvalidConfig { message: _ } => {}
+        _ => {}
+    }
+}
+
+#[allow(dead_code)]
+fn devices(info: &DeviceInfo, alignment: DirectIoAlignment) {
     let _: fn(&std::fs::File) -> io::Result<DeviceInfo> = tailguard::device::device_of;
     let _: fn(&Path) -> io::Result<DeviceInfo> = tailguard::device::device_of_path;
     let _: fn(&std::fs::File, &DeviceInfo) -> DirectIoAlignment =
@@ -124,21 +173,6 @@ fn devices(info: &DeviceInfo, alignment: DirectIoAlignment, error: &AlignmentErr
         offset_bytes: _,
         ..
     } = alignment;
-    match error {
-        AlignmentError::Pointer {
-            pointer: _,
-            required: _,
-        } => {}
-        AlignmentError::Offset {
-            offset: _,
-            required: _,
-        } => {}
-        AlignmentError::Length {
-            length: _,
-            required: _,
-        } => {}
-        _ => {}
-    }
     for choice in [
         BackendChoice::Auto,
         BackendChoice::IoUring,
@@ -232,11 +266,11 @@ fn stats_and_metrics(snapshot: &StatsSnapshot) {
 
 #[allow(dead_code)]
 fn profile_files() {
-    let _: fn(PathBuf) -> Result<ProfileFile, ProfileFileError> = ProfileFile::load;
-    let _: fn(&str) -> Result<ProfileFile, ProfileFileError> = ProfileFile::from_toml_str;
-    let _: fn(&str) -> Result<ProfileFile, ProfileFileError> = ProfileFile::from_seastar_yaml_str;
-    let _: fn(&ProfileFile) -> Result<String, ProfileFileError> = ProfileFile::to_toml_string;
-    let _: fn(&ProfileFile) -> Result<tailguard::profile_file::ResolvedProfiles, ProfileFileError> =
+    let _: fn(PathBuf) -> Result<ProfileFile, Error> = ProfileFile::load;
+    let _: fn(&str) -> Result<ProfileFile, Error> = ProfileFile::from_toml_str;
+    let _: fn(&str) -> Result<ProfileFile, Error> = ProfileFile::from_seastar_yaml_str;
+    let _: fn(&ProfileFile) -> Result<String, Error> = ProfileFile::to_toml_string;
+    let _: fn(&ProfileFile) -> Result<tailguard::profile_file::ResolvedProfiles, Error> =
         ProfileFile::resolve;
     let _: u32 = tailguard::profile_file::PROFILE_FILE_VERSION;
     let _: fn() -> tailguard::profile_file::Knee = Default::default;
@@ -254,8 +288,8 @@ fn a_profile_file_error_stays_inspectable_inside_an_io_error() {
     assert_eq!(io_error.kind(), io::ErrorKind::InvalidData);
     let inner = io_error
         .get_ref()
-        .and_then(|inner| inner.downcast_ref::<ProfileFileError>())
-        .expect("the io::Error carries the ProfileFileError");
+        .and_then(|inner| inner.downcast_ref::<Error>())
+        .expect("the io::Error carries the library's Error");
     assert_eq!(inner, &error);
 }
 
@@ -290,18 +324,19 @@ fn a_misaligned_request_says_which_part_and_what_alignment() {
     assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
     let misaligned = error
         .get_ref()
-        .and_then(|inner| inner.downcast_ref::<MisalignedRequest>())
-        .expect("the io::Error carries a MisalignedRequest");
-    assert_eq!(misaligned.path(), path);
+        .and_then(|inner| inner.downcast_ref::<Error>())
+        .expect("the io::Error carries the library's Error");
+    assert_eq!(misaligned.path(), Some(path.as_path()));
+    assert!(misaligned.is_misaligned());
     assert_eq!(
-        misaligned.error(),
-        &AlignmentError::Offset {
+        misaligned.kind(),
+        &ErrorKind::MisalignedOffset {
             offset: 1,
-            required
+            required_bytes: required
         }
     );
-    let source = std::error::Error::source(misaligned).expect("the AlignmentError is its source");
-    assert!(source.to_string().contains("offset 1"), "{source}");
+    let text = misaligned.to_string();
+    assert!(text.contains("offset 1 is not a multiple of"), "{text}");
     assert!(
         error.to_string().contains("public-api-alignment"),
         "{error}"

@@ -129,6 +129,35 @@ pub struct BenchArguments {
 pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
     target::watch_interrupts();
     let modes = selected_modes(arguments);
+    let format = checked_format(arguments)?;
+    let (mut job, source, source_argument) = load_job(arguments)?;
+    let default_target = default_target(arguments, &mut job, &source)?;
+    let target_shown = shown_targets(&job, default_target.as_deref());
+    let mut layout = target::Layout::default();
+    let plan = target::prepare_jobs(
+        &mut job,
+        default_target.as_deref(),
+        arguments.allow_device,
+        modes.iter().any(|mode| mode.direct()),
+        &mut layout,
+    )?;
+    let runs = run_modes(&job, &plan, &modes, arguments, format)?;
+    drop(layout);
+    let command = reproduce_command(arguments, &source_argument, &modes);
+    let header = format!(
+        "{} — target {} (device {}), {}, seed {} (reproduce: {command})",
+        source.display(),
+        target_shown,
+        plan.device_name,
+        describe_duration(&job),
+        job.scenario.seed,
+    );
+    write_results(arguments, format, &source, &header, &command, &runs)
+}
+
+/// The output format the flags ask for, after the checks that need no job:
+/// a repeat count of at least 1, one format, a writable report path.
+fn checked_format(arguments: &BenchArguments) -> Result<OutputFormat, CliError> {
     if arguments.repeat == 0 {
         return Err(CliError::usage("--repeat 0 runs nothing; give 1 or more"));
     }
@@ -144,9 +173,18 @@ pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
     if let Some(path) = &arguments.report {
         crate::output::check_output("--report", path, arguments.allow_overwrite)?;
     }
-    let (mut job, source, source_argument) = load_job(arguments)?;
+    Ok(format)
+}
+
+/// The target of the jobs that name none: `--target` (which then overrides
+/// every job's own, not only the file's) or the file's. An error naming the
+/// fix when some job is left without one.
+fn default_target(
+    arguments: &BenchArguments,
+    job: &mut job::BenchJob,
+    source: &std::path::Path,
+) -> Result<Option<PathBuf>, CliError> {
     if arguments.target.is_some() {
-        // --target overrides every job's own target, not only the file's.
         for options in &mut job.job_options {
             options.target = None;
         }
@@ -166,19 +204,13 @@ pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
             }
         )));
     }
-    let target_shown = shown_targets(&job, default_target.as_deref());
-    let mut layout = target::Layout::default();
-    let plan = target::prepare_jobs(
-        &mut job,
-        default_target.as_deref(),
-        arguments.allow_device,
-        modes.iter().any(|mode| mode.direct()),
-        &mut layout,
-    )?;
-    let runs = run_modes(&job, &plan, &modes, arguments, format)?;
-    drop(layout);
+    Ok(default_target)
+}
+
+/// The `tailguard bench` command line that reproduces this run.
+fn reproduce_command(arguments: &BenchArguments, source_argument: &str, modes: &[Mode]) -> String {
     let mode_names: Vec<&str> = modes.iter().map(|mode| mode.name()).collect();
-    let command = format!(
+    format!(
         "tailguard bench {} {}--mode {} --repeat {}",
         source_argument,
         arguments
@@ -190,16 +222,7 @@ pub fn run(arguments: &BenchArguments) -> Result<(), CliError> {
             )),
         mode_names.join(","),
         arguments.repeat
-    );
-    let header = format!(
-        "{} — target {} (device {}), {}, seed {} (reproduce: {command})",
-        source.display(),
-        target_shown,
-        plan.device_name,
-        describe_duration(&job),
-        job.scenario.seed,
-    );
-    write_results(arguments, format, &source, &header, &command, &runs)
+    )
 }
 
 /// The modes `--mode` names (all three by default).

@@ -238,10 +238,10 @@ pub fn open_backend_with(
         Some("off") => 0,
         Some("auto") | None => options.file_slots,
         Some(other) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("TAILGUARD_REGISTERED_FILES={other} is not a setting; use off or auto"),
+            return Err(crate::Error::invalid_config(format!(
+                "TAILGUARD_REGISTERED_FILES={other} is not a setting; use off or auto"
             ))
+            .into())
         }
     };
     let uring_options = uring::UringOptions {
@@ -255,12 +255,10 @@ pub fn open_backend_with(
         Some("threads") => BackendChoice::Threads,
         Some("auto") | None => config.choice,
         Some(other) => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "TAILGUARD_BACKEND={other} is not a backend; use io_uring, threads or auto"
-                ),
+            return Err(crate::Error::invalid_config(format!(
+                "TAILGUARD_BACKEND={other} is not a backend; use io_uring, threads or auto"
             ))
+            .into())
         }
     };
     match choice {

@@ -99,13 +99,11 @@ impl ThreadPool {
     /// must be at least 1.
     pub fn new(threads: usize, depth: u32) -> io::Result<Self> {
         if threads == 0 || depth == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "the thread-pool backend needs at least one thread and a depth of at least 1 \
-                     (got {threads} threads, depth {depth})"
-                ),
-            ));
+            return Err(crate::Error::invalid_config(format!(
+                "the thread-pool backend needs at least one thread and a depth of at least 1 \
+                 (got {threads} threads, depth {depth})"
+            ))
+            .into());
         }
         let shared = Arc::new(Shared {
             work: Mutex::new(Work {

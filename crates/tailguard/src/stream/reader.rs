@@ -210,7 +210,7 @@ impl StreamReader {
             let buffer = match self.idle.pop() {
                 Some(buffer) => buffer,
                 None => AlignedBuffer::new(self.buffer_bytes, self.memory_alignment)
-                    .map_err(io::Error::other)?,
+                    .map_err(io::Error::from)?,
             };
             let future = self.file.read_at(&self.class, buffer, self.next_offset);
             self.reads.push_back(Flight::start(future));

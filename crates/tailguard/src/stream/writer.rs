@@ -200,14 +200,14 @@ impl StreamWriter {
             return Ok(writer);
         }
         let head = AlignedBuffer::new(writer.block_bytes, writer.memory_alignment)
-            .map_err(io::Error::other)?;
+            .map_err(io::Error::from)?;
         let (result, head) = writer.file.read_at(&writer.class, head, aligned).await;
         let read = result?;
         if read < partial {
             return Err(past_the_end(&writer.file, offset, aligned + read as u64));
         }
         let mut buffer = AlignedBuffer::new(writer.buffer_bytes, writer.memory_alignment)
-            .map_err(io::Error::other)?;
+            .map_err(io::Error::from)?;
         buffer[..partial].copy_from_slice(&head[..partial]);
         writer.buffers_made += 1;
         writer.current = Some(buffer);
@@ -365,7 +365,7 @@ impl StreamWriter {
                 self.current = Some(buffer);
             } else if self.buffers_made < self.buffers_in_flight + 1 {
                 let buffer = AlignedBuffer::new(self.buffer_bytes, self.memory_alignment)
-                    .map_err(io::Error::other)?;
+                    .map_err(io::Error::from)?;
                 self.buffers_made += 1;
                 self.current = Some(buffer);
             } else {
