@@ -53,25 +53,13 @@ fn open(kind: BackendKind, depth: u32) -> Option<Box<dyn Backend>> {
 /// backend and uses it, failing if it takes longer than [`WATCHDOG`].
 fn for_each_backend(depth: u32, test: fn(&mut dyn Backend)) {
     for kind in [BackendKind::Threads, BackendKind::IoUring] {
-        let (done, finished) = mpsc::channel();
-        let runner = std::thread::spawn(move || {
+        println!("backend {kind}");
+        common::watched(WATCHDOG, move || {
             if let Some(mut backend) = open(kind, depth) {
                 assert_eq!(backend.kind(), kind);
                 test(backend.as_mut());
             }
-            let _ = done.send(());
         });
-        match finished.recv_timeout(WATCHDOG) {
-            Ok(()) => runner.join().expect("the test thread finished"),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // The test panicked: re-raise its panic here.
-                if let Err(panic) = runner.join() {
-                    eprintln!("backend {kind} failed");
-                    std::panic::resume_unwind(panic);
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!("backend {kind}: hung"),
-        }
     }
 }
 
@@ -546,19 +534,7 @@ fn open_uring_with_file_table(depth: u32, options: UringOptions) -> Option<Uring
 
 /// Runs `test` on a fresh thread with the watchdog, like [`for_each_backend`].
 fn on_watched_thread(test: impl FnOnce() + Send + 'static) {
-    let (done, finished) = mpsc::channel();
-    let runner = std::thread::spawn(move || {
-        test();
-        let _ = done.send(());
-    });
-    match finished.recv_timeout(WATCHDOG) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = runner.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung"),
-    }
+    common::watched(WATCHDOG, test);
 }
 
 /// Whether `path` is registered with a ring; `None` where that cannot be seen.
@@ -813,30 +789,16 @@ fn a_kernel_that_refuses_installs_turns_the_feature_off() {
 fn nop_rate() {
     const BATCH: usize = 32;
     for_each_backend(64, |backend| {
-        let mut results = Vec::with_capacity(BATCH);
-        let start = Instant::now();
-        let mut completed = 0u64;
-        while start.elapsed() < Duration::from_secs(1) {
-            for index in 0..BATCH {
-                let op = Op {
-                    user_data: index as u64,
-                    fd: -1,
-                    kind: OpKind::Nop,
-                    buffer: std::ptr::null_mut(),
-                    length: 0,
-                    offset: 0,
-                };
-                // SAFETY: nops have no buffer.
-                unsafe { backend.push(op) }.expect("the batch fits");
-            }
-            while backend.in_flight() > 0 {
-                backend.submit(true).expect("submit and wait");
-                results.clear();
-                backend.reap(&mut results);
-                completed += results.len() as u64;
-            }
-        }
-        let seconds = start.elapsed().as_secs_f64();
+        let nop = |index: usize, _| Op {
+            user_data: index as u64,
+            fd: -1,
+            kind: OpKind::Nop,
+            buffer: std::ptr::null_mut(),
+            length: 0,
+            offset: 0,
+        };
+        // SAFETY: nops have no buffer.
+        let (completed, seconds) = unsafe { batches_for_a_second(backend, BATCH, nop, |_| {}) };
         println!(
             "{}: {:.0} NOPs/s ({completed} in {seconds:.2} s, batches of {BATCH})",
             backend.kind(),
@@ -867,32 +829,21 @@ fn cached_read_rate_registered_or_not() {
         let buffers = AlignedBuffer::zeroed(BLOCK * BATCH);
         for round in 0..6 {
             let registered = round % 2 == 1 && ring.register_file(fd);
-            let mut results = Vec::with_capacity(BATCH);
-            let (start, mut completed) = (Instant::now(), 0u64);
-            while start.elapsed() < Duration::from_secs(1) {
-                for index in 0..BATCH {
-                    let op = Op {
-                        user_data: index as u64,
-                        fd,
-                        kind: OpKind::Read,
-                        buffer: buffers.block(index, BLOCK),
-                        length: BLOCK as u32,
-                        offset: ((completed as usize + index) % 256 * BLOCK) as u64,
-                    };
-                    // SAFETY: `buffers` outlives every op: all are reaped
-                    // before the next batch and before it is dropped.
-                    unsafe { ring.push(op) }.expect("the batch fits");
-                }
-                while ring.in_flight() > 0 {
-                    ring.submit(true).expect("submit and wait");
-                    results.clear();
-                    ring.reap(&mut results);
-                    assert!(results.iter().all(|result| result.result == BLOCK as i32));
-                    completed += results.len() as u64;
-                }
-            }
+            let read = |index: usize, completed: u64| Op {
+                user_data: index as u64,
+                fd,
+                kind: OpKind::Read,
+                buffer: buffers.block(index, BLOCK),
+                length: BLOCK as u32,
+                offset: ((completed as usize + index) % 256 * BLOCK) as u64,
+            };
+            let whole = |results: &[OpResult]| {
+                assert!(results.iter().all(|result| result.result == BLOCK as i32));
+            };
+            // SAFETY: `buffers` outlives the call, which reaps every op.
+            let (completed, seconds) =
+                unsafe { batches_for_a_second(&mut ring, BATCH, read, whole) };
             ring.unregister_file(fd);
-            let seconds = start.elapsed().as_secs_f64();
             println!(
                 "{}: {:.0} reads/s ({completed} in {seconds:.2} s, batches of {BATCH})",
                 if registered { "registered" } else { "plain" },
@@ -901,4 +852,37 @@ fn cached_read_rate_registered_or_not() {
         }
         let _ = std::fs::remove_file(&path);
     });
+}
+
+/// Pushes batches of `batch` ops, `op(index, completed so far)` each, and waits
+/// for every batch to complete, for one second; `check` sees each set of
+/// results reaped. Returns the ops completed and the seconds it took.
+///
+/// # Safety
+///
+/// Every buffer the ops name stays valid until this returns (it reaps every op
+/// it pushed before returning).
+unsafe fn batches_for_a_second(
+    backend: &mut dyn Backend,
+    batch: usize,
+    mut op: impl FnMut(usize, u64) -> Op,
+    mut check: impl FnMut(&[OpResult]),
+) -> (u64, f64) {
+    let mut results = Vec::with_capacity(batch);
+    let (start, mut completed) = (Instant::now(), 0u64);
+    while start.elapsed() < Duration::from_secs(1) {
+        for index in 0..batch {
+            // SAFETY: the caller keeps the op's buffer valid until it is
+            // reaped below.
+            unsafe { backend.push(op(index, completed)) }.expect("the batch fits");
+        }
+        while backend.in_flight() > 0 {
+            backend.submit(true).expect("submit and wait");
+            results.clear();
+            backend.reap(&mut results);
+            check(&results);
+            completed += results.len() as u64;
+        }
+    }
+    (completed, start.elapsed().as_secs_f64())
 }
