@@ -221,8 +221,7 @@ fn a_tiny_frontier_reports_consistent_json_a_table_and_a_chart() {
 #[test]
 fn bad_arguments_fail_clearly_and_leave_nothing() {
     let output = tailguard(&["frontier", "/nonexistent/tailguard-frontier"]);
-    assert_eq!(output.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&output.stderr);
+    let error = common::refused(&output);
     assert!(error.contains("not a directory"), "{error}");
 
     let directory = common::scratch_dir("frontier", "bad");
@@ -233,8 +232,7 @@ fn bad_arguments_fail_clearly_and_leave_nothing() {
         ("--duration", "100ms", "out of range"),
     ] {
         let output = tailguard(&["frontier", directory.to_str().unwrap(), flag, value]);
-        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
-        let error = String::from_utf8_lossy(&output.stderr);
+        let error = common::refused(&output);
         assert!(error.contains(says), "{flag} {value}: {error}");
         assert_empty(&directory);
     }

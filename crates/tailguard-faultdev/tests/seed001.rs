@@ -20,6 +20,7 @@
 //! another under a watchdog: a hang heals the stick, and the loop device is
 //! detached and FUSE unmounted on every path, a panic's included.
 
+mod common;
 mod seed001_parts;
 
 use seed001_parts::{device_name, open_direct, stick_profile, write_buffer, FastFile, WRITE_BYTES};
@@ -28,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tailguard::{BackendChoice, Scheduler};
-use tailguard_faultdev::{DeviceConfig, FaultControl, FaultDevError, FaultDevice, Model};
+use tailguard_faultdev::{DeviceConfig, FaultControl, Model};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 const BACKENDS: [BackendChoice; 2] = [BackendChoice::IoUring, BackendChoice::Threads];
@@ -53,26 +54,17 @@ struct Rig {
 /// thread, bounded by [`WATCHDOG`]; skips (printing why) where the device
 /// cannot run.
 fn with_rig(name: &str, case: impl FnOnce(Rig, FaultControl) + Send + 'static) {
-    if let Some(reason) = FaultDevice::unavailable() {
-        println!("skipping {name}: {reason}");
-        return;
-    }
-    let parent = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let config = DeviceConfig {
         model: Model::UsbFlash,
         size_bytes: STICK_BYTES,
         fuse_threads: 16,
         ..DeviceConfig::default()
     };
-    let device = match FaultDevice::start(config, &parent) {
-        Ok(device) => device,
-        Err(FaultDevError::Unavailable(reason)) => {
-            println!("skipping {name}: {reason}");
-            return;
-        }
-        Err(error) => panic!("{name}: {error}"),
+    let Some(device) = common::start_device(name, config) else {
+        return;
     };
-    let fast = FastFile::create(&parent, FAST_BYTES).expect("create the fast file");
+    let fast =
+        FastFile::create(&common::test_directory(), FAST_BYTES).expect("create the fast file");
     println!(
         "{name}: stick {} (direct I/O: {}), fast file {}",
         device.path().display(),
@@ -84,26 +76,18 @@ fn with_rig(name: &str, case: impl FnOnce(Rig, FaultControl) + Send + 'static) {
         fast: fast.path().to_path_buf(),
     };
     let control = device.control().clone();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(rig, control)));
-        let _ = sender.send(outcome);
-    });
-    let outcome = receiver.recv_timeout(WATCHDOG);
+    let watched = common::Watched::spawn(move || case(rig, control));
+    let outcome = watched.wait(WATCHDOG);
     println!("{name}: stick counts {:?}", device.control().counts());
     // Whatever the case waits on finishes once the stall is gone.
     device.control().heal();
-    if outcome.is_err() {
+    if outcome.is_none() {
         // Give the case's I/O a moment to finish before the device goes.
-        let _ = receiver.recv_timeout(Duration::from_secs(10));
+        let _ = watched.wait(Duration::from_secs(10));
     }
     drop(device);
     drop(fast);
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("{name}: hang: not finished within {WATCHDOG:?}"),
-    }
+    common::finish(name, outcome, WATCHDOG);
 }
 
 /// Waits until the stall has held requests and no new one arrived for a
