@@ -130,36 +130,8 @@ fn the_fast_disk_completes_every_write_while_the_stalled_sticks_budget_is_full()
             let stick = scheduler.open(&rig.stick).unwrap();
             let fast = scheduler.open(&rig.fast).unwrap();
             control.stall_for(STALL);
-            let mut stick_writes: Vec<_> = (0..STICK_WRITES)
-                .map(|index| stick.write_at(&class, write_buffer(), index * WRITE_BYTES as u64))
-                .collect();
-            // A future is lazy: polled once, each request is surely in the
-            // engine's hands (a push that found the engine thread parked
-            // wakes it only when its future is first polled or waited on).
-            let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-            for write in &mut stick_writes {
-                assert!(std::pin::Pin::new(write).poll(&mut context).is_pending());
-            }
-            wait_until_stalled(&control);
-
-            let mut fast_writes: std::collections::VecDeque<
-                tailguard::IoFuture<tailguard::BufResult>,
-            > = std::collections::VecDeque::new();
-            let mut fast_completed = 0;
-            for index in 0..FAST_WRITES {
-                if fast_writes.len() == FAST_DEPTH {
-                    let (result, _) = fast_writes.pop_front().unwrap().wait();
-                    assert_eq!(result.unwrap(), WRITE_BYTES, "{choice:?}");
-                    fast_completed += 1;
-                }
-                let offset = index * WRITE_BYTES as u64 % FAST_BYTES;
-                fast_writes.push_back(fast.write_at(&class, write_buffer(), offset));
-            }
-            for write in fast_writes {
-                assert_eq!(bytes(write), WRITE_BYTES, "{choice:?}");
-                fast_completed += 1;
-            }
-
+            let stick_writes = stalled_writes(&stick, &class, &control);
+            let fast_completed = write_fast(&fast, &class, choice);
             let stats = scheduler.stats().unwrap();
             let stick_stats = stats.device(&stick_name).expect("the stick's dispatcher");
             println!(
@@ -193,6 +165,49 @@ fn the_fast_disk_completes_every_write_while_the_stalled_sticks_budget_is_full()
             assert_eq!(stats.class("copy").unwrap().ops, STICK_WRITES + FAST_WRITES);
         }
     });
+}
+
+/// Sends [`STICK_WRITES`] writes to the stalled stick, makes sure the engine
+/// has each, and waits until the stall holds them.
+fn stalled_writes(
+    stick: &tailguard::File,
+    class: &tailguard::IoClass,
+    control: &FaultControl,
+) -> Vec<tailguard::IoFuture<tailguard::BufResult>> {
+    let mut writes: Vec<_> = (0..STICK_WRITES)
+        .map(|index| stick.write_at(class, write_buffer(), index * WRITE_BYTES as u64))
+        .collect();
+    // A future is lazy: polled once, each request is surely in the engine's
+    // hands (a push that found the engine thread parked wakes it only when
+    // its future is first polled or waited on).
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    for write in &mut writes {
+        assert!(std::pin::Pin::new(write).poll(&mut context).is_pending());
+    }
+    wait_until_stalled(control);
+    writes
+}
+
+/// Writes [`FAST_WRITES`] to the fast disk, [`FAST_DEPTH`] at a time, each
+/// asserted whole; returns how many completed.
+fn write_fast(fast: &tailguard::File, class: &tailguard::IoClass, choice: BackendChoice) -> u64 {
+    let mut writes: std::collections::VecDeque<tailguard::IoFuture<tailguard::BufResult>> =
+        std::collections::VecDeque::new();
+    let mut completed = 0;
+    for index in 0..FAST_WRITES {
+        if writes.len() == FAST_DEPTH {
+            let (result, _) = writes.pop_front().unwrap().wait();
+            assert_eq!(result.unwrap(), WRITE_BYTES, "{choice:?}");
+            completed += 1;
+        }
+        let offset = index * WRITE_BYTES as u64 % FAST_BYTES;
+        writes.push_back(fast.write_at(class, write_buffer(), offset));
+    }
+    for write in writes {
+        assert_eq!(bytes(write), WRITE_BYTES, "{choice:?}");
+        completed += 1;
+    }
+    completed
 }
 
 /// Waits for a data request; the bytes it moved (an error fails the test).
