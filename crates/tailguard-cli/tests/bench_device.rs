@@ -56,8 +56,7 @@ fn a_device_needs_allow_device_and_then_gets_its_regions_back_to_back() {
     let job = job.to_str().unwrap();
 
     let refused = tailguard(&["bench", job, "--target", device.path()]);
-    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    let error = String::from_utf8_lossy(&refused.stderr);
+    let error = common::refused(&refused);
     assert!(
         error.contains("--allow-device") && error.contains("destroys"),
         "{error}"
@@ -119,16 +118,14 @@ fn a_mounted_or_claimed_device_is_refused_even_with_allow_device() {
             .open(&device.device)
             .unwrap();
         let output = tailguard(&["bench", job, "--target", device.path(), "--allow-device"]);
-        assert_eq!(output.status.code(), Some(2), "{output:?}");
-        let error = String::from_utf8_lossy(&output.stderr);
+        let error = common::refused(&output);
         assert!(error.contains("in use"), "{error}");
     }
 
     match device.mount() {
         Ok(()) => {
             let output = tailguard(&["bench", job, "--target", device.path(), "--allow-device"]);
-            assert_eq!(output.status.code(), Some(2), "{output:?}");
-            let error = String::from_utf8_lossy(&output.stderr);
+            let error = common::refused(&output);
             let point = device.mount_point.as_ref().unwrap();
             assert!(
                 error.contains("mounted at") && error.contains(point.to_str().unwrap()),

@@ -30,6 +30,29 @@ fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
         report.to_str().unwrap(),
     ]);
     let text = String::from_utf8(output.stdout).unwrap();
+    check_comparison(&text);
+    check_verdicts_and_frontier(&text);
+    let page = std::fs::read_to_string(&report).expect("the report was written");
+    let _ = std::fs::remove_file(&report);
+    check_report(&page);
+    assert!(
+        entries(&directory).is_empty(),
+        "left behind: {:?}",
+        entries(&directory)
+    );
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// The line of the demo's output `text` that starts with `prefix`.
+fn line_starting<'a>(text: &'a str, prefix: &str) -> &'a str {
+    text.lines()
+        .find(|line| line.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line:\n{text}"))
+}
+
+/// The comparison table: alone, the problem, the fix, in that order, a cell
+/// each in every row, and writes only in the two runs that write.
+fn check_comparison(text: &str) {
     let header = text
         .lines()
         .find(|line| line.contains("alone"))
@@ -53,10 +76,7 @@ fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
         "write MB/s (app)",
         "disk writes MB/s",
     ] {
-        let line = text
-            .lines()
-            .find(|line| line.starts_with(row))
-            .unwrap_or_else(|| panic!("no `{row}` row:\n{text}"));
+        let line = line_starting(text, row);
         assert_eq!(
             line.split_whitespace().count() - row.split_whitespace().count(),
             3,
@@ -64,30 +84,25 @@ fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
         );
     }
     // The alone run has no writes; the two others wrote something.
-    let writes = text
-        .lines()
-        .find(|line| line.starts_with("write MB/s (app)"))
-        .unwrap();
+    let writes = line_starting(text, "write MB/s (app)");
     let cells: Vec<&str> = writes.split_whitespace().skip(3).collect();
     assert_eq!(cells[0], "-", "{writes}");
     assert!(cells[1].parse::<f64>().unwrap() > 0.0, "{writes}");
     assert!(cells[2].parse::<f64>().unwrap() > 0.0, "{writes}");
-    let verdict = text
-        .lines()
-        .find(|line| line.starts_with("verdict: "))
-        .unwrap_or_else(|| panic!("no verdict:\n{text}"));
+}
+
+/// Both verdicts, and the frontier's table: solo, four static settings,
+/// tailguard.
+fn check_verdicts_and_frontier(text: &str) {
+    let verdict = line_starting(text, "verdict: ");
     assert!(verdict.contains("% of solo"), "{verdict}");
-    let static_verdict = text
-        .lines()
-        .find(|line| line.starts_with("verdict against static settings: "))
-        .unwrap_or_else(|| panic!("no verdict against static settings:\n{text}"));
+    let static_verdict = line_starting(text, "verdict against static settings: ");
     assert!(
         ["beats", "ties", "loses", "no static setting"]
             .iter()
             .any(|word| static_verdict.contains(word)),
         "{static_verdict}"
     );
-    // The frontier's table: solo, four static settings, tailguard.
     for point in ["solo", "direct QD1 128k", "direct QD2 1m", "tailguard"] {
         assert!(
             text.lines()
@@ -95,11 +110,12 @@ fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
             "no frontier row for {point}:\n{text}"
         );
     }
+}
 
-    let page = std::fs::read_to_string(&report).expect("the report was written");
-    let _ = std::fs::remove_file(&report);
+/// The HTML report: a whole page, the trade-off chart, then reads and
+/// writes, three charts each, and both verdicts.
+fn check_report(page: &str) {
     assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
-    // The trade-off chart, then reads and writes, three charts each.
     assert_eq!(
         page.matches("</svg>").count(),
         7,
@@ -107,27 +123,18 @@ fn a_tiny_demo_compares_three_runs_writes_its_report_and_cleans_up() {
     );
     assert!(page.contains("kernel writeback") && page.contains("Verdict: "));
     assert!(page.contains("Verdict against static settings: "));
-
-    assert!(
-        entries(&directory).is_empty(),
-        "left behind: {:?}",
-        entries(&directory)
-    );
-    let _ = std::fs::remove_dir_all(&directory);
 }
 
 #[test]
 fn bad_arguments_fail_clearly_and_leave_nothing() {
     let output = tailguard(&["demo", "/nonexistent/tailguard-demo"]);
-    assert_eq!(output.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&output.stderr);
+    let error = common::refused(&output);
     assert!(error.contains("not a directory"), "{error}");
 
     let directory = scratch_dir("bad");
     for (flag, value) in [("--duration-s", "0"), ("--size-mib", "0")] {
         let output = tailguard(&["demo", directory.to_str().unwrap(), flag, value]);
-        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
-        let error = String::from_utf8_lossy(&output.stderr);
+        let error = common::refused(&output);
         assert!(error.contains(flag), "{error}");
         assert_empty(&directory);
     }

@@ -105,8 +105,7 @@ fn errors_name_the_line_the_option_and_the_fix() {
     let output = tailguard(&["bench", "jobs.toml", "--fio", "job.fio"]);
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let output = tailguard(&["bench"]);
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let error = String::from_utf8_lossy(&output.stderr);
+    let error = common::refused(&output);
     assert!(error.contains("--fio"), "{error}");
 }
 
@@ -205,8 +204,7 @@ fn a_block_device_is_refused_without_allow_device() {
     )
     .unwrap();
     let output = tailguard(&["bench", "--fio", fio.to_str().unwrap()]);
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let error = String::from_utf8_lossy(&output.stderr);
+    let error = common::refused(&output);
     assert!(
         error.contains("--allow-device") && error.contains("destroys"),
         "{error}"

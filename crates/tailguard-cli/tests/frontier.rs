@@ -191,8 +191,16 @@ fn a_tiny_frontier_reports_consistent_json_a_table_and_a_chart() {
     check_ratios(points, &points[0]);
     check_kinds(points, write_source);
 
-    // The table lists the points by write rate, as the JSON's medians order them.
     let text = String::from_utf8(output.stdout).unwrap();
+    check_table_order(&text, points);
+    assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
+    assert_eq!(page.matches("</svg>").count(), 1, "one trade-off chart");
+    assert_eq!(page.matches("<tr><td>").count(), points.len());
+}
+
+/// The table in `text` lists the points by write rate, as the JSON's medians
+/// order them.
+fn check_table_order(text: &str, points: &[serde_json::Value]) {
     let mut by_rate: Vec<(f64, &str)> = points
         .iter()
         .map(|point| {
@@ -212,17 +220,12 @@ fn a_tiny_frontier_reports_consistent_json_a_table_and_a_chart() {
         })
         .collect();
     assert!(rows.windows(2).all(|pair| pair[0] < pair[1]), "{text}");
-
-    assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
-    assert_eq!(page.matches("</svg>").count(), 1, "one trade-off chart");
-    assert_eq!(page.matches("<tr><td>").count(), points.len());
 }
 
 #[test]
 fn bad_arguments_fail_clearly_and_leave_nothing() {
     let output = tailguard(&["frontier", "/nonexistent/tailguard-frontier"]);
-    assert_eq!(output.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&output.stderr);
+    let error = common::refused(&output);
     assert!(error.contains("not a directory"), "{error}");
 
     let directory = common::scratch_dir("frontier", "bad");
@@ -233,8 +236,7 @@ fn bad_arguments_fail_clearly_and_leave_nothing() {
         ("--duration", "100ms", "out of range"),
     ] {
         let output = tailguard(&["frontier", directory.to_str().unwrap(), flag, value]);
-        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
-        let error = String::from_utf8_lossy(&output.stderr);
+        let error = common::refused(&output);
         assert!(error.contains(says), "{flag} {value}: {error}");
         assert_empty(&directory);
     }

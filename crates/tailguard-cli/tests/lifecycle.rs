@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{entries, signal_and_wait, tailguard};
-use std::path::{Path, PathBuf};
+use common::{entries, signal_and_wait, tailguard, Scratch};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,28 +18,6 @@ fn long_job() -> String {
 
 /// The commands that lay out files in a directory and run until stopped.
 const COMMANDS: [&str; 4] = ["bench", "tune", "frontier", "demo"];
-
-/// A scratch directory, removed on drop (also when an assertion fails).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        Self(common::scratch_dir("lifecycle", name))
-    }
-
-    fn text(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-        for extension in ["toml", "html", "json"] {
-            let _ = std::fs::remove_file(self.0.with_extension(extension));
-        }
-    }
-}
 
 /// A child process killed (and reaped) on drop, so a failing test leaves no
 /// run behind.
@@ -163,7 +141,7 @@ fn wait_laid_out(command: &str, directory: &Path, pid: u32) {
 #[test]
 fn sighup_stops_every_command_like_ctrl_c_and_removes_its_files() {
     for command in COMMANDS {
-        let directory = Scratch::new(&format!("hup-{command}"));
+        let directory = Scratch::new("lifecycle", &format!("hup-{command}"));
         let mut run = start(command, &directory);
         wait_laid_out(command, &directory.0, run.0.id());
         std::thread::sleep(Duration::from_millis(300));
@@ -180,7 +158,7 @@ fn sighup_stops_every_command_like_ctrl_c_and_removes_its_files() {
 
 #[test]
 fn sigterm_stops_bench_and_removes_its_files() {
-    let directory = Scratch::new("term");
+    let directory = Scratch::new("lifecycle", "term");
     let mut run = start("bench", &directory);
     wait_laid_out("bench", &directory.0, run.0.id());
     let status = signal_and_wait(&mut run.0, libc::SIGTERM, Duration::from_secs(20), "bench");
@@ -191,7 +169,7 @@ fn sigterm_stops_bench_and_removes_its_files() {
 #[test]
 fn what_kill_9_leaves_is_removed_by_the_next_run_and_a_live_runs_files_stay() {
     for command in COMMANDS {
-        let directory = Scratch::new(&format!("kill-{command}"));
+        let directory = Scratch::new("lifecycle", &format!("kill-{command}"));
         let mut killed = start(command, &directory);
         let killed_pid = killed.0.id();
         wait_laid_out(command, &directory.0, killed_pid);
@@ -227,7 +205,7 @@ fn what_kill_9_leaves_is_removed_by_the_next_run_and_a_live_runs_files_stay() {
 
 #[test]
 fn clean_removes_what_kill_9_left() {
-    let directory = Scratch::new("clean");
+    let directory = Scratch::new("lifecycle", "clean");
     let mut killed = start("bench", &directory);
     let pid = killed.0.id();
     wait_laid_out("bench", &directory.0, pid);
@@ -261,7 +239,7 @@ fn holds_a_flock(pid: u32) -> bool {
 
 #[test]
 fn a_second_run_on_a_file_target_is_refused_naming_the_first() {
-    let directory = Scratch::new("file");
+    let directory = Scratch::new("lifecycle", "file");
     let target = directory.0.join("target.data");
     std::fs::write(&target, vec![7u8; 8 << 20]).unwrap();
     let target_text = target.to_str().unwrap();
@@ -347,7 +325,7 @@ size = "16m"
 #[test]
 fn ctrl_c_ends_an_overloaded_bench_in_every_mode() {
     for mode in ["kernel-direct", "tailguard", "kernel-buffered"] {
-        let directory = Scratch::new(&format!("overload-{mode}"));
+        let directory = Scratch::new("lifecycle", &format!("overload-{mode}"));
         let job = directory.0.with_extension("toml");
         std::fs::write(&job, OVERLOAD).unwrap();
         let mut run = Run(Command::new(env!("CARGO_BIN_EXE_tailguard"))

@@ -8,9 +8,11 @@
 
 mod common;
 
-use common::{assert_empty, entries, scratch_dir, tailguard, tailguard_ok, TINY_JOB};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use common::{
+    assert_empty, entries, refused, scratch_dir, tailguard, tailguard_ok, text, Scratch, TINY_JOB,
+};
+use std::path::PathBuf;
+use std::process::Command;
 
 const SCENARIO: &str = r#"
 duration_s = 0.2
@@ -27,27 +29,6 @@ pattern = "randread"
 block_size = "4k"
 queue_depth = 1
 "#;
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        Self(scratch_dir("misuse", name))
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A mount on a fresh directory, unmounted (lazily) and removed on drop, so
 /// a failing assertion leaves nothing mounted.
@@ -83,18 +64,9 @@ impl Drop for Mounted {
     }
 }
 
-fn text(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 path")
-}
-
-fn failed(output: &Output) -> String {
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 #[test]
 fn output_paths_are_checked_before_the_run() {
-    let scratch = Scratch::new("outputs");
+    let scratch = Scratch::new("misuse", "outputs");
     let target = scratch.0.join("target");
     std::fs::create_dir(&target).unwrap();
     let missing = scratch.0.join("no-such-directory/profile.toml");
@@ -109,7 +81,7 @@ fn output_paths_are_checked_before_the_run() {
         "--output",
         text(&missing),
     ]);
-    let error = failed(&run);
+    let error = refused(&run);
     assert!(
         error.contains("--output") && error.contains("does not exist"),
         "{error}"
@@ -126,7 +98,7 @@ fn output_paths_are_checked_before_the_run() {
         "--report",
         text(&scratch.0.join("no-such-directory/report.html")),
     ]);
-    let error = failed(&run);
+    let error = refused(&run);
     assert!(
         error.contains("--report") && error.contains("does not exist"),
         "{error}"
@@ -151,7 +123,7 @@ fn output_paths_are_checked_before_the_run() {
         "--json",
         text(&target),
     ]);
-    let error = failed(&run);
+    let error = refused(&run);
     assert!(
         error.contains("--json") && error.contains("is a directory"),
         "{error}"
@@ -162,7 +134,7 @@ fn output_paths_are_checked_before_the_run() {
 
 #[test]
 fn every_command_refuses_to_overwrite_without_allow_overwrite() {
-    let scratch = Scratch::new("overwrite");
+    let scratch = Scratch::new("misuse", "overwrite");
     let target = scratch.0.join("target");
     std::fs::create_dir(&target).unwrap();
     let existing = scratch.file("existing.html", "keep me");
@@ -181,7 +153,7 @@ fn every_command_refuses_to_overwrite_without_allow_overwrite() {
         arguments.extend_from_slice(extra);
         tailguard(&arguments)
     };
-    let error = failed(&bench(&[]));
+    let error = refused(&bench(&[]));
     assert!(error.contains("--allow-overwrite"), "{error}");
     assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep me");
 
@@ -190,7 +162,7 @@ fn every_command_refuses_to_overwrite_without_allow_overwrite() {
         vec!["demo", text(&target), "--report", text(&existing)],
         vec!["frontier", text(&target), "--report", text(&existing)],
     ] {
-        let error = failed(&tailguard(&arguments));
+        let error = refused(&tailguard(&arguments));
         assert!(
             error.contains("--allow-overwrite"),
             "{arguments:?}: {error}"
@@ -212,7 +184,7 @@ fn ramfs_runs_kernel_buffered_and_is_not_reported_as_full() {
     let Some(ramfs) = Mounted::new("ramfs", &["-t", "ramfs", "none"]) else {
         return;
     };
-    let scratch = Scratch::new("ramfs");
+    let scratch = Scratch::new("misuse", "ramfs");
     let jobs = scratch.file("tiny.toml", TINY_JOB);
     let run = tailguard(&[
         "bench",
@@ -231,7 +203,7 @@ fn ramfs_runs_kernel_buffered_and_is_not_reported_as_full() {
     assert_eq!(entries(&ramfs.0), Vec::<String>::new());
 
     // The direct modes are refused for O_DIRECT, with the way out.
-    let error = failed(&tailguard(&[
+    let error = refused(&tailguard(&[
         "bench",
         text(&jobs),
         "--target",
@@ -243,7 +215,7 @@ fn ramfs_runs_kernel_buffered_and_is_not_reported_as_full() {
     );
 
     // tune: the reason is O_DIRECT, not "0 MiB free".
-    let error = failed(&tailguard(&[
+    let error = refused(&tailguard(&[
         "tune",
         text(&ramfs.0),
         "--duration",
@@ -261,14 +233,14 @@ fn ramfs_runs_kernel_buffered_and_is_not_reported_as_full() {
 
 #[test]
 fn an_unwritable_directory_is_blamed_for_permissions_not_o_direct() {
-    let source = Scratch::new("read-only-source");
+    let source = Scratch::new("misuse", "read-only-source");
     let path = source.0.to_str().unwrap().to_string();
     let Some(read_only) = Mounted::new("read-only bind", &["--bind", "-o", "ro", &path]) else {
         return;
     };
-    let scratch = Scratch::new("read-only");
+    let scratch = Scratch::new("misuse", "read-only");
     let jobs = scratch.file("tiny.toml", TINY_JOB);
-    let error = failed(&tailguard(&[
+    let error = refused(&tailguard(&[
         "bench",
         text(&jobs),
         "--target",
@@ -280,9 +252,9 @@ fn an_unwritable_directory_is_blamed_for_permissions_not_o_direct() {
 
 #[test]
 fn pseudo_files_are_named_as_such() {
-    let scratch = Scratch::new("proc");
+    let scratch = Scratch::new("misuse", "proc");
     let jobs = scratch.file("tiny.toml", TINY_JOB);
-    let error = failed(&tailguard(&[
+    let error = refused(&tailguard(&[
         "bench",
         text(&jobs),
         "--target",
@@ -290,7 +262,7 @@ fn pseudo_files_are_named_as_such() {
     ]));
     assert!(error.contains("procfs"), "{error}");
     assert!(!error.contains("0 bytes"), "{error}");
-    let error = failed(&tailguard(&[
+    let error = refused(&tailguard(&[
         "tune",
         "/proc/self/mem",
         "--output",
@@ -301,12 +273,12 @@ fn pseudo_files_are_named_as_such() {
 
 #[test]
 fn a_negative_block_size_names_its_job_and_key() {
-    let scratch = Scratch::new("negative");
+    let scratch = Scratch::new("misuse", "negative");
     let jobs = scratch.file(
         "negative.toml",
         &TINY_JOB.replace("block_size = \"64k\"", "block_size = -4096"),
     );
-    let error = failed(&tailguard(&[
+    let error = refused(&tailguard(&[
         "bench",
         text(&jobs),
         "--target",
@@ -318,7 +290,7 @@ fn a_negative_block_size_names_its_job_and_key() {
 
 #[test]
 fn reproduce_lines_are_shell_quoted() {
-    let scratch = Scratch::new("quoting");
+    let scratch = Scratch::new("misuse", "quoting");
     let directory = scratch.0.join("it's here");
     std::fs::create_dir(&directory).unwrap();
     let scenario = directory.join("a scenario.toml");
@@ -354,13 +326,13 @@ fn reproduce_lines_are_shell_quoted() {
 
 #[test]
 fn class_names_with_control_characters_are_refused() {
-    let scratch = Scratch::new("names");
+    let scratch = Scratch::new("misuse", "names");
     for name in ["re\\nads", "re\\u0000ads"] {
         let jobs = scratch.file(
             "names.toml",
             &TINY_JOB.replace("\"reads\"", &format!("\"{name}\"")),
         );
-        let error = failed(&tailguard(&[
+        let error = refused(&tailguard(&[
             "bench",
             text(&jobs),
             "--target",

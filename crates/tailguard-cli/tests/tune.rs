@@ -5,33 +5,12 @@
 
 mod common;
 
-use common::{tailguard, tailguard_ok};
-use std::path::{Path, PathBuf};
+use common::{tailguard, tailguard_ok, text, Scratch};
 use tailguard::profile_file::{ProfileFile, PROFILE_FILE_VERSION};
-
-/// A temporary directory on the disk under the working directory's filesystem
-/// (not /tmp, which may be tmpfs), removed on drop.
-struct TempDirectory(PathBuf);
-
-impl TempDirectory {
-    fn new(name: &str) -> Self {
-        Self(common::scratch_dir("tune", name))
-    }
-}
-
-impl Drop for TempDirectory {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn text(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 path")
-}
 
 #[test]
 fn a_short_run_writes_a_profile_the_library_loads() {
-    let directory = TempDirectory::new("short");
+    let directory = Scratch::new("tune", "short");
     let target = directory.0.join("target");
     std::fs::create_dir(&target).unwrap();
     let output = directory.0.join("profile.toml");
@@ -58,6 +37,30 @@ fn a_short_run_writes_a_profile_the_library_loads() {
     assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
 
     let profile = ProfileFile::load(&output).expect("the profile loads");
+    check_tuned_profile(&profile);
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
+
+    // The library takes the file, and maps the directory's device to it.
+    let resolved = profile.resolve().expect("the profile resolves");
+    let device = tailguard::device::device_of_path(&target).unwrap().name;
+    assert!(
+        resolved.devices.contains_key(&device),
+        "{device}: {resolved:?}"
+    );
+    let scheduler = tailguard::Scheduler::builder()
+        .profile_file(&output)
+        .and_then(|builder| builder.build())
+        .expect("the scheduler accepts the profile");
+    scheduler.shutdown();
+
+    check_seastar_format(&directory, &target);
+}
+
+/// A profile from `tailguard tune`: its version and metadata, one device
+/// with positive rates, a first-request figure and a consistent knee on
+/// every curve.
+fn check_tuned_profile(profile: &ProfileFile) {
     assert_eq!(profile.version, PROFILE_FILE_VERSION);
     let metadata = profile.metadata.as_ref().expect("metadata");
     assert_eq!(metadata.tool, "tailguard tune");
@@ -86,27 +89,15 @@ fn a_short_run_writes_a_profile_the_library_loads() {
             u64::from(knee.queue_depth) * knee.request_bytes
         );
     }
-    let html = std::fs::read_to_string(&report).unwrap();
-    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg"));
+}
 
-    // The library takes the file, and maps the directory's device to it.
-    let resolved = profile.resolve().expect("the profile resolves");
-    let device = tailguard::device::device_of_path(&target).unwrap().name;
-    assert!(
-        resolved.devices.contains_key(&device),
-        "{device}: {resolved:?}"
-    );
-    let scheduler = tailguard::Scheduler::builder()
-        .profile_file(&output)
-        .and_then(|builder| builder.build())
-        .expect("the scheduler accepts the profile");
-    scheduler.shutdown();
-
-    // Seastar's format from the same kind of run.
+/// Seastar's format from a short run on `target`: it loads, with positive
+/// rates, matching the target's path.
+fn check_seastar_format(directory: &Scratch, target: &std::path::Path) {
     let yaml = directory.0.join("io_properties.yaml");
     tailguard_ok(&[
         "tune",
-        text(&target),
+        text(target),
         "--duration",
         "2s",
         "--size",
@@ -121,13 +112,13 @@ fn a_short_run_writes_a_profile_the_library_loads() {
     assert!(entry.read_iops > 0.0 && entry.write_bandwidth > 0.0);
     assert_eq!(
         entry.match_path.as_deref(),
-        Some(std::fs::canonicalize(&target).unwrap().as_path())
+        Some(std::fs::canonicalize(target).unwrap().as_path())
     );
 }
 
 #[test]
 fn an_existing_file_is_only_read_and_outputs_are_not_overwritten() {
-    let directory = TempDirectory::new("existing");
+    let directory = Scratch::new("tune", "existing");
     let data = directory.0.join("user.data");
     let contents: Vec<u8> = (0..(16u32 << 20)).map(|i| (i % 251) as u8).collect();
     std::fs::write(&data, &contents).unwrap();
@@ -162,8 +153,7 @@ fn an_existing_file_is_only_read_and_outputs_are_not_overwritten() {
         "--output",
         text(&output),
     ]);
-    assert_eq!(again.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&again.stderr);
+    let stderr = common::refused(&again);
     assert!(stderr.contains("--allow-overwrite"), "{stderr}");
 }
 
@@ -209,7 +199,7 @@ fn a_device_is_measured_read_only_and_refused_while_held_or_mounted() {
     let Some(mut device) = common::loop_device("tune", 32 << 20) else {
         return;
     };
-    let directory = TempDirectory::new("device");
+    let directory = Scratch::new("tune", "device");
     let output = directory.0.join("profile.toml");
 
     // Held exclusively by another program (here: this test). A plain open
@@ -229,8 +219,7 @@ fn a_device_is_measured_read_only_and_refused_while_held_or_mounted() {
             "--output",
             text(&output),
         ]);
-        assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-        let stderr = String::from_utf8_lossy(&refused.stderr);
+        let stderr = common::refused(&refused);
         assert!(
             stderr.contains("is in use") && stderr.contains("release it first"),
             "{stderr}"
@@ -275,8 +264,7 @@ fn a_device_is_measured_read_only_and_refused_while_held_or_mounted() {
                 "--output",
                 text(&directory.0.join("mounted.toml")),
             ]);
-            assert_eq!(mounted.status.code(), Some(2), "{mounted:?}");
-            let stderr = String::from_utf8_lossy(&mounted.stderr);
+            let stderr = common::refused(&mounted);
             assert!(stderr.contains("is mounted"), "{stderr}");
         }
         Err(reason) => eprintln!("skipped the mounted check: {reason}"),

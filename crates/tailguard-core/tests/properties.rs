@@ -51,8 +51,8 @@ use proptest::strategy::Union;
 use std::collections::{HashMap, VecDeque};
 use tailguard_core::fair_queue::{self, SHARES_SCALE};
 use tailguard_core::{
-    ClassId, Completion, CoreError, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
-    DispatcherConfig, DispatcherStats, IoRequest, Nanos, RequestId,
+    ClassId, Completion, CoreError, CostModel, DeviceProfile, Direction, DispatchedPiece,
+    Dispatcher, DispatcherConfig, DispatcherStats, IoRequest, Nanos, RequestId,
 };
 
 /// The most operations (arrivals and class changes) in one generated stream.
@@ -440,39 +440,7 @@ impl Harness {
                 direction,
                 length,
                 ..
-            } => {
-                let Some(index) = self.pick_live(class) else {
-                    return;
-                };
-                let id = RequestId(self.next_request);
-                self.next_request += 1;
-                let request = IoRequest {
-                    id,
-                    class: self.classes[index].id,
-                    direction,
-                    offset_bytes: (id.0 << 24) + 512 * (id.0 % 8),
-                    length_bytes: length.bytes(self.trace.max_request_bytes),
-                };
-                let pieces = self
-                    .dispatcher
-                    .enqueue(now, request)
-                    .expect("enqueue to a live class");
-                let life = &mut self.classes[index];
-                if life.queued == 0 {
-                    life.gap_start = Some((now, true));
-                }
-                life.queued += pieces as usize;
-                self.trace.request_order.push(id);
-                self.trace.requests.insert(
-                    id,
-                    RequestLog {
-                        request,
-                        pieces,
-                        seen: Vec::new(),
-                        completions: Vec::new(),
-                    },
-                );
-            }
+            } => self.arrive(now, class, direction, length),
             Op::SetShares { class, shares } => {
                 let Some(index) = self.pick_live(class) else {
                     return;
@@ -482,38 +450,77 @@ impl Harness {
                     .expect("set_shares on a live class");
                 self.classes[index].shares = shares;
             }
-            Op::Remove { class } => {
-                let Some(index) = self.pick_live(class) else {
-                    return;
-                };
-                let id = self.classes[index].id;
-                let gone = self
-                    .dispatcher
-                    .remove_class(id)
-                    .expect("remove a live class");
-                self.classes[index].removed = true;
-                if gone {
-                    self.classes[index].freed_at = Some(now);
-                }
-                let expected = if gone {
-                    CoreError::UnknownClass(id)
-                } else {
-                    CoreError::Retiring(id)
-                };
-                let refused = self.dispatcher.enqueue(
-                    now,
-                    IoRequest {
-                        id: RequestId(u64::MAX),
-                        class: id,
-                        direction: Direction::Read,
-                        offset_bytes: 0,
-                        length_bytes: 4096,
-                    },
-                );
-                self.trace.enqueue_after_remove.push((expected, refused));
-            }
+            Op::Remove { class } => self.remove(now, class),
             Op::AddClass { shares } => self.add_class(now, shares),
         }
+    }
+
+    /// A request of `length` arrives for the live class `class` picks.
+    fn arrive(&mut self, now: Nanos, class: usize, direction: Direction, length: Length) {
+        let Some(index) = self.pick_live(class) else {
+            return;
+        };
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        let request = IoRequest {
+            id,
+            class: self.classes[index].id,
+            direction,
+            offset_bytes: (id.0 << 24) + 512 * (id.0 % 8),
+            length_bytes: length.bytes(self.trace.max_request_bytes),
+        };
+        let pieces = self
+            .dispatcher
+            .enqueue(now, request)
+            .expect("enqueue to a live class");
+        let life = &mut self.classes[index];
+        if life.queued == 0 {
+            life.gap_start = Some((now, true));
+        }
+        life.queued += pieces as usize;
+        self.trace.request_order.push(id);
+        self.trace.requests.insert(
+            id,
+            RequestLog {
+                request,
+                pieces,
+                seen: Vec::new(),
+                completions: Vec::new(),
+            },
+        );
+    }
+
+    /// Removes the live class `class` picks, then records what an enqueue to
+    /// it answers beside what it must answer.
+    fn remove(&mut self, now: Nanos, class: usize) {
+        let Some(index) = self.pick_live(class) else {
+            return;
+        };
+        let id = self.classes[index].id;
+        let gone = self
+            .dispatcher
+            .remove_class(id)
+            .expect("remove a live class");
+        self.classes[index].removed = true;
+        if gone {
+            self.classes[index].freed_at = Some(now);
+        }
+        let expected = if gone {
+            CoreError::UnknownClass(id)
+        } else {
+            CoreError::Retiring(id)
+        };
+        let refused = self.dispatcher.enqueue(
+            now,
+            IoRequest {
+                id: RequestId(u64::MAX),
+                class: id,
+                direction: Direction::Read,
+                offset_bytes: 0,
+                length_bytes: 4096,
+            },
+        );
+        self.trace.enqueue_after_remove.push((expected, refused));
     }
 
     fn dispatch(&mut self, now: Nanos) {
@@ -822,122 +829,188 @@ const SATURATION_PIECE_CAP: u64 = 2_000_000;
 /// class has `d_i / s_i ≥ 40 × E`, so every class's share of device time is
 /// within `1/40 = 2.5%` of its shares ratio: the 5% check must hold.
 fn saturate(profile: &DeviceProfile, classes: &[(u32, Vec<(Direction, Length)>)]) -> Vec<u64> {
-    let mut dispatcher =
-        Dispatcher::new(DispatcherConfig::new(profile.clone())).expect("valid profile");
-    let max = profile.max_request_bytes;
-    let budget_ns = dispatcher.budget().limit_ns();
-    let model = *dispatcher.cost_model();
-    let split = [
-        dispatcher.split_bytes(Direction::Read),
-        dispatcher.split_bytes(Direction::Write),
-    ];
-    let split_of = |direction: Direction| split[usize::from(direction == Direction::Write)];
-    let piece_costs = |direction: Direction, length: u64| -> Vec<Nanos> {
-        let piece = split_of(direction);
-        let mut costs = vec![model.cost_ns(direction, length.min(piece))];
-        let mut remaining = length.saturating_sub(piece);
-        while remaining > 0 {
-            costs.push(model.cost_ns(direction, remaining.min(piece)));
-            remaining -= remaining.min(piece);
-        }
-        costs
-    };
-    let c_used = classes
-        .iter()
-        .flat_map(|(_, sizes)| sizes)
-        .map(|&(direction, length)| {
-            model.cost_ns(direction, length.bytes(max).min(split_of(direction)))
-        })
-        .max()
-        .expect("at least one size");
-    let refill_ns = budget_ns.max(dispatcher.max_piece_cost_ns()) + c_used;
-    let ids: Vec<ClassId> = classes
-        .iter()
-        .map(|(shares, _)| dispatcher.add_class(*shares).expect("valid shares"))
-        .collect();
+    let mut run = Saturation::new(profile, classes);
     let s_min = classes
         .iter()
         .map(|(shares, _)| *shares)
         .min()
         .expect("a class");
-    let mut queued_ns = vec![0u64; classes.len()];
-    let mut cursor = vec![0usize; classes.len()];
-    let mut next_id = 0u64;
     let mut in_flight: VecDeque<(Nanos, DispatchedPiece)> = VecDeque::new();
     let (mut now, mut last_done) = (0, 0);
     let mut out = Vec::new();
     let mut dispatched = 0u64;
     let mut base: Option<Vec<(u64, u64)>> = None;
     loop {
-        for (index, (_, sizes)) in classes.iter().enumerate() {
-            while queued_ns[index] < refill_ns {
-                let (direction, length) = sizes[cursor[index] % sizes.len()];
-                cursor[index] += 1;
-                let length_bytes = length.bytes(max);
-                queued_ns[index] += piece_costs(direction, length_bytes).iter().sum::<u64>();
-                dispatcher
-                    .enqueue(
-                        now,
-                        IoRequest {
-                            id: RequestId(next_id),
-                            class: ids[index],
-                            direction,
-                            offset_bytes: next_id << 24,
-                            length_bytes,
-                        },
-                    )
-                    .expect("live class");
-                next_id += 1;
-            }
-        }
+        run.top_up(now);
         out.clear();
-        dispatcher.dispatch(now, &mut out);
+        run.dispatcher.dispatch(now, &mut out);
         for piece in &out {
-            queued_ns[piece.class.index()] -= piece.cost_ns;
+            run.queued_ns[piece.class.index()] -= piece.cost_ns;
             in_flight.push_back((now, *piece));
         }
         dispatched += out.len() as u64;
         assert!(dispatched < SATURATION_PIECE_CAP, "window never closed");
-        for &id in &ids {
+        for &id in &run.ids {
             assert!(
-                dispatcher.class_stats(id).unwrap().queued_pieces > 0,
+                run.dispatcher.class_stats(id).unwrap().queued_pieces > 0,
                 "ran dry"
             );
         }
         let (at, piece) = in_flight.pop_front().expect("something in flight");
         now = last_done.max(at) + piece.cost_ns;
         last_done = now;
-        dispatcher.complete(now, piece.token).expect("live token");
+        run.dispatcher
+            .complete(now, piece.token)
+            .expect("live token");
 
-        let totals: Vec<(u64, u64)> = ids
-            .iter()
-            .map(|&id| {
-                let stats = dispatcher.class_stats(id).unwrap();
-                (stats.dispatched_cost_ns, stats.dispatched_pieces)
-            })
-            .collect();
+        let totals = run.totals();
         let Some(start) = &base else {
             // Warm-up: ten pieces per class.
-            if dispatched >= 10 * ids.len() as u64 {
+            if dispatched >= 10 * run.ids.len() as u64 {
                 base = Some(totals);
             }
             continue;
         };
-        let window: Vec<(u64, u64)> = totals
-            .iter()
-            .zip(start)
-            .map(|(now, then)| (now.0 - then.0, now.1 - then.1))
-            .collect();
-        let pieces = window.iter().map(|(_, n)| *n).max().unwrap_or(0);
-        let error = 2.0 * c_used as f64 / f64::from(s_min) + pieces as f64 / SHARES_SCALE as f64;
-        let closed = window
-            .iter()
-            .zip(classes)
-            .all(|((cost, _), (shares, _))| *cost as f64 / f64::from(*shares) >= 40.0 * error);
-        if closed {
-            return window.into_iter().map(|(cost, _)| cost).collect();
+        if let Some(window) = closed_window(&totals, start, classes, run.c_used, s_min) {
+            return window;
         }
     }
+}
+
+/// The state of one [`saturate`] run: the dispatcher, and each class's
+/// backlog (its place in its list of sizes and the cost it has queued).
+struct Saturation<'a> {
+    classes: &'a [(u32, Vec<(Direction, Length)>)],
+    dispatcher: Dispatcher,
+    model: CostModel,
+    /// The dispatcher's split sizes, reads then writes.
+    split: [u64; 2],
+    max_request_bytes: u64,
+    /// The largest piece cost in use (`c_used`).
+    c_used: Nanos,
+    /// The cost each class is topped up to.
+    refill_ns: Nanos,
+    ids: Vec<ClassId>,
+    queued_ns: Vec<u64>,
+    cursor: Vec<usize>,
+    next_id: u64,
+}
+
+impl<'a> Saturation<'a> {
+    fn new(profile: &DeviceProfile, classes: &'a [(u32, Vec<(Direction, Length)>)]) -> Self {
+        let dispatcher =
+            Dispatcher::new(DispatcherConfig::new(profile.clone())).expect("valid profile");
+        let budget_ns = dispatcher.budget().limit_ns();
+        let mut run = Self {
+            classes,
+            model: *dispatcher.cost_model(),
+            split: [
+                dispatcher.split_bytes(Direction::Read),
+                dispatcher.split_bytes(Direction::Write),
+            ],
+            max_request_bytes: profile.max_request_bytes,
+            c_used: 0,
+            refill_ns: 0,
+            ids: Vec::new(),
+            queued_ns: vec![0u64; classes.len()],
+            cursor: vec![0usize; classes.len()],
+            next_id: 0,
+            dispatcher,
+        };
+        run.c_used = run.largest_piece_ns();
+        run.refill_ns = budget_ns.max(run.dispatcher.max_piece_cost_ns()) + run.c_used;
+        run.ids = classes
+            .iter()
+            .map(|(shares, _)| run.dispatcher.add_class(*shares).expect("valid shares"))
+            .collect();
+        run
+    }
+
+    /// The largest cost of a first piece among the classes' sizes (`c_used`).
+    fn largest_piece_ns(&self) -> Nanos {
+        self.classes
+            .iter()
+            .flat_map(|(_, sizes)| sizes)
+            .map(|&(direction, length)| {
+                let bytes = length.bytes(self.max_request_bytes);
+                self.model
+                    .cost_ns(direction, bytes.min(self.split_of(direction)))
+            })
+            .max()
+            .expect("at least one size")
+    }
+
+    fn split_of(&self, direction: Direction) -> u64 {
+        self.split[usize::from(direction == Direction::Write)]
+    }
+
+    /// The summed cost of the pieces a request of `length` bytes splits into.
+    fn request_ns(&self, direction: Direction, length: u64) -> Nanos {
+        let piece = self.split_of(direction);
+        let mut costs = vec![self.model.cost_ns(direction, length.min(piece))];
+        let mut remaining = length.saturating_sub(piece);
+        while remaining > 0 {
+            costs.push(self.model.cost_ns(direction, remaining.min(piece)));
+            remaining -= remaining.min(piece);
+        }
+        costs.iter().sum()
+    }
+
+    /// Queues requests of every class, each cycling through its sizes, until
+    /// each has at least `refill_ns` of cost queued.
+    fn top_up(&mut self, now: Nanos) {
+        for (index, (_, sizes)) in self.classes.iter().enumerate() {
+            while self.queued_ns[index] < self.refill_ns {
+                let (direction, length) = sizes[self.cursor[index] % sizes.len()];
+                self.cursor[index] += 1;
+                let length_bytes = length.bytes(self.max_request_bytes);
+                self.queued_ns[index] += self.request_ns(direction, length_bytes);
+                let request = IoRequest {
+                    id: RequestId(self.next_id),
+                    class: self.ids[index],
+                    direction,
+                    offset_bytes: self.next_id << 24,
+                    length_bytes,
+                };
+                self.dispatcher.enqueue(now, request).expect("live class");
+                self.next_id += 1;
+            }
+        }
+    }
+
+    /// Each class's dispatched cost and pieces so far.
+    fn totals(&self) -> Vec<(u64, u64)> {
+        self.ids
+            .iter()
+            .map(|&id| {
+                let stats = self.dispatcher.class_stats(id).unwrap();
+                (stats.dispatched_cost_ns, stats.dispatched_pieces)
+            })
+            .collect()
+    }
+}
+
+/// Each class's dispatched cost since `start`, once the window is long enough
+/// (every class has `d_i / s_i ≥ 40 × E`; see [`saturate`]); `None` before.
+fn closed_window(
+    totals: &[(u64, u64)],
+    start: &[(u64, u64)],
+    classes: &[(u32, Vec<(Direction, Length)>)],
+    c_used: Nanos,
+    s_min: u32,
+) -> Option<Vec<u64>> {
+    let window: Vec<(u64, u64)> = totals
+        .iter()
+        .zip(start)
+        .map(|(now, then)| (now.0 - then.0, now.1 - then.1))
+        .collect();
+    let pieces = window.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    let error = 2.0 * c_used as f64 / f64::from(s_min) + pieces as f64 / SHARES_SCALE as f64;
+    let closed = window
+        .iter()
+        .zip(classes)
+        .all(|((cost, _), (shares, _))| *cost as f64 / f64::from(*shares) >= 40.0 * error);
+    closed.then(|| window.into_iter().map(|(cost, _)| cost).collect())
 }
 
 /// Sizes for saturation: from `max_request_bytes / 4` to `4 × max_request_bytes`,

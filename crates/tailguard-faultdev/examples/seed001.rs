@@ -33,9 +33,11 @@
 //! sudo cargo run --release -p tailguard-faultdev --example seed001 -- --seconds 2 --rounds 3
 //! ```
 
+mod common;
 #[path = "../tests/seed001_parts/mod.rs"]
 mod seed001_parts;
 
+use common::{argument, number, summary};
 use seed001_parts::{
     device_name, stick_profile, tailguard_writer, FastFile, SharedCap, Window, WriterCounts,
     WRITE_BYTES,
@@ -144,26 +146,6 @@ fn megabytes_per_s(writes: u64, seconds: f64) -> f64 {
     writes as f64 * WRITE_BYTES as f64 / seconds / 1e6
 }
 
-fn summary(rates: &[f64]) -> (f64, f64, f64) {
-    let mut sorted = rates.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    (
-        sorted[0],
-        sorted[sorted.len() / 2],
-        sorted[sorted.len() - 1],
-    )
-}
-
-fn argument(name: &str, default: &str) -> String {
-    let arguments: Vec<String> = std::env::args().collect();
-    arguments
-        .iter()
-        .position(|argument| argument == name)
-        .and_then(|index| arguments.get(index + 1))
-        .cloned()
-        .unwrap_or_else(|| default.to_string())
-}
-
 const KINDS: [&str; 4] = [
     "tailguard-solo",
     "tailguard-beside",
@@ -171,14 +153,16 @@ const KINDS: [&str; 4] = [
     "cap-beside",
 ];
 
+const BACKENDS: [BackendChoice; 2] = [BackendChoice::IoUring, BackendChoice::Threads];
+
+/// The fast disk's MB/s, by backend, then run kind (as in [`KINDS`]), then
+/// round.
+type Rates = Vec<Vec<Vec<f64>>>;
+
 fn main() {
-    let seconds: f64 = argument("--seconds", "2")
-        .parse()
-        .expect("--seconds: a number");
-    let rounds: usize = argument("--rounds", "3")
-        .parse()
-        .expect("--rounds: a whole number");
-    let dir = PathBuf::from(argument("--dir", &std::env::temp_dir().to_string_lossy()));
+    let seconds: f64 = number("--seconds", 2.0);
+    let rounds: usize = number("--rounds", 3);
+    let dir = argument("--dir").map_or_else(std::env::temp_dir, PathBuf::from);
     if let Some(reason) = FaultDevice::unavailable() {
         eprintln!("seed001: {reason}");
         std::process::exit(2);
@@ -192,9 +176,7 @@ fn main() {
         sector_bytes: 4096,
     };
     let device = FaultDevice::start(config, &std::env::temp_dir()).expect("start the stick");
-    let hold_s: u64 = argument("--hold-stick", "0")
-        .parse()
-        .expect("--hold-stick: seconds");
+    let hold_s: u64 = number("--hold-stick", 0);
     if hold_s > 0 {
         // The stick alone, for `tailguard bench` jobs that target it
         // (benchmarks/seed001-two-targets.toml); removed when the time is up.
@@ -212,16 +194,21 @@ fn main() {
         device.direct_io(),
         fast.path().display()
     );
-    let backends = [BackendChoice::IoUring, BackendChoice::Threads];
-    let mut rates = vec![vec![Vec::new(); KINDS.len()]; backends.len()];
+    let rates = measure_rounds(device.path(), fast.path(), seconds, rounds);
+    print_summary(&rates);
+}
+
+/// Runs every kind on every backend, `rounds` times, printing each run.
+fn measure_rounds(stick_path: &Path, fast: &Path, seconds: f64, rounds: usize) -> Rates {
+    let mut rates = vec![vec![Vec::new(); KINDS.len()]; BACKENDS.len()];
     for round in 0..rounds {
-        for (backend_index, &choice) in backends.iter().enumerate() {
+        for (backend_index, &choice) in BACKENDS.iter().enumerate() {
             for (kind_index, kind) in KINDS.iter().enumerate() {
-                let stick = kind.ends_with("beside").then(|| device.path());
+                let stick = kind.ends_with("beside").then_some(stick_path);
                 let measured = if kind.starts_with("tailguard") {
-                    through_tailguard(choice, stick, fast.path(), seconds)
+                    through_tailguard(choice, stick, fast, seconds)
                 } else {
-                    through_shared_cap(choice, stick, fast.path(), seconds)
+                    through_shared_cap(choice, stick, fast, seconds)
                 };
                 let rate = megabytes_per_s(measured.fast.in_window, seconds);
                 let stick_rate = measured
@@ -240,16 +227,21 @@ fn main() {
             }
         }
     }
+    rates
+}
+
+/// The min/median/max table, then each backend's ratios of medians.
+fn print_summary(rates: &Rates) {
     println!("\n| backend | run | fast disk MB/s min | median | max |");
     println!("|---|---|---|---|---|");
-    for (backend_index, choice) in backends.iter().enumerate() {
+    for (backend_index, choice) in BACKENDS.iter().enumerate() {
         for (kind_index, kind) in KINDS.iter().enumerate() {
             let (min, median, max) = summary(&rates[backend_index][kind_index]);
             println!("| {choice:?} | {kind} | {min:.1} | {median:.1} | {max:.1} |");
         }
     }
     println!();
-    for (backend_index, choice) in backends.iter().enumerate() {
+    for (backend_index, choice) in BACKENDS.iter().enumerate() {
         let median = |kind: usize| summary(&rates[backend_index][kind]).1;
         println!(
             "{choice:?}: beside / solo (medians): tailguard {:.3}, shared cap {:.3}",

@@ -22,8 +22,11 @@
 //! sudo cargo run --release -p tailguard-faultdev --example seed003 -- --seconds 3 --rounds 3
 //! ```
 
+mod common;
+
+use common::{number, open_direct_write, summary};
 use std::collections::VecDeque;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tailguard::{AlignedBuffer, BackendChoice, Scheduler};
@@ -46,11 +49,7 @@ impl Stream {
 }
 
 fn sync_qd1(path: &Path, stream: &mut Stream, duration: Duration) -> u64 {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .expect("open the loop device");
+    let file = open_direct_write(path);
     let buffer = AlignedBuffer::new(BLOCK as usize, BLOCK as usize).unwrap();
     let start = Instant::now();
     let mut writes = 0;
@@ -70,11 +69,7 @@ fn kernel_qd32(path: &Path, stream: &mut Stream, duration: Duration) -> u64 {
     std::thread::scope(|scope| {
         for _ in 0..QUEUED {
             scope.spawn(|| {
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(path)
-                    .expect("open the loop device");
+                let file = open_direct_write(path);
                 let buffer = AlignedBuffer::new(BLOCK as usize, BLOCK as usize).unwrap();
                 while start.elapsed() < duration {
                     let offset = next.lock().unwrap().next();
@@ -122,29 +117,17 @@ fn through_tailguard(
     writes
 }
 
-fn summary(rates: &[f64]) -> (f64, f64, f64) {
-    let mut sorted = rates.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    (
-        sorted[0],
-        sorted[sorted.len() / 2],
-        sorted[sorted.len() - 1],
-    )
-}
-
-fn argument(name: &str, default: u64) -> u64 {
-    let arguments: Vec<String> = std::env::args().collect();
-    arguments
-        .iter()
-        .position(|argument| argument == name)
-        .and_then(|index| arguments.get(index + 1))
-        .map(|value| value.parse().expect("a whole number"))
-        .unwrap_or(default)
-}
+const NAMES: [&str; 5] = [
+    "sync-qd1",
+    "tailguard-qd1",
+    "tailguard-qd32",
+    "kernel-qd32",
+    "tailguard-qd32-4x-target",
+];
 
 fn main() {
-    let seconds = argument("--seconds", 3);
-    let rounds = argument("--rounds", 3) as usize;
+    let seconds: u64 = number("--seconds", 3);
+    let rounds: usize = number("--rounds", 3);
     if let Some(reason) = FaultDevice::unavailable() {
         eprintln!("seed003: {reason}");
         std::process::exit(2);
@@ -173,36 +156,57 @@ fn main() {
         media_writes_per_s,
         60_000.0 / 7200.0
     );
-    let scheduler = Scheduler::builder()
-        .backend(BackendChoice::Auto)
-        .default_profile(profile.clone())
-        .build()
-        .expect("scheduler");
+    let schedulers = Schedulers::new(&profile);
     let duration = Duration::from_secs(seconds);
+    let rates = run_rounds(&device, &schedulers, duration, rounds);
+    print_summary(&rates, media_writes_per_s);
+    println!("backend: {}", schedulers.model.backend());
+}
+
+/// The schedulers the tailguard writers use.
+struct Schedulers {
+    /// Given the model's own profile.
+    model: Scheduler,
+    /// The same with a 4x latency target: a 4x larger in-flight budget.
+    deep: Scheduler,
+}
+
+impl Schedulers {
+    fn new(profile: &tailguard::Profile) -> Self {
+        let model = Scheduler::builder()
+            .backend(BackendChoice::Auto)
+            .default_profile(profile.clone())
+            .build()
+            .expect("scheduler");
+        let deep = Scheduler::builder()
+            .backend(BackendChoice::Auto)
+            .default_profile(profile.clone())
+            .latency_target(Duration::from_millis(4 * profile.latency_target_us / 1000))
+            .build()
+            .expect("scheduler");
+        Self { model, deep }
+    }
+}
+
+/// Runs every writer of [`NAMES`] in turn, `rounds` times, printing each run;
+/// returns the writes per second by writer, then round.
+fn run_rounds(
+    device: &FaultDevice,
+    schedulers: &Schedulers,
+    duration: Duration,
+    rounds: usize,
+) -> Vec<Vec<f64>> {
+    let path = device.path();
     let mut stream = Stream { next_offset: 0 };
-    // The same writes with a 4x latency target: a 4x larger in-flight budget.
-    let deep = Scheduler::builder()
-        .backend(BackendChoice::Auto)
-        .default_profile(profile.clone())
-        .latency_target(Duration::from_millis(4 * profile.latency_target_us / 1000))
-        .build()
-        .expect("scheduler");
-    let names = [
-        "sync-qd1",
-        "tailguard-qd1",
-        "tailguard-qd32",
-        "kernel-qd32",
-        "tailguard-qd32-4x-target",
-    ];
-    let mut rates = vec![Vec::new(); names.len()];
+    let mut rates = vec![Vec::new(); NAMES.len()];
     for round in 0..rounds {
-        for (index, name) in names.iter().enumerate() {
+        for (index, name) in NAMES.iter().enumerate() {
             let writes = match index {
-                0 => sync_qd1(device.path(), &mut stream, duration),
-                1 => through_tailguard(&scheduler, device.path(), &mut stream, duration, 1),
-                2 => through_tailguard(&scheduler, device.path(), &mut stream, duration, QUEUED),
-                3 => kernel_qd32(device.path(), &mut stream, duration),
-                _ => through_tailguard(&deep, device.path(), &mut stream, duration, QUEUED),
+                0 => sync_qd1(path, &mut stream, duration),
+                1 => through_tailguard(&schedulers.model, path, &mut stream, duration, 1),
+                2 => through_tailguard(&schedulers.model, path, &mut stream, duration, QUEUED),
+                3 => kernel_qd32(path, &mut stream, duration),
+                _ => through_tailguard(&schedulers.deep, path, &mut stream, duration, QUEUED),
             };
             let rate = writes as f64 / duration.as_secs_f64();
             println!(
@@ -212,11 +216,16 @@ fn main() {
             rates[index].push(rate);
         }
     }
+    rates
+}
+
+/// The min/median/max table per writer, then the ratios of medians.
+fn print_summary(rates: &[Vec<f64>], media_writes_per_s: f64) {
     println!("\n| writer | writes/s min | median | max | median / media rate |");
     println!("|---|---|---|---|---|");
     let medians: Vec<f64> = rates
         .iter()
-        .zip(names)
+        .zip(NAMES)
         .map(|(rates, name)| {
             let (min, median, max) = summary(rates);
             println!(
@@ -231,5 +240,4 @@ fn main() {
         medians[2] / medians[0],
         medians[1] / medians[0]
     );
-    println!("backend: {}", scheduler.backend());
 }

@@ -9,11 +9,12 @@
 //! the device is detached and unmounted on every path, the watchdog's
 //! included.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::Duration;
 use tailguard::{AlignedBuffer, BackendChoice, Scheduler};
-use tailguard_faultdev::{DeviceConfig, FaultControl, FaultDevError, FaultDevice, Model, Ops};
+use tailguard_faultdev::{DeviceConfig, FaultControl, FaultDevice, Model, Ops};
 
 const BLOCK: usize = 4096;
 const WATCHDOG: Duration = Duration::from_secs(60);
@@ -26,18 +27,8 @@ fn with_device(
     config: DeviceConfig,
     case: impl FnOnce(PathBuf, FaultControl) + Send + 'static,
 ) {
-    if let Some(reason) = FaultDevice::unavailable() {
-        println!("skipping {name}: {reason}");
+    let Some(device) = common::start_device(name, config) else {
         return;
-    }
-    let parent = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let device = match FaultDevice::start(config, &parent) {
-        Ok(device) => device,
-        Err(FaultDevError::Unavailable(reason)) => {
-            println!("skipping {name}: {reason}");
-            return;
-        }
-        Err(error) => panic!("{name}: {error}"),
     };
     println!(
         "{name}: {} (direct I/O: {})",
@@ -45,24 +36,14 @@ fn with_device(
         device.direct_io()
     );
     let (path, control) = (device.path().to_path_buf(), device.control().clone());
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let outcome =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(path, control)));
-        let _ = sender.send(outcome);
-    });
-    let outcome = receiver.recv_timeout(WATCHDOG);
+    let outcome = common::Watched::spawn(move || case(path, control)).wait(WATCHDOG);
     println!("{name}: device counts {:?}", device.control().counts());
-    if outcome.is_err() {
+    if outcome.is_none() {
         // Whatever the case waits on finishes once the faults are gone.
         device.control().heal();
     }
     drop(device);
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("{name}: hang: not finished within {WATCHDOG:?}"),
-    }
+    common::finish(name, outcome, WATCHDOG);
 }
 
 fn scheduler(choice: BackendChoice) -> Option<Scheduler> {
@@ -486,98 +467,146 @@ fn run_schedule(
     let generation0: Vec<_> = write_blocks(&file, &class, 0..SCHEDULE_BLOCKS, 0);
     assert!(generation0.iter().all(|result| result.is_ok()));
     file.fdatasync(&class).wait().unwrap();
-    // Versions: written successfully (latest), and durable at the last sync.
-    let mut latest = vec![0u64; SCHEDULE_BLOCKS as usize];
-    let mut written: Vec<Vec<u64>> = vec![vec![0]; SCHEDULE_BLOCKS as usize];
-    let mut durable = latest.clone();
-    let mut requests = SCHEDULE_BLOCKS + 1;
-    let mut faulty = false;
+    let mut run = ScheduleRun {
+        file: &file,
+        class: &class,
+        choice,
+        latest: vec![0u64; SCHEDULE_BLOCKS as usize],
+        written: vec![vec![0]; SCHEDULE_BLOCKS as usize],
+        durable: vec![0u64; SCHEDULE_BLOCKS as usize],
+        requests: SCHEDULE_BLOCKS + 1,
+        faulty: false,
+    };
     for (index, step) in schedule.iter().enumerate() {
         let generation = index as u64 + 1;
         match *step {
-            Step::Writes { first, count } => {
-                let blocks: Vec<u64> = (first..first + count)
-                    .map(|b| b % SCHEDULE_BLOCKS)
-                    .collect();
-                let mut unique = blocks.clone();
-                unique.sort_unstable();
-                unique.dedup();
-                let results = write_blocks(&file, &class, unique.iter().copied(), generation);
-                requests += unique.len() as u64;
-                for (block, result) in unique.iter().zip(results) {
-                    match result {
-                        Ok(bytes) => {
-                            assert_eq!(bytes, BLOCK);
-                            latest[*block as usize] = generation;
-                            written[*block as usize].push(generation);
-                        }
-                        Err(error) => assert!(
-                            faulty,
-                            "{choice:?}: write failed with no fault set: {error}"
-                        ),
-                    }
-                }
-            }
-            Step::Sync => {
-                requests += 1;
-                match file.fdatasync(&class).wait() {
-                    Ok(()) => durable.clone_from(&latest),
-                    Err(error) => assert!(
-                        faulty,
-                        "{choice:?}: fdatasync failed with no fault set: {error}"
-                    ),
-                }
-            }
-            Step::Range { first, count, ops } => {
-                control.error_range(offset(first)..offset(first + count), ops, libc::EIO);
-                faulty = true;
-            }
-            Step::Rate { per_million } => {
-                control.error_rate(per_million, Ops::Any, libc::EIO);
-                faulty = true;
-            }
-            Step::Stall { ms } => control.stall_for(Duration::from_millis(ms)),
-            Step::Vanish => {
-                control.disappear(libc::ENODEV);
-                faulty = true;
-            }
-            Step::Heal => {
-                control.heal();
-                faulty = false;
-            }
+            Step::Writes { first, count } => run.writes(first, count, generation),
+            Step::Sync => run.sync(),
+            ref fault => run.set_fault(control, fault),
         }
     }
     control.heal();
     control.power_cut();
-    let (mut acknowledged, mut unflushed, mut lost) = (0, 0, 0);
-    for block in 0..SCHEDULE_BLOCKS {
-        let (result, data) = read_block(&file, &class, block);
-        assert_eq!(result.unwrap(), BLOCK);
-        let (kept, newest) = (durable[block as usize], latest[block as usize]);
-        let holds = |generation: u64| data[..] == pattern(block, generation)[..];
-        let later = written[block as usize]
-            .iter()
-            .copied()
-            .filter(|&g| g >= kept);
-        assert!(
-            later.clone().any(holds),
-            "{choice:?}: block {block} holds neither its acknowledged version {kept} nor a later write"
-        );
-        if kept == newest {
-            acknowledged += 1;
-        } else {
-            unflushed += 1;
-            lost += usize::from(!holds(newest));
-        }
-    }
-    requests += SCHEDULE_BLOCKS;
+    let checked = run.check_blocks();
+    let requests = run.requests + SCHEDULE_BLOCKS;
     let stats = scheduler.stats().unwrap();
     assert_eq!(
         stats.class("c").unwrap().ops,
         requests,
         "{choice:?}: each request completed once"
     );
-    Some((acknowledged, unflushed, lost))
+    Some(checked)
+}
+
+/// One [`run_schedule`]: the file and class it writes through, each block's
+/// versions, the requests sent, and whether a fault is set.
+struct ScheduleRun<'a> {
+    file: &'a tailguard::File,
+    class: &'a tailguard::IoClass,
+    choice: BackendChoice,
+    /// Each block's latest version written successfully.
+    latest: Vec<u64>,
+    /// Each block's versions written successfully, in order.
+    written: Vec<Vec<u64>>,
+    /// Each block's version at the last successful `fdatasync`.
+    durable: Vec<u64>,
+    requests: u64,
+    faulty: bool,
+}
+
+impl ScheduleRun<'_> {
+    /// Writes `count` blocks from `first` (wrapping) with `generation`; a write
+    /// may fail only while a fault is set.
+    fn writes(&mut self, first: u64, count: u64, generation: u64) {
+        let mut unique: Vec<u64> = (first..first + count)
+            .map(|b| b % SCHEDULE_BLOCKS)
+            .collect();
+        unique.sort_unstable();
+        unique.dedup();
+        let results = write_blocks(self.file, self.class, unique.iter().copied(), generation);
+        self.requests += unique.len() as u64;
+        for (block, result) in unique.iter().zip(results) {
+            match result {
+                Ok(bytes) => {
+                    assert_eq!(bytes, BLOCK);
+                    self.latest[*block as usize] = generation;
+                    self.written[*block as usize].push(generation);
+                }
+                Err(error) => assert!(
+                    self.faulty,
+                    "{:?}: write failed with no fault set: {error}",
+                    self.choice
+                ),
+            }
+        }
+    }
+
+    /// `fdatasync`: on success the latest versions are durable; it may fail
+    /// only while a fault is set.
+    fn sync(&mut self) {
+        self.requests += 1;
+        match self.file.fdatasync(self.class).wait() {
+            Ok(()) => self.durable.clone_from(&self.latest),
+            Err(error) => assert!(
+                self.faulty,
+                "{:?}: fdatasync failed with no fault set: {error}",
+                self.choice
+            ),
+        }
+    }
+
+    /// Sets (or, for `Heal`, clears) the fault `step` names on the device.
+    fn set_fault(&mut self, control: &FaultControl, step: &Step) {
+        match *step {
+            Step::Range { first, count, ops } => {
+                control.error_range(offset(first)..offset(first + count), ops, libc::EIO);
+                self.faulty = true;
+            }
+            Step::Rate { per_million } => {
+                control.error_rate(per_million, Ops::Any, libc::EIO);
+                self.faulty = true;
+            }
+            Step::Stall { ms } => control.stall_for(Duration::from_millis(ms)),
+            Step::Vanish => {
+                control.disappear(libc::ENODEV);
+                self.faulty = true;
+            }
+            Step::Heal => {
+                control.heal();
+                self.faulty = false;
+            }
+            Step::Writes { .. } | Step::Sync => unreachable!("not a fault: {step:?}"),
+        }
+    }
+
+    /// Reads every block back after the power cut and checks it holds its
+    /// acknowledged version or a later write; returns (blocks whose latest
+    /// version was acknowledged, unflushed blocks, of which lost).
+    fn check_blocks(&self) -> (usize, usize, usize) {
+        let (mut acknowledged, mut unflushed, mut lost) = (0, 0, 0);
+        for block in 0..SCHEDULE_BLOCKS {
+            let (result, data) = read_block(self.file, self.class, block);
+            assert_eq!(result.unwrap(), BLOCK);
+            let (kept, newest) = (self.durable[block as usize], self.latest[block as usize]);
+            let holds = |generation: u64| data[..] == pattern(block, generation)[..];
+            let mut later = self.written[block as usize]
+                .iter()
+                .copied()
+                .filter(|&g| g >= kept);
+            assert!(
+                later.any(holds),
+                "{:?}: block {block} holds neither its acknowledged version {kept} nor a later write",
+                self.choice
+            );
+            if kept == newest {
+                acknowledged += 1;
+            } else {
+                unflushed += 1;
+                lost += usize::from(!holds(newest));
+            }
+        }
+        (acknowledged, unflushed, lost)
+    }
 }
 
 #[test]

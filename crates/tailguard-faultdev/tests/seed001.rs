@@ -20,6 +20,7 @@
 //! another under a watchdog: a hang heals the stick, and the loop device is
 //! detached and FUSE unmounted on every path, a panic's included.
 
+mod common;
 mod seed001_parts;
 
 use seed001_parts::{device_name, open_direct, stick_profile, write_buffer, FastFile, WRITE_BYTES};
@@ -28,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tailguard::{BackendChoice, Scheduler};
-use tailguard_faultdev::{DeviceConfig, FaultControl, FaultDevError, FaultDevice, Model};
+use tailguard_faultdev::{DeviceConfig, FaultControl, Model};
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 const BACKENDS: [BackendChoice; 2] = [BackendChoice::IoUring, BackendChoice::Threads];
@@ -53,26 +54,17 @@ struct Rig {
 /// thread, bounded by [`WATCHDOG`]; skips (printing why) where the device
 /// cannot run.
 fn with_rig(name: &str, case: impl FnOnce(Rig, FaultControl) + Send + 'static) {
-    if let Some(reason) = FaultDevice::unavailable() {
-        println!("skipping {name}: {reason}");
-        return;
-    }
-    let parent = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let config = DeviceConfig {
         model: Model::UsbFlash,
         size_bytes: STICK_BYTES,
         fuse_threads: 16,
         ..DeviceConfig::default()
     };
-    let device = match FaultDevice::start(config, &parent) {
-        Ok(device) => device,
-        Err(FaultDevError::Unavailable(reason)) => {
-            println!("skipping {name}: {reason}");
-            return;
-        }
-        Err(error) => panic!("{name}: {error}"),
+    let Some(device) = common::start_device(name, config) else {
+        return;
     };
-    let fast = FastFile::create(&parent, FAST_BYTES).expect("create the fast file");
+    let fast =
+        FastFile::create(&common::test_directory(), FAST_BYTES).expect("create the fast file");
     println!(
         "{name}: stick {} (direct I/O: {}), fast file {}",
         device.path().display(),
@@ -84,26 +76,18 @@ fn with_rig(name: &str, case: impl FnOnce(Rig, FaultControl) + Send + 'static) {
         fast: fast.path().to_path_buf(),
     };
     let control = device.control().clone();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(rig, control)));
-        let _ = sender.send(outcome);
-    });
-    let outcome = receiver.recv_timeout(WATCHDOG);
+    let watched = common::Watched::spawn(move || case(rig, control));
+    let outcome = watched.wait(WATCHDOG);
     println!("{name}: stick counts {:?}", device.control().counts());
     // Whatever the case waits on finishes once the stall is gone.
     device.control().heal();
-    if outcome.is_err() {
+    if outcome.is_none() {
         // Give the case's I/O a moment to finish before the device goes.
-        let _ = receiver.recv_timeout(Duration::from_secs(10));
+        let _ = watched.wait(Duration::from_secs(10));
     }
     drop(device);
     drop(fast);
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("{name}: hang: not finished within {WATCHDOG:?}"),
-    }
+    common::finish(name, outcome, WATCHDOG);
 }
 
 /// Waits until the stall has held requests and no new one arrived for a
@@ -146,36 +130,8 @@ fn the_fast_disk_completes_every_write_while_the_stalled_sticks_budget_is_full()
             let stick = scheduler.open(&rig.stick).unwrap();
             let fast = scheduler.open(&rig.fast).unwrap();
             control.stall_for(STALL);
-            let mut stick_writes: Vec<_> = (0..STICK_WRITES)
-                .map(|index| stick.write_at(&class, write_buffer(), index * WRITE_BYTES as u64))
-                .collect();
-            // A future is lazy: polled once, each request is surely in the
-            // engine's hands (a push that found the engine thread parked
-            // wakes it only when its future is first polled or waited on).
-            let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-            for write in &mut stick_writes {
-                assert!(std::pin::Pin::new(write).poll(&mut context).is_pending());
-            }
-            wait_until_stalled(&control);
-
-            let mut fast_writes: std::collections::VecDeque<
-                tailguard::IoFuture<tailguard::BufResult>,
-            > = std::collections::VecDeque::new();
-            let mut fast_completed = 0;
-            for index in 0..FAST_WRITES {
-                if fast_writes.len() == FAST_DEPTH {
-                    let (result, _) = fast_writes.pop_front().unwrap().wait();
-                    assert_eq!(result.unwrap(), WRITE_BYTES, "{choice:?}");
-                    fast_completed += 1;
-                }
-                let offset = index * WRITE_BYTES as u64 % FAST_BYTES;
-                fast_writes.push_back(fast.write_at(&class, write_buffer(), offset));
-            }
-            for write in fast_writes {
-                assert_eq!(bytes(write), WRITE_BYTES, "{choice:?}");
-                fast_completed += 1;
-            }
-
+            let stick_writes = stalled_writes(&stick, &class, &control);
+            let fast_completed = write_fast(&fast, &class, choice);
             let stats = scheduler.stats().unwrap();
             let stick_stats = stats.device(&stick_name).expect("the stick's dispatcher");
             println!(
@@ -209,6 +165,49 @@ fn the_fast_disk_completes_every_write_while_the_stalled_sticks_budget_is_full()
             assert_eq!(stats.class("copy").unwrap().ops, STICK_WRITES + FAST_WRITES);
         }
     });
+}
+
+/// Sends [`STICK_WRITES`] writes to the stalled stick, makes sure the engine
+/// has each, and waits until the stall holds them.
+fn stalled_writes(
+    stick: &tailguard::File,
+    class: &tailguard::IoClass,
+    control: &FaultControl,
+) -> Vec<tailguard::IoFuture<tailguard::BufResult>> {
+    let mut writes: Vec<_> = (0..STICK_WRITES)
+        .map(|index| stick.write_at(class, write_buffer(), index * WRITE_BYTES as u64))
+        .collect();
+    // A future is lazy: polled once, each request is surely in the engine's
+    // hands (a push that found the engine thread parked wakes it only when
+    // its future is first polled or waited on).
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    for write in &mut writes {
+        assert!(std::pin::Pin::new(write).poll(&mut context).is_pending());
+    }
+    wait_until_stalled(control);
+    writes
+}
+
+/// Writes [`FAST_WRITES`] to the fast disk, [`FAST_DEPTH`] at a time, each
+/// asserted whole; returns how many completed.
+fn write_fast(fast: &tailguard::File, class: &tailguard::IoClass, choice: BackendChoice) -> u64 {
+    let mut writes: std::collections::VecDeque<tailguard::IoFuture<tailguard::BufResult>> =
+        std::collections::VecDeque::new();
+    let mut completed = 0;
+    for index in 0..FAST_WRITES {
+        if writes.len() == FAST_DEPTH {
+            let (result, _) = writes.pop_front().unwrap().wait();
+            assert_eq!(result.unwrap(), WRITE_BYTES, "{choice:?}");
+            completed += 1;
+        }
+        let offset = index * WRITE_BYTES as u64 % FAST_BYTES;
+        writes.push_back(fast.write_at(class, write_buffer(), offset));
+    }
+    for write in writes {
+        assert_eq!(bytes(write), WRITE_BYTES, "{choice:?}");
+        completed += 1;
+    }
+    completed
 }
 
 /// Waits for a data request; the bytes it moved (an error fails the test).

@@ -25,11 +25,11 @@ fn keys_of(parameters: &impl Serialize) -> BTreeSet<String> {
     value.as_table().unwrap().keys().cloned().collect()
 }
 
-/// The backticked keys in the first column of the table under `### `model``.
-fn documented_model_keys(reference: &str, model: &str) -> BTreeSet<String> {
-    let heading = format!("### `{model}`");
+/// The backticked keys in the first column of the table under `heading` (up
+/// to the next heading).
+fn first_column_keys(reference: &str, heading: &str) -> BTreeSet<String> {
     let section = reference
-        .split(&heading)
+        .split(heading)
         .nth(1)
         .unwrap_or_else(|| panic!("no {heading} in {REFERENCE}"));
     let section = section.split("\n#").next().unwrap();
@@ -38,6 +38,11 @@ fn documented_model_keys(reference: &str, model: &str) -> BTreeSet<String> {
         .filter_map(|line| line.strip_prefix("| `"))
         .map(|rest| rest.split('`').next().unwrap().to_string())
         .collect()
+}
+
+/// The backticked keys in the first column of the table under `### `model``.
+fn documented_model_keys(reference: &str, model: &str) -> BTreeSet<String> {
+    first_column_keys(reference, &format!("### `{model}`"))
 }
 
 #[test]
@@ -123,16 +128,7 @@ fn every_policy_parameter_is_documented() {
 
 /// The backticked keys in the first column of the `[device.profile]` table.
 fn documented_profile_keys(reference: &str) -> BTreeSet<String> {
-    let section = reference
-        .split("## `[device.profile]` keys")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no `[device.profile]` section in {REFERENCE}"));
-    let section = section.split("\n#").next().unwrap();
-    section
-        .lines()
-        .filter_map(|line| line.strip_prefix("| `"))
-        .map(|rest| rest.split('`').next().unwrap().to_string())
-        .collect()
+    first_column_keys(reference, "## `[device.profile]` keys")
 }
 
 #[test]

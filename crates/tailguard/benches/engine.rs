@@ -46,13 +46,14 @@
 //! (`COOP_TASKRUN`), `defer` (`SINGLE_ISSUER | DEFER_TASKRUN | COOP_TASKRUN`, what
 //! fio 3.33 asks for, and the ring of the `dedicated` driver).
 
+use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
-use tailguard::{AlignedBuffer, BackendChoice, IoFuture, Profile, Scheduler};
+use tailguard::{AlignedBuffer, BackendChoice, IoClass, IoFuture, Profile, Scheduler};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -193,25 +194,61 @@ fn cpu_seconds() -> f64 {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// Wall-clock and process CPU time since a timed run started, and how long
+/// the run is to last.
+struct Clock {
+    length: Duration,
+    cpu_start: f64,
+    start: Instant,
+}
+
+impl Clock {
+    /// Starts a run of `secs` seconds.
+    fn start(secs: f64) -> Self {
+        let length = Duration::from_secs_f64(secs);
+        let cpu_start = cpu_seconds();
+        Self {
+            length,
+            cpu_start,
+            start: Instant::now(),
+        }
+    }
+
+    /// Whether the run's time is up.
+    fn expired(&self) -> bool {
+        self.start.elapsed() >= self.length
+    }
+
+    /// Wall seconds since the start, and process CPU seconds per wall second.
+    fn stop(&self) -> (f64, f64) {
+        let wall = self.start.elapsed().as_secs_f64();
+        (wall, (cpu_seconds() - self.cpu_start) / wall)
+    }
+}
+
 struct Sample {
     rate: f64,
     cpu_per_wall: f64,
 }
 
+impl Sample {
+    /// `done` operations over the run `clock` timed.
+    fn of(done: u64, clock: &Clock) -> Self {
+        let (wall, cpu_per_wall) = clock.stop();
+        Self {
+            rate: done as f64 / wall,
+            cpu_per_wall,
+        }
+    }
+}
+
 fn measure(secs: f64, mut body: impl FnMut() -> u64) -> Sample {
-    let deadline = Duration::from_secs_f64(secs);
-    let cpu0 = cpu_seconds();
-    let start = Instant::now();
+    let clock = Clock::start(secs);
     let mut done = 0u64;
-    while start.elapsed() < deadline {
+    while !clock.expired() {
         done += body();
     }
-    let wall = start.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu0;
-    Sample {
-        rate: done as f64 / wall,
-        cpu_per_wall: cpu / wall,
-    }
+    Sample::of(done, &clock)
 }
 
 /// Raw io_uring NOPs: batches of 32, `submit_and_wait(32)`, drain.
@@ -251,11 +288,9 @@ fn scheduler_nops(choice: BackendChoice, secs: f64, depth: usize) -> Sample {
         for _ in 0..depth {
             window.push_back(scheduler.nop(&class));
         }
-        let deadline = Duration::from_secs_f64(secs);
-        let cpu0 = cpu_seconds();
-        let start = Instant::now();
+        let clock = Clock::start(secs);
         let mut done = 0u64;
-        while start.elapsed() < deadline {
+        while !clock.expired() {
             for _ in 0..1024 {
                 let oldest = window.pop_front().expect("window is full");
                 oldest.await.expect("nop");
@@ -263,15 +298,11 @@ fn scheduler_nops(choice: BackendChoice, secs: f64, depth: usize) -> Sample {
             }
             done += 1024;
         }
-        let wall = start.elapsed().as_secs_f64();
-        let cpu = cpu_seconds() - cpu0;
+        let sample = Sample::of(done, &clock);
         for future in window.drain(..) {
             future.await.expect("nop");
         }
-        Sample {
-            rate: done as f64 / wall,
-            cpu_per_wall: cpu / wall,
-        }
+        sample
     });
     scheduler.shutdown();
     sample
@@ -302,30 +333,47 @@ fn nop_mode(secs: f64, reps: usize, depth: usize) {
         let r = raw_nops(secs);
         let u = scheduler_nops(BackendChoice::IoUring, secs, depth);
         let t = scheduler_nops(BackendChoice::Threads, secs, depth);
-        println!(
-            "rep {rep}: raw {:>12.0}/s (cpu {:.2})  uring {:>10.0}/s (cpu {:.2}, {:>10.0}/cpu-s, {:.4} of raw)  \
-             threads {:>10.0}/s (cpu {:.2}, {:.4} of raw)",
-            r.rate,
-            r.cpu_per_wall,
-            u.rate,
-            u.cpu_per_wall,
-            u.rate / u.cpu_per_wall,
-            u.rate / r.rate,
-            t.rate,
-            t.cpu_per_wall,
-            t.rate / r.rate
-        );
-        println!(
-            "RESULT mode=nop rep={rep} raw={:.0} uring={:.0} threads={:.0} uring_cpu={:.3} threads_cpu={:.3}",
-            r.rate, u.rate, t.rate, u.cpu_per_wall, t.cpu_per_wall
-        );
+        print_nop_rep(rep, &r, &u, &t);
         raw.push(r);
         uring.push(u);
         threads.push(t);
     }
+    print_nop_summary(reps, &raw, &uring, &threads);
+}
+
+/// One repetition's line and `RESULT` line of `nop`.
+fn print_nop_rep(rep: usize, r: &Sample, u: &Sample, t: &Sample) {
+    println!(
+        "rep {rep}: raw {:>12.0}/s (cpu {:.2})  uring {:>10.0}/s (cpu {:.2}, {:>10.0}/cpu-s, {:.4} of raw)  \
+         threads {:>10.0}/s (cpu {:.2}, {:.4} of raw)",
+        r.rate,
+        r.cpu_per_wall,
+        u.rate,
+        u.cpu_per_wall,
+        u.rate / u.cpu_per_wall,
+        u.rate / r.rate,
+        t.rate,
+        t.cpu_per_wall,
+        t.rate / r.rate
+    );
+    println!(
+        "RESULT mode=nop rep={rep} raw={:.0} uring={:.0} threads={:.0} uring_cpu={:.3} threads_cpu={:.3}",
+        r.rate, u.rate, t.rate, u.cpu_per_wall, t.cpu_per_wall
+    );
+}
+
+/// The min/median/max lines of `nop` over its repetitions.
+fn print_nop_summary(reps: usize, raw: &[Sample], uring: &[Sample], threads: &[Sample]) {
     let line = |name: &str, mut v: Vec<f64>| {
         let (lo, mid, hi) = stats3(&mut v);
         println!("{name:<34} min {lo:>12.4} median {mid:>12.4} max {hi:>12.4}");
+    };
+    let of_raw = |samples: &[Sample]| -> Vec<f64> {
+        samples
+            .iter()
+            .zip(raw)
+            .map(|(s, r)| s.rate / r.rate)
+            .collect()
     };
     println!("summary over {reps} repetitions:");
     line("raw NOPs/s", raw.iter().map(|s| s.rate).collect());
@@ -337,22 +385,8 @@ fn nop_mode(secs: f64, reps: usize, depth: usize) {
         "scheduler threads nops/s",
         threads.iter().map(|s| s.rate).collect(),
     );
-    line(
-        "io_uring / raw (same rep)",
-        uring
-            .iter()
-            .zip(&raw)
-            .map(|(u, r)| u.rate / r.rate)
-            .collect(),
-    );
-    line(
-        "threads / raw (same rep)",
-        threads
-            .iter()
-            .zip(&raw)
-            .map(|(t, r)| t.rate / r.rate)
-            .collect(),
-    );
+    line("io_uring / raw (same rep)", of_raw(uring));
+    line("threads / raw (same rep)", of_raw(threads));
     line(
         "io_uring CPU s per wall s",
         uring.iter().map(|s| s.cpu_per_wall).collect(),
@@ -422,16 +456,48 @@ impl Rng {
     }
 }
 
-fn randread_mode(
-    path: &str,
+/// The size of every read of `randread` and `randread-raw`.
+const BLOCK: u64 = 4096;
+
+/// A latency histogram from 1 ns to 60 s, 3 significant digits.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram")
+}
+
+/// What one run of reads measured.
+struct ReadRun {
     depth: usize,
-    secs: f64,
-    driver: Driver,
-    eager_submit: bool,
-) -> io::Result<()> {
-    const BLOCK: u64 = 4096;
-    // A profile that cannot throttle this device: 1 M read IOPS, 4 GB/s, a 10 ms
-    // latency target, 1 MiB pieces.
+    histogram: Histogram<u64>,
+    completed: u64,
+    errors: u64,
+    wall_s: f64,
+    cpu_per_wall: f64,
+}
+
+impl ReadRun {
+    /// Prints the run's `RESULT` line: `engine` holds the mode's engine-side
+    /// figures and `settings` its settings, each as `key=value` pairs.
+    fn print(&self, mode: &str, engine: &str, settings: &str) {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        println!(
+            "RESULT mode={mode} depth={} iops={:.0} p50_us={:.1} p99_us={:.1} {engine} \
+             ops={} errors={} wall_s={:.2} cpu={:.3} {settings}",
+            self.depth,
+            self.completed as f64 / self.wall_s,
+            us(self.histogram.value_at_quantile(0.5)),
+            us(self.histogram.value_at_quantile(0.99)),
+            self.completed,
+            self.errors,
+            self.wall_s,
+            self.cpu_per_wall,
+        );
+    }
+}
+
+/// The scheduler `randread` measures: io_uring, with a profile that cannot
+/// throttle the device (1 M read IOPS, 4 GB/s, a 10 ms latency target, 1 MiB
+/// pieces).
+fn randread_scheduler(driver: Driver, eager_submit: bool) -> io::Result<Scheduler> {
     let profile = Profile {
         read_iops: 1e6,
         write_iops: 1e6,
@@ -440,109 +506,161 @@ fn randread_mode(
         max_request_bytes: 1 << 20,
         latency_target_us: 10_000,
     };
-    let scheduler = Scheduler::builder()
+    Scheduler::builder()
         .backend(BackendChoice::IoUring)
         .ring_depth(256)
         .default_profile(profile)
         .waiters_run_engine(driver != Driver::Dedicated)
         .eager_submit(eager_submit)
-        .build()?;
+        .build()
+}
+
+/// The reads of `randread`, one slot per outstanding request: each slot has its
+/// own buffer and waker, which reports the slot to `ready` when it completes.
+struct ReadSlots<'a> {
+    file: &'a tailguard::File,
+    class: &'a IoClass,
+    blocks: u64,
+    rng: Rng,
+    ready: Arc<Ready>,
+    wakers: Vec<Waker>,
+    in_flight: Vec<Option<(IoFuture<tailguard::BufResult>, Instant)>>,
+    spare: Vec<Option<AlignedBuffer>>,
+    histogram: Histogram<u64>,
+    completed: u64,
+    errors: u64,
+}
+
+impl<'a> ReadSlots<'a> {
+    fn new(file: &'a tailguard::File, class: &'a IoClass, depth: usize, blocks: u64) -> Self {
+        let alignment = (file.alignment().memory_bytes as usize).max(4096);
+        let ready = Arc::new(Ready::default());
+        let wakers = (0..depth)
+            .map(|slot| {
+                let ready = ready.clone();
+                Waker::from(Arc::new(SlotWaker { slot, ready }))
+            })
+            .collect();
+        Self {
+            file,
+            class,
+            blocks,
+            rng: Rng(0x9E37_79B9_7F4A_7C15 ^ depth as u64),
+            ready,
+            wakers,
+            in_flight: (0..depth).map(|_| None).collect(),
+            spare: (0..depth)
+                .map(|_| Some(AlignedBuffer::new(BLOCK as usize, alignment).expect("buffer")))
+                .collect(),
+            histogram: latency_histogram(),
+            completed: 0,
+            errors: 0,
+        }
+    }
+
+    /// Starts a read at a random block in free `slot`; returns whether it is in
+    /// flight (false: it was answered at once and the slot is free again).
+    fn start(&mut self, slot: usize) -> bool {
+        let buffer = self.spare[slot].take().expect("a free slot has its buffer");
+        let offset = (self.rng.next() % self.blocks) * BLOCK;
+        let submitted = Instant::now();
+        let future = self.file.read_at(self.class, buffer, offset);
+        self.poll(slot, future, submitted)
+    }
+
+    /// Polls `slot`'s read: a finished one is recorded and frees the slot
+    /// (false), a pending one stays in flight (true).
+    fn poll(
+        &mut self,
+        slot: usize,
+        mut future: IoFuture<tailguard::BufResult>,
+        submitted: Instant,
+    ) -> bool {
+        let mut context = Context::from_waker(&self.wakers[slot]);
+        match std::pin::Pin::new(&mut future).poll(&mut context) {
+            Poll::Ready((result, buffer)) => {
+                let latency_ns = submitted.elapsed().as_nanos() as u64;
+                self.histogram.saturating_record(latency_ns);
+                self.completed += 1;
+                if let Err(error) = &result {
+                    if self.errors == 0 {
+                        eprintln!("read error: {error}");
+                    }
+                    self.errors += 1;
+                }
+                self.spare[slot] = Some(buffer);
+                false
+            }
+            Poll::Pending => {
+                self.in_flight[slot] = Some((future, submitted));
+                true
+            }
+        }
+    }
+}
+
+/// Keeps every slot busy until `clock` expires, then waits for the reads in
+/// flight. A slot is refilled as soon as its read completes.
+async fn drive_reads(slots: &mut ReadSlots<'_>, clock: &Clock) {
+    let depth = slots.wakers.len();
+    let mut todo: Vec<usize> = (0..depth).collect();
+    let mut batch = Vec::with_capacity(depth);
+    let mut stopping = false;
+    let mut outstanding = 0usize;
+    loop {
+        // Submit a new read in each free slot (or, if the future is ready at
+        // once, account for it and go round again).
+        while let Some(slot) = todo.pop() {
+            if stopping {
+                continue;
+            }
+            if slots.start(slot) {
+                outstanding += 1;
+            } else {
+                todo.push(slot);
+                // Answered at once (refused): this loop alone turns, so it
+                // looks at the clock itself.
+                stopping = clock.expired();
+            }
+        }
+        if outstanding == 0 {
+            break;
+        }
+        let ready = slots.ready.clone();
+        ready.batch(&mut batch).await;
+        for slot in batch.drain(..) {
+            let Some((future, submitted)) = slots.in_flight[slot].take() else {
+                continue; // a stale wake
+            };
+            if !slots.poll(slot, future, submitted) {
+                outstanding -= 1;
+                todo.push(slot);
+            }
+        }
+        if !stopping && clock.expired() {
+            stopping = true;
+        }
+    }
+}
+
+fn randread_mode(
+    path: &str,
+    depth: usize,
+    secs: f64,
+    driver: Driver,
+    eager_submit: bool,
+) -> io::Result<()> {
+    let scheduler = randread_scheduler(driver, eager_submit)?;
     let class = scheduler.add_class("reads", 100)?;
     let file = tailguard::OpenOptions::new()
         .read(true)
         .open(&scheduler, path)?;
     let blocks = std::fs::metadata(path)?.len() / BLOCK;
     assert!(blocks > 0, "the file is empty");
-    let alignment = (file.alignment().memory_bytes as usize).max(4096);
-    let ready = Arc::new(Ready::default());
-    let wakers: Vec<Waker> = (0..depth)
-        .map(|slot| {
-            Waker::from(Arc::new(SlotWaker {
-                slot,
-                ready: ready.clone(),
-            }))
-        })
-        .collect();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ depth as u64);
-    let mut histogram =
-        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
-    let mut inflight: Vec<Option<(IoFuture<tailguard::BufResult>, Instant)>> =
-        (0..depth).map(|_| None).collect();
-    let mut spare: Vec<Option<AlignedBuffer>> = (0..depth)
-        .map(|_| Some(AlignedBuffer::new(BLOCK as usize, alignment).expect("buffer")))
-        .collect();
-    let mut completed = 0u64;
-    let mut errors = 0u64;
-    let deadline = Duration::from_secs_f64(secs);
-    let cpu0 = cpu_seconds();
-    let start = Instant::now();
-    driver.run(&scheduler, async {
-        let mut todo: Vec<usize> = (0..depth).collect();
-        let mut batch = Vec::with_capacity(depth);
-        let mut stopping = false;
-        let mut outstanding = 0usize;
-        loop {
-            // Submit a new read in each free slot (or, if the future is ready
-            // at once, account for it and go round again).
-            while let Some(slot) = todo.pop() {
-                if stopping {
-                    continue;
-                }
-                let buffer = spare[slot].take().expect("a free slot has its buffer");
-                let offset = (rng.next() % blocks) * BLOCK;
-                let submitted = Instant::now();
-                let mut future = file.read_at(&class, buffer, offset);
-                let mut context = Context::from_waker(&wakers[slot]);
-                match std::pin::Pin::new(&mut future).poll(&mut context) {
-                    Poll::Ready((result, buffer)) => {
-                        histogram.saturating_record(submitted.elapsed().as_nanos() as u64);
-                        completed += 1;
-                        errors += u64::from(result.is_err());
-                        spare[slot] = Some(buffer);
-                        todo.push(slot);
-                        // Answered at once (refused): this loop alone turns, so
-                        // it looks at the clock itself.
-                        stopping = start.elapsed() >= deadline;
-                    }
-                    Poll::Pending => {
-                        inflight[slot] = Some((future, submitted));
-                        outstanding += 1;
-                    }
-                }
-            }
-            if outstanding == 0 {
-                break;
-            }
-            ready.batch(&mut batch).await;
-            for slot in batch.drain(..) {
-                let Some((mut future, submitted)) = inflight[slot].take() else {
-                    continue; // a stale wake
-                };
-                let mut context = Context::from_waker(&wakers[slot]);
-                match std::pin::Pin::new(&mut future).poll(&mut context) {
-                    Poll::Ready((result, buffer)) => {
-                        histogram.saturating_record(submitted.elapsed().as_nanos() as u64);
-                        outstanding -= 1;
-                        completed += 1;
-                        if let Err(error) = &result {
-                            if errors == 0 {
-                                eprintln!("read error: {error}");
-                            }
-                            errors += 1;
-                        }
-                        spare[slot] = Some(buffer);
-                        todo.push(slot);
-                    }
-                    Poll::Pending => inflight[slot] = Some((future, submitted)),
-                }
-            }
-            if !stopping && start.elapsed() >= deadline {
-                stopping = true;
-            }
-        }
-    });
-    let wall = start.elapsed().as_secs_f64();
-    let cpu = (cpu_seconds() - cpu0) / wall;
+    let mut slots = ReadSlots::new(&file, &class, depth, blocks);
+    let clock = Clock::start(secs);
+    driver.run(&scheduler, drive_reads(&mut slots, &clock));
+    let (wall_s, cpu_per_wall) = clock.stop();
     let stats = scheduler.stats()?;
     let class_stats = stats
         .classes
@@ -550,36 +668,29 @@ fn randread_mode(
         .find(|c| c.name == "reads")
         .expect("the class");
     let us = |ns: u64| ns as f64 / 1000.0;
-    println!(
-        "RESULT mode=randread depth={depth} iops={:.0} p50_us={:.1} p99_us={:.1} engine_p50_us={:.1} \
-         engine_p99_us={:.1} device_p50_us={:.1} queue_wait_p50_us={:.1} ops={completed} errors={errors} \
-         wall_s={wall:.2} cpu={cpu:.3} backend={:?} driver={}",
-        completed as f64 / wall,
-        us(histogram.value_at_quantile(0.5)),
-        us(histogram.value_at_quantile(0.99)),
+    let engine = format!(
+        "engine_p50_us={:.1} engine_p99_us={:.1} device_p50_us={:.1} queue_wait_p50_us={:.1}",
         us(class_stats.latency_ns.value_at_quantile(0.5)),
         us(class_stats.latency_ns.value_at_quantile(0.99)),
         us(class_stats.device_time_ns.value_at_quantile(0.5)),
         us(class_stats.queue_wait_ns.value_at_quantile(0.5)),
-        scheduler.backend(),
-        driver.name(),
     );
+    let settings = format!("backend={:?} driver={}", scheduler.backend(), driver.name());
+    let run = ReadRun {
+        depth,
+        histogram: slots.histogram,
+        completed: slots.completed,
+        errors: slots.errors,
+        wall_s,
+        cpu_per_wall,
+    };
+    run.print("randread", &engine, &settings);
     scheduler.shutdown();
     Ok(())
 }
 
-/// `randread-raw`: see the module docs.
-fn raw_randread_mode(
-    path: &str,
-    depth: usize,
-    secs: f64,
-    ring_flags: &str,
-    batch: bool,
-    spin_ns: u64,
-) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::io::AsRawFd;
-    const BLOCK: u64 = 4096;
+/// A ring with the setup flags `--ring` names; see the module docs.
+fn raw_ring(ring_flags: &str) -> io::Result<io_uring::IoUring> {
     let mut builder = io_uring::IoUring::builder();
     match ring_flags {
         "plain" => {}
@@ -594,67 +705,107 @@ fn raw_randread_mode(
         }
         other => panic!("unknown --ring {other}; use plain, coop or defer"),
     }
-    let mut ring = builder.build(256)?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)?;
-    let fd = io_uring::types::Fd(file.as_raw_fd());
-    let blocks = file.metadata()?.len() / BLOCK;
-    assert!(blocks > 0, "the file is empty");
-    let mut buffers: Vec<AlignedBuffer> = (0..depth)
-        .map(|_| AlignedBuffer::new(BLOCK as usize, 4096).expect("buffer"))
-        .collect();
-    let mut started: Vec<Instant> = vec![Instant::now(); depth];
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ depth as u64);
-    let mut histogram =
-        hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
-    let (mut completed, mut errors, mut outstanding) = (0u64, 0u64, 0usize);
-    let deadline = Duration::from_secs_f64(secs);
-    let cpu0 = cpu_seconds();
-    let start = Instant::now();
-    let mut submit_read = |ring: &mut io_uring::IoUring,
-                           started: &mut [Instant],
-                           slot: usize,
-                           submit: bool,
-                           wait: bool|
-     -> io::Result<()> {
-        let read = io_uring::opcode::Read::new(fd, buffers[slot].as_mut_ptr(), BLOCK as u32)
-            .offset((rng.next() % blocks) * BLOCK)
+    builder.build(256)
+}
+
+/// Busy work for `ns` nanoseconds (nothing for 0).
+fn spin(ns: u64) {
+    if ns > 0 {
+        let spin_start = Instant::now();
+        while (spin_start.elapsed().as_nanos() as u64) < ns {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The reads of `randread-raw`: a ring, the O_DIRECT file it reads and one
+/// buffer per slot. The ring is dropped first, so no read outlives its buffer.
+struct RawReads {
+    ring: io_uring::IoUring,
+    buffers: Vec<AlignedBuffer>,
+    started: Vec<Instant>,
+    rng: Rng,
+    blocks: u64,
+    file: std::fs::File,
+}
+
+impl RawReads {
+    fn new(path: &str, ring_flags: &str, depth: usize) -> io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let ring = raw_ring(ring_flags)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)?;
+        let blocks = file.metadata()?.len() / BLOCK;
+        assert!(blocks > 0, "the file is empty");
+        Ok(Self {
+            ring,
+            buffers: (0..depth)
+                .map(|_| AlignedBuffer::new(BLOCK as usize, 4096).expect("buffer"))
+                .collect(),
+            started: vec![Instant::now(); depth],
+            rng: Rng(0x9E37_79B9_7F4A_7C15 ^ depth as u64),
+            blocks,
+            file,
+        })
+    }
+
+    /// Queues a read of a random block into `slot`'s buffer; with `submit`,
+    /// hands the queue to the kernel, waiting for one completion if `wait`.
+    fn push(&mut self, slot: usize, submit: bool, wait: bool) -> io::Result<()> {
+        use std::os::unix::io::AsRawFd;
+        let fd = io_uring::types::Fd(self.file.as_raw_fd());
+        let buffer = self.buffers[slot].as_mut_ptr();
+        let read = io_uring::opcode::Read::new(fd, buffer, BLOCK as u32)
+            .offset((self.rng.next() % self.blocks) * BLOCK)
             .build()
             .user_data(slot as u64);
-        started[slot] = Instant::now();
-        // SAFETY: the buffer lives in `buffers` until the end of this function,
-        // which reaps every read before returning; each slot has one read at a time.
-        unsafe { ring.submission().push(&read).expect("room: one per slot") };
+        self.started[slot] = Instant::now();
+        // SAFETY: the buffer lives in `self.buffers`, which outlives the ring
+        // (dropped first); each slot has one read at a time.
+        unsafe {
+            self.ring
+                .submission()
+                .push(&read)
+                .expect("room: one per slot")
+        };
         if submit {
-            ring.submit_and_wait(usize::from(wait))?;
+            self.ring.submit_and_wait(usize::from(wait))?;
         }
         Ok(())
-    };
+    }
+}
+
+/// `randread-raw`: see the module docs.
+fn raw_randread_mode(
+    path: &str,
+    depth: usize,
+    secs: f64,
+    ring_flags: &str,
+    batch: bool,
+    spin_ns: u64,
+) -> io::Result<()> {
+    let mut reads = RawReads::new(path, ring_flags, depth)?;
+    let mut histogram = latency_histogram();
+    let (mut completed, mut errors, mut outstanding) = (0u64, 0u64, 0usize);
+    let clock = Clock::start(secs);
     for slot in 0..depth {
-        submit_read(&mut ring, &mut started, slot, true, false)?;
+        reads.push(slot, true, false)?;
         outstanding += 1;
     }
     let mut done: Vec<(usize, i32)> = Vec::with_capacity(depth);
     while outstanding > 0 {
-        if ring.completion().is_empty() {
-            ring.submit_and_wait(1)?;
+        if reads.ring.completion().is_empty() {
+            reads.ring.submit_and_wait(1)?;
         }
-        done.extend(
-            ring.completion()
-                .map(|c| (c.user_data() as usize, c.result())),
-        );
-        let stopping = start.elapsed() >= deadline;
+        let completions = reads.ring.completion();
+        done.extend(completions.map(|c| (c.user_data() as usize, c.result())));
+        let stopping = clock.expired();
         let count = done.len();
         for (index, (slot, result)) in done.drain(..).enumerate() {
-            histogram.saturating_record(started[slot].elapsed().as_nanos() as u64);
-            if spin_ns > 0 {
-                let spin_start = Instant::now();
-                while (spin_start.elapsed().as_nanos() as u64) < spin_ns {
-                    std::hint::spin_loop();
-                }
-            }
+            histogram.saturating_record(reads.started[slot].elapsed().as_nanos() as u64);
+            spin(spin_ns);
             outstanding -= 1;
             completed += 1;
             errors += u64::from(result != BLOCK as i32);
@@ -662,21 +813,21 @@ fn raw_randread_mode(
                 // The last resubmission waits for the next completion in the
                 // same system call, as the engine's turn does.
                 let last = index + 1 == count;
-                submit_read(&mut ring, &mut started, slot, last || !batch, last)?;
+                reads.push(slot, last || !batch, last)?;
                 outstanding += 1;
             }
         }
     }
-    let wall = start.elapsed().as_secs_f64();
-    let cpu = (cpu_seconds() - cpu0) / wall;
-    let us = |ns: u64| ns as f64 / 1000.0;
-    println!(
-        "RESULT mode=randread-raw depth={depth} iops={:.0} p50_us={:.1} p99_us={:.1} \
-         engine_p50_us=0 ops={completed} errors={errors} wall_s={wall:.2} cpu={cpu:.3} ring={ring_flags} \
-         batch={batch} spin_ns={spin_ns}",
-        completed as f64 / wall,
-        us(histogram.value_at_quantile(0.5)),
-        us(histogram.value_at_quantile(0.99)),
-    );
+    let (wall_s, cpu_per_wall) = clock.stop();
+    let run = ReadRun {
+        depth,
+        histogram,
+        completed,
+        errors,
+        wall_s,
+        cpu_per_wall,
+    };
+    let settings = format!("ring={ring_flags} batch={batch} spin_ns={spin_ns}");
+    run.print("randread-raw", "engine_p50_us=0", &settings);
     Ok(())
 }

@@ -11,7 +11,7 @@ use std::alloc::{self, Layout};
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -53,25 +53,13 @@ fn open(kind: BackendKind, depth: u32) -> Option<Box<dyn Backend>> {
 /// backend and uses it, failing if it takes longer than [`WATCHDOG`].
 fn for_each_backend(depth: u32, test: fn(&mut dyn Backend)) {
     for kind in [BackendKind::Threads, BackendKind::IoUring] {
-        let (done, finished) = mpsc::channel();
-        let runner = std::thread::spawn(move || {
+        println!("backend {kind}");
+        common::watched(WATCHDOG, move || {
             if let Some(mut backend) = open(kind, depth) {
                 assert_eq!(backend.kind(), kind);
                 test(backend.as_mut());
             }
-            let _ = done.send(());
         });
-        match finished.recv_timeout(WATCHDOG) {
-            Ok(()) => runner.join().expect("the test thread finished"),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // The test panicked: re-raise its panic here.
-                if let Err(panic) = runner.join() {
-                    eprintln!("backend {kind} failed");
-                    std::panic::resume_unwind(panic);
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => panic!("backend {kind}: hung"),
-        }
     }
 }
 
@@ -220,13 +208,14 @@ fn o_direct_write_sync_read_back_in_batches() {
         // 64 writes in one batch, in reverse order of offsets for good measure.
         let writes: Vec<Op> = (0..BLOCKS)
             .rev()
-            .map(|block| Op {
-                user_data: block as u64,
-                fd,
-                kind: OpKind::Write,
-                buffer: source.block(block, BLOCK),
-                length: BLOCK as u32,
-                offset: (block * BLOCK) as u64,
+            .map(|block| {
+                block_op(
+                    block as u64,
+                    fd,
+                    OpKind::Write,
+                    source.block(block, BLOCK),
+                    block,
+                )
             })
             .collect();
         let results = run_batch(backend, &writes);
@@ -238,22 +227,8 @@ fn o_direct_write_sync_read_back_in_batches() {
         );
 
         let syncs = [
-            Op {
-                user_data: 1000,
-                fd,
-                kind: OpKind::Fdatasync,
-                buffer: std::ptr::null_mut(),
-                length: 0,
-                offset: 0,
-            },
-            Op {
-                user_data: 1001,
-                fd,
-                kind: OpKind::Fsync,
-                buffer: std::ptr::null_mut(),
-                length: 0,
-                offset: 0,
-            },
+            bufferless(1000, fd, OpKind::Fdatasync),
+            bufferless(1001, fd, OpKind::Fsync),
         ];
         let results = run_batch(backend, &syncs[..1]);
         check_results(&results, &[(1000, 0)].into());
@@ -263,13 +238,14 @@ fn o_direct_write_sync_read_back_in_batches() {
         // 63 block reads plus one read past the end of the file (short: 0 bytes).
         let target = AlignedBuffer::zeroed(BLOCK * (BLOCKS + 1));
         let reads: Vec<Op> = (0..=BLOCKS)
-            .map(|block| Op {
-                user_data: 2000 + block as u64,
-                fd,
-                kind: OpKind::Read,
-                buffer: target.block(block, BLOCK),
-                length: BLOCK as u32,
-                offset: (block * BLOCK) as u64,
+            .map(|block| {
+                block_op(
+                    2000 + block as u64,
+                    fd,
+                    OpKind::Read,
+                    target.block(block, BLOCK),
+                    block,
+                )
             })
             .collect();
         let results = run_batch(backend, &reads[..BLOCKS]);
@@ -293,14 +269,7 @@ fn o_direct_write_sync_read_back_in_batches() {
 fn nops_complete_with_zero() {
     for_each_backend(32, |backend| {
         let nops: Vec<Op> = (0..32)
-            .map(|index| Op {
-                user_data: 7 + index,
-                fd: -1,
-                kind: OpKind::Nop,
-                buffer: std::ptr::null_mut(),
-                length: 0,
-                offset: 0,
-            })
+            .map(|index| bufferless(7 + index, -1, OpKind::Nop))
             .collect();
         for _ in 0..3 {
             let results = run_batch(backend, &nops);
@@ -463,14 +432,7 @@ fn completions_beyond_the_completion_queue_are_not_lost() {
         let mut next = 0u64;
         for _ in 0..6 {
             loop {
-                let op = Op {
-                    user_data: next,
-                    fd: -1,
-                    kind: OpKind::Nop,
-                    buffer: std::ptr::null_mut(),
-                    length: 0,
-                    offset: 0,
-                };
+                let op = bufferless(next, -1, OpKind::Nop);
                 // SAFETY: nops have no buffer.
                 if unsafe { backend.push(op) }.is_err() {
                     break;
@@ -506,17 +468,7 @@ fn auto_falls_back_to_threads_when_io_uring_is_forbidden() {
         auto(config, |_depth| Err::<Uring, _>(refused())).expect("threads as a fallback");
     assert_eq!(backend.kind(), BackendKind::Threads);
     assert!(refusal_reason(&refused()).contains("seccomp"));
-    let results = run_batch(
-        backend.as_mut(),
-        &[Op {
-            user_data: 1,
-            fd: -1,
-            kind: OpKind::Nop,
-            buffer: std::ptr::null_mut(),
-            length: 0,
-            offset: 0,
-        }],
-    );
+    let results = run_batch(backend.as_mut(), &[bufferless(1, -1, OpKind::Nop)]);
     check_results(&results, &[(1, 0)].into());
 }
 
@@ -546,19 +498,7 @@ fn open_uring_with_file_table(depth: u32, options: UringOptions) -> Option<Uring
 
 /// Runs `test` on a fresh thread with the watchdog, like [`for_each_backend`].
 fn on_watched_thread(test: impl FnOnce() + Send + 'static) {
-    let (done, finished) = mpsc::channel();
-    let runner = std::thread::spawn(move || {
-        test();
-        let _ = done.send(());
-    });
-    match finished.recv_timeout(WATCHDOG) {
-        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = runner.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung"),
-    }
+    common::watched(WATCHDOG, test);
 }
 
 /// Whether `path` is registered with a ring; `None` where that cannot be seen.
@@ -658,13 +598,14 @@ fn unregistering_with_ops_in_flight_completes_each_op_once_on_the_right_file() {
         for (index, byte) in source.as_mut_slice().iter_mut().enumerate() {
             *byte = pattern(index / BLOCK, index % BLOCK);
         }
-        let write = |block: usize| Op {
-            user_data: block as u64,
-            fd,
-            kind: OpKind::Write,
-            buffer: source.block(block, BLOCK),
-            length: BLOCK as u32,
-            offset: (block * BLOCK) as u64,
+        let write = |block: usize| {
+            block_op(
+                block as u64,
+                fd,
+                OpKind::Write,
+                source.block(block, BLOCK),
+                block,
+            )
         };
         // Round 1: pushed on the slot, unregistered before they are submitted
         // (the slot is cleared only after the submit). Round 2: submitted,
@@ -813,30 +754,9 @@ fn a_kernel_that_refuses_installs_turns_the_feature_off() {
 fn nop_rate() {
     const BATCH: usize = 32;
     for_each_backend(64, |backend| {
-        let mut results = Vec::with_capacity(BATCH);
-        let start = Instant::now();
-        let mut completed = 0u64;
-        while start.elapsed() < Duration::from_secs(1) {
-            for index in 0..BATCH {
-                let op = Op {
-                    user_data: index as u64,
-                    fd: -1,
-                    kind: OpKind::Nop,
-                    buffer: std::ptr::null_mut(),
-                    length: 0,
-                    offset: 0,
-                };
-                // SAFETY: nops have no buffer.
-                unsafe { backend.push(op) }.expect("the batch fits");
-            }
-            while backend.in_flight() > 0 {
-                backend.submit(true).expect("submit and wait");
-                results.clear();
-                backend.reap(&mut results);
-                completed += results.len() as u64;
-            }
-        }
-        let seconds = start.elapsed().as_secs_f64();
+        let nop = |index: usize, _| bufferless(index as u64, -1, OpKind::Nop);
+        // SAFETY: nops have no buffer.
+        let (completed, seconds) = unsafe { batches_for_a_second(backend, BATCH, nop, |_| {}) };
         println!(
             "{}: {:.0} NOPs/s ({completed} in {seconds:.2} s, batches of {BATCH})",
             backend.kind(),
@@ -867,32 +787,21 @@ fn cached_read_rate_registered_or_not() {
         let buffers = AlignedBuffer::zeroed(BLOCK * BATCH);
         for round in 0..6 {
             let registered = round % 2 == 1 && ring.register_file(fd);
-            let mut results = Vec::with_capacity(BATCH);
-            let (start, mut completed) = (Instant::now(), 0u64);
-            while start.elapsed() < Duration::from_secs(1) {
-                for index in 0..BATCH {
-                    let op = Op {
-                        user_data: index as u64,
-                        fd,
-                        kind: OpKind::Read,
-                        buffer: buffers.block(index, BLOCK),
-                        length: BLOCK as u32,
-                        offset: ((completed as usize + index) % 256 * BLOCK) as u64,
-                    };
-                    // SAFETY: `buffers` outlives every op: all are reaped
-                    // before the next batch and before it is dropped.
-                    unsafe { ring.push(op) }.expect("the batch fits");
-                }
-                while ring.in_flight() > 0 {
-                    ring.submit(true).expect("submit and wait");
-                    results.clear();
-                    ring.reap(&mut results);
-                    assert!(results.iter().all(|result| result.result == BLOCK as i32));
-                    completed += results.len() as u64;
-                }
-            }
+            let read = |index: usize, completed: u64| Op {
+                user_data: index as u64,
+                fd,
+                kind: OpKind::Read,
+                buffer: buffers.block(index, BLOCK),
+                length: BLOCK as u32,
+                offset: ((completed as usize + index) % 256 * BLOCK) as u64,
+            };
+            let whole = |results: &[OpResult]| {
+                assert!(results.iter().all(|result| result.result == BLOCK as i32));
+            };
+            // SAFETY: `buffers` outlives the call, which reaps every op.
+            let (completed, seconds) =
+                unsafe { batches_for_a_second(&mut ring, BATCH, read, whole) };
             ring.unregister_file(fd);
-            let seconds = start.elapsed().as_secs_f64();
             println!(
                 "{}: {:.0} reads/s ({completed} in {seconds:.2} s, batches of {BATCH})",
                 if registered { "registered" } else { "plain" },
@@ -901,4 +810,61 @@ fn cached_read_rate_registered_or_not() {
         }
         let _ = std::fs::remove_file(&path);
     });
+}
+
+/// An op that moves no data (a nop, `fsync` or `fdatasync`) on `fd`.
+fn bufferless(user_data: u64, fd: RawFd, kind: OpKind) -> Op {
+    Op {
+        user_data,
+        fd,
+        kind,
+        buffer: std::ptr::null_mut(),
+        length: 0,
+        offset: 0,
+    }
+}
+
+/// An op moving one block between `buffer` and block `block` of `fd`.
+fn block_op(user_data: u64, fd: RawFd, kind: OpKind, buffer: *mut u8, block: usize) -> Op {
+    Op {
+        user_data,
+        fd,
+        kind,
+        buffer,
+        length: BLOCK as u32,
+        offset: (block * BLOCK) as u64,
+    }
+}
+
+/// Pushes batches of `batch` ops, `op(index, completed so far)` each, and waits
+/// for every batch to complete, for one second; `check` sees each set of
+/// results reaped. Returns the ops completed and the seconds it took.
+///
+/// # Safety
+///
+/// Every buffer the ops name stays valid until this returns (it reaps every op
+/// it pushed before returning).
+unsafe fn batches_for_a_second(
+    backend: &mut dyn Backend,
+    batch: usize,
+    mut op: impl FnMut(usize, u64) -> Op,
+    mut check: impl FnMut(&[OpResult]),
+) -> (u64, f64) {
+    let mut results = Vec::with_capacity(batch);
+    let (start, mut completed) = (Instant::now(), 0u64);
+    while start.elapsed() < Duration::from_secs(1) {
+        for index in 0..batch {
+            // SAFETY: the caller keeps the op's buffer valid until it is
+            // reaped below.
+            unsafe { backend.push(op(index, completed)) }.expect("the batch fits");
+        }
+        while backend.in_flight() > 0 {
+            backend.submit(true).expect("submit and wait");
+            results.clear();
+            backend.reap(&mut results);
+            check(&results);
+            completed += results.len() as u64;
+        }
+    }
+    (completed, start.elapsed().as_secs_f64())
 }

@@ -342,27 +342,43 @@ fn partitions_and_filesystems_on_a_loop_disk() {
         println!("{part} -> {info:?}");
         assert_eq!(info, whole, "partition {part} must map to its whole disk");
     }
+    let Some(mounts) = mount_ext4(&parts, &scratch) else {
+        return;
+    };
+    check_files_on_partitions(&mounts, &whole, &parts[0]);
+    drop(mounts);
+}
 
+/// An ext4 filesystem made and mounted on each of `parts`, under `scratch`;
+/// `None` (with the reason printed) where mkfs.ext4 or the mount is missing.
+fn mount_ext4(parts: &[String; 2], scratch: &Scratch) -> Option<Vec<Mount>> {
     if !have("mkfs.ext4") {
         println!("skipped filesystem checks: mkfs.ext4 is not installed");
-        return;
+        return None;
     }
     let mut mounts = Vec::new();
     for (i, part) in parts.iter().enumerate() {
         if let Err(e) = run("mkfs.ext4", &["-q", "-F", part]) {
             println!("skipped filesystem checks: {e}");
-            return;
+            return None;
         }
         match Mount::new(part, &scratch.0.join(format!("mnt{i}"))) {
             Ok(m) => mounts.push(m),
             Err(e) => {
                 println!("skipped filesystem checks: {e}");
-                return;
+                return None;
             }
         }
     }
+    Some(mounts)
+}
+
+/// A file on each of the two partitions' filesystems maps to the `whole`
+/// disk, not to the root filesystem's; the first one's O_DIRECT alignment is
+/// sane, and an aligned write reads back through it.
+fn check_files_on_partitions(mounts: &[Mount], whole: &DeviceInfo, first_part: &str) {
     let mut files = Vec::new();
-    for m in &mounts {
+    for m in mounts {
         let path = m.0.join("data");
         let file = OpenOptions::new()
             .read(true)
@@ -376,12 +392,12 @@ fn partitions_and_filesystems_on_a_loop_disk() {
     }
     let a = device_of(&files[0]).unwrap();
     let b = device_of(&files[1]).unwrap();
-    assert_eq!(a, whole, "file on partition 1");
-    assert_eq!(b, whole, "file on partition 2");
+    assert_eq!(&a, whole, "file on partition 1");
+    assert_eq!(&b, whole, "file on partition 2");
     assert_ne!(a.id, device_of_path(Path::new("/")).unwrap().id);
 
     let align = direct_io_alignment(&files[0], &a);
-    println!("ext4 on {} direct-I/O alignment: {align:?}", parts[0]);
+    println!("ext4 on {first_part} direct-I/O alignment: {align:?}");
     assert!(align.memory_bytes.is_power_of_two() && align.offset_bytes.is_power_of_two());
     assert!(align.offset_bytes <= 4096, "{align:?}");
 
@@ -401,6 +417,4 @@ fn partitions_and_filesystems_on_a_loop_disk() {
     let n = files[0].read_at(&mut back, block as u64).unwrap();
     back.truncate(n);
     assert_eq!(&back[..], &data[..], "short or wrong O_DIRECT read");
-    drop(files);
-    drop(mounts);
 }

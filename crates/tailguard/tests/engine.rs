@@ -6,57 +6,30 @@
 //! kernel or a seccomp profile refuses io_uring.
 
 mod common;
-use common::registered_paths;
+use common::{build_on, open_read_write, registered_paths};
 use std::collections::HashSet;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tailguard::{
-    AlignedBuffer, BackendChoice, BackendKind, OpenOptions, Scheduler, SchedulerBuilder,
-};
+use tailguard::{AlignedBuffer, BackendChoice, BackendKind, OpenOptions, Scheduler};
 
 const BLOCK: usize = 4096;
 
 fn scratch(name: &str) -> PathBuf {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("engine-tests");
-    std::fs::create_dir_all(&directory).unwrap();
-    let path = directory.join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
+    common::scratch("engine-tests", name)
 }
 
 /// Opens (creating) a scratch file read-write with O_DIRECT through `scheduler`.
 fn open_scratch(scheduler: &Scheduler, name: &str) -> (tailguard::File, PathBuf) {
     let path = scratch(name);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .open(scheduler, &path)
-        .unwrap();
-    (file, path)
+    (open_read_write(scheduler, &path), path)
 }
 
 /// A scheduler on `choice`, or `None` (with the reason printed) when this
 /// machine refuses io_uring.
 fn scheduler(choice: BackendChoice) -> Option<Scheduler> {
-    scheduler_with(choice, Scheduler::builder())
-}
-
-/// As [`scheduler`], from `builder`'s other settings.
-fn scheduler_with(choice: BackendChoice, builder: SchedulerBuilder) -> Option<Scheduler> {
-    match builder.backend(choice).build() {
-        Ok(scheduler) => Some(scheduler),
-        Err(error) if choice == BackendChoice::IoUring => {
-            println!(
-                "skipping io_uring: {error} ({})",
-                tailguard::backend::refusal_reason(&error)
-            );
-            None
-        }
-        Err(error) => panic!("{choice:?}: {error}"),
-    }
+    build_on(choice, Scheduler::builder())
 }
 
 /// Every backend, io_uring three times: with waiters running the engine (a
@@ -78,9 +51,7 @@ fn backends() -> Vec<(BackendChoice, Scheduler)> {
         (BackendChoice::Threads, builder()),
     ]
     .into_iter()
-    .filter_map(|(choice, builder)| {
-        scheduler_with(choice, builder).map(|scheduler| (choice, scheduler))
-    })
+    .filter_map(|(choice, builder)| build_on(choice, builder).map(|scheduler| (choice, scheduler)))
     .collect()
 }
 
@@ -425,47 +396,11 @@ fn turning_registered_files_off_through_the_environment() {
     }
 }
 
-/// Unmounts and removes a test mount point, even when the test fails.
-struct Mount(PathBuf);
-
-impl Mount {
-    /// Unmounts it now; returns whether that worked.
-    fn unmount(&self) -> bool {
-        std::process::Command::new("umount")
-            .arg(&self.0)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        self.unmount();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 #[test]
 fn a_full_filesystem_reports_enospc() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipping: mounting a small tmpfs needs root");
+    let Some(mount) = common::Tmpfs::mount("engine-tests", "enospc-mount", "64k") else {
         return;
-    }
-    let directory = scratch("enospc-mount");
-    std::fs::create_dir_all(&directory).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tailguard-test"])
-        .arg(&directory)
-        .status()
-        .unwrap();
-    if !mounted.success() {
-        let _ = std::fs::remove_dir(&directory);
-        println!("skipping: mount -t tmpfs failed here (a container without CAP_SYS_ADMIN?)");
-        return;
-    }
-    let mount = Mount(directory);
+    };
     for (choice, scheduler) in backends() {
         let path = mount.0.join(format!("full-{choice:?}"));
         // tmpfs takes O_DIRECT since Linux 6.6; older kernels need buffered I/O.
@@ -690,7 +625,7 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
 #[test]
 fn files_are_registered_with_the_ring_unless_turned_off() {
     for slots in [tailguard::backend::DEFAULT_FILE_SLOTS, 0] {
-        let Some(scheduler) = scheduler_with(
+        let Some(scheduler) = build_on(
             BackendChoice::IoUring,
             Scheduler::builder().registered_files(slots),
         ) else {
@@ -719,7 +654,7 @@ fn files_are_registered_with_the_ring_unless_turned_off() {
 
 #[test]
 fn more_files_than_table_slots_all_read_back_intact() {
-    let Some(scheduler) = scheduler_with(
+    let Some(scheduler) = build_on(
         BackendChoice::IoUring,
         Scheduler::builder().registered_files(2),
     ) else {
@@ -752,7 +687,7 @@ fn more_files_than_table_slots_all_read_back_intact() {
 fn closing_a_file_with_io_in_flight_completes_everything_once_then_frees_its_slot() {
     // One slot: the second file can only get it once the first file's
     // registration is given up.
-    let Some(scheduler) = scheduler_with(
+    let Some(scheduler) = build_on(
         BackendChoice::IoUring,
         Scheduler::builder().registered_files(1),
     ) else {

@@ -6,6 +6,7 @@
 //! A test binary of its own: it installs a process-wide `tracing` subscriber
 //! (the engine thread logs, so a thread-local one would miss its events).
 
+mod common;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,12 +48,6 @@ impl tracing::Subscriber for CountControllerEvents {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let directory = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("engine-tests");
-    std::fs::create_dir_all(&directory).unwrap();
-    directory.join(format!("{name}-{}", std::process::id()))
-}
-
 /// Writes a numbered pattern, then reads it back in batches of 32 until the
 /// device's controller has judged at least `windows` windows (or a generous
 /// cap of batches, so a stalled controller fails instead of hanging), checking
@@ -79,7 +74,7 @@ fn run(
         .default_profile(profile)
         .build()?;
     let class = scheduler.add_class("c", 100)?;
-    let path = scratch(name);
+    let path = common::scratch("engine-tests", name);
     let file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -15,10 +15,10 @@
 //! Files live in cargo's per-test temporary directory, on a disk that takes
 //! O_DIRECT; io_uring cases skip with a printed reason where it is refused.
 
+mod common;
 use proptest::prelude::*;
 use std::io;
 use std::path::PathBuf;
-use std::sync::mpsc;
 use std::time::Duration;
 use tailguard::backend::fault::{FaultInjector, FaultPlan, FaultRule, OpFilter};
 use tailguard::{AlignedBuffer, BackendChoice, OpenOptions, Scheduler};
@@ -28,12 +28,6 @@ const BLOCK: usize = 4096;
 const BLOCKS: u64 = 64;
 /// The most time one case may take before it counts as a hang.
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-fn scratch(name: &str) -> PathBuf {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fault-tests");
-    std::fs::create_dir_all(&directory).unwrap();
-    directory.join(format!("{name}-{}", std::process::id()))
-}
 
 /// Block `index`'s content for generation `salt`.
 fn pattern(index: u64, salt: u64) -> AlignedBuffer {
@@ -51,7 +45,7 @@ struct TestFile {
 
 impl TestFile {
     fn create(name: &str) -> Self {
-        let path = scratch(name);
+        let path = common::scratch("fault-tests", name);
         let content: Vec<u8> = (0..BLOCKS)
             .flat_map(|index| pattern(index, 0).to_vec())
             .collect();
@@ -78,33 +72,50 @@ fn scheduler(
     injector: &FaultInjector,
     ring_depth: u32,
 ) -> Option<Scheduler> {
-    match Scheduler::builder()
-        .backend(choice)
+    let builder = Scheduler::builder()
         .ring_depth(ring_depth)
         .threads(2)
-        .fault_injection(injector.clone())
-        .build()
-    {
-        Ok(scheduler) => Some(scheduler),
-        Err(error) if choice == BackendChoice::IoUring => {
-            println!("skipping io_uring: {error}");
-            None
-        }
-        Err(error) => panic!("{choice:?}: {error}"),
-    }
+        .fault_injection(injector.clone());
+    common::build_on(choice, builder)
 }
 
-/// Runs `case` on its own thread; a case that does not finish within
-/// [`WATCHDOG`] fails as a hang instead of blocking the run.
-fn bounded<T: Send + 'static>(case: impl FnOnce() -> T + Send + 'static) -> T {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(case)));
+/// Runs `case` on its own thread, under the [`WATCHDOG`], on `choice` with a
+/// ring of `ring_depth` whose backend injects `plan`'s faults, and a fresh
+/// [`TestFile`] named `name`; skips (printed) where io_uring is refused.
+fn with_faults(
+    choice: BackendChoice,
+    plan: FaultPlan,
+    ring_depth: u32,
+    name: String,
+    case: impl FnOnce(&FaultInjector, &Scheduler, &TestFile) + Send + 'static,
+) {
+    common::watched(WATCHDOG, move || {
+        let injector = FaultInjector::new(plan);
+        let Some(scheduler) = scheduler(choice, &injector, ring_depth) else {
+            return;
+        };
+        let file = TestFile::create(&name);
+        case(&injector, &scheduler, &file);
     });
-    match receiver.recv_timeout(WATCHDOG) {
-        Ok(Ok(value)) => value,
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("hang: the case did not finish within {WATCHDOG:?}"),
+}
+
+/// [`with_faults`] on each of [`BACKENDS`], with a ring of 256 and a file named
+/// `name` and the backend; `case` is also told the backend.
+fn on_each_backend(
+    name: &str,
+    plan: FaultPlan,
+    case: impl Fn(BackendChoice, &FaultInjector, &Scheduler, &TestFile) + Clone + Send + 'static,
+) {
+    for choice in BACKENDS {
+        let case = case.clone();
+        let file_name = format!("{name}-{choice:?}");
+        with_faults(
+            choice,
+            plan.clone(),
+            256,
+            file_name,
+            move |injector, scheduler, file| case(choice, injector, scheduler, file),
+        );
     }
 }
 
@@ -267,68 +278,69 @@ fn tally(requests: u64, failed: u64, counts: &tailguard::backend::fault::FaultCo
 /// Runs one fault plan and workload on `choice` and checks every invariant.
 fn check_case(choice: BackendChoice, plan: FaultPlan, workload: Vec<Request>, ring_depth: u32) {
     let name = format!("case-{choice:?}-{}", plan.seed);
-    bounded(move || {
-        let injector = FaultInjector::new(plan.clone());
-        let Some(scheduler) = scheduler(choice, &injector, ring_depth) else {
-            return;
-        };
-        let file = TestFile::create(&name);
-        let outcomes = run_workload(&scheduler, &file, &workload);
-        scheduler.shutdown();
-        let counts = injector.counts();
-        assert_eq!(counts.ops_pushed, counts.ops_completed, "{counts:?}");
-        assert_eq!(counts.ops_held_now, 0);
-        let failed = outcomes.iter().filter(|outcome| outcome.is_err()).count();
-        tally(workload.len() as u64, failed as u64, &counts);
-        let short_possible = plan
-            .rules
-            .iter()
-            .any(|rule| matches!(rule, FaultRule::ShortRate { .. }));
-        let gone_possible = plan
-            .rules
-            .iter()
-            .any(|rule| matches!(rule, FaultRule::Disappear { .. }));
-        for (request, outcome) in workload.iter().zip(&outcomes) {
-            let (errnos, must_fail) = explained(&plan.rules, *request);
-            match *outcome {
-                Err(errno) => assert!(
-                    errnos.contains(&errno),
-                    "{request:?} failed with errno {errno}, which no rule of {plan:?} gives"
-                ),
-                Ok(bytes) => {
-                    assert!(
-                        !must_fail,
-                        "{request:?} touches an error range but succeeded"
-                    );
-                    let full = if matches!(request, Request::Fdatasync) {
-                        0
-                    } else {
-                        BLOCK
-                    };
-                    assert!(
-                        bytes == full || (short_possible && bytes < full),
-                        "{request:?}: {bytes} bytes"
-                    );
-                }
-            }
-            if let Request::Write(block) = *request {
-                let on_disk = file.block(block);
+    with_faults(
+        choice,
+        plan.clone(),
+        ring_depth,
+        name,
+        move |injector, scheduler, file| {
+            let outcomes = run_workload(scheduler, file, &workload);
+            scheduler.shutdown();
+            let counts = injector.counts();
+            assert_eq!(counts.ops_pushed, counts.ops_completed, "{counts:?}");
+            assert_eq!(counts.ops_held_now, 0);
+            let failed = outcomes.iter().filter(|outcome| outcome.is_err()).count();
+            tally(workload.len() as u64, failed as u64, &counts);
+            let short_possible = plan
+                .rules
+                .iter()
+                .any(|rule| matches!(rule, FaultRule::ShortRate { .. }));
+            let gone_possible = plan
+                .rules
+                .iter()
+                .any(|rule| matches!(rule, FaultRule::Disappear { .. }));
+            for (request, outcome) in workload.iter().zip(&outcomes) {
+                let (errnos, must_fail) = explained(&plan.rules, *request);
                 match *outcome {
-                    Ok(bytes) => assert_eq!(
-                        &on_disk[..bytes],
-                        &pattern(block, 1)[..bytes],
-                        "block {block}: an acknowledged write reads back"
+                    Err(errno) => assert!(
+                        errnos.contains(&errno),
+                        "{request:?} failed with errno {errno}, which no rule of {plan:?} gives"
                     ),
-                    Err(_) if !gone_possible => assert_eq!(
-                        on_disk,
-                        pattern(block, 0).to_vec(),
-                        "block {block}: a write failed before the device left it unchanged"
-                    ),
-                    Err(_) => {}
+                    Ok(bytes) => {
+                        assert!(
+                            !must_fail,
+                            "{request:?} touches an error range but succeeded"
+                        );
+                        let full = if matches!(request, Request::Fdatasync) {
+                            0
+                        } else {
+                            BLOCK
+                        };
+                        assert!(
+                            bytes == full || (short_possible && bytes < full),
+                            "{request:?}: {bytes} bytes"
+                        );
+                    }
+                }
+                if let Request::Write(block) = *request {
+                    let on_disk = file.block(block);
+                    match *outcome {
+                        Ok(bytes) => assert_eq!(
+                            &on_disk[..bytes],
+                            &pattern(block, 1)[..bytes],
+                            "block {block}: an acknowledged write reads back"
+                        ),
+                        Err(_) if !gone_possible => assert_eq!(
+                            on_disk,
+                            pattern(block, 0).to_vec(),
+                            "block {block}: a write failed before the device left it unchanged"
+                        ),
+                        Err(_) => {}
+                    }
                 }
             }
-        }
-    });
+        },
+    );
 }
 
 fn op_filter() -> impl Strategy<Value = OpFilter> {
@@ -415,95 +427,75 @@ proptest! {
 
 #[test]
 fn an_error_range_fails_exactly_the_requests_that_touch_it() {
-    for choice in BACKENDS {
-        let plan = FaultPlan {
-            seed: 1,
-            rules: vec![FaultRule::ErrorRange {
-                offsets: 4 * BLOCK as u64..6 * BLOCK as u64,
-                ops: OpFilter::Reads,
-                errno: libc::EIO,
-            }],
-        };
-        let workload: Vec<Request> = (0..10).map(Request::Read).collect();
-        bounded(move || {
-            let injector = FaultInjector::new(plan);
-            let Some(scheduler) = scheduler(choice, &injector, 256) else {
-                return;
-            };
-            let file = TestFile::create(&format!("range-{choice:?}"));
-            let outcomes = run_workload(&scheduler, &file, &workload);
-            let failed: Vec<usize> = (0..outcomes.len())
-                .filter(|&index| outcomes[index].is_err())
-                .collect();
-            assert_eq!(failed, [4, 5], "{choice:?}: {outcomes:?}");
-            assert_eq!(outcomes[4], Err(libc::EIO));
-            assert_eq!(injector.counts().errors_injected, 2);
-        });
-    }
+    let plan = FaultPlan {
+        seed: 1,
+        rules: vec![FaultRule::ErrorRange {
+            offsets: 4 * BLOCK as u64..6 * BLOCK as u64,
+            ops: OpFilter::Reads,
+            errno: libc::EIO,
+        }],
+    };
+    let workload: Vec<Request> = (0..10).map(Request::Read).collect();
+    on_each_backend("range", plan, move |choice, injector, scheduler, file| {
+        let outcomes = run_workload(scheduler, file, &workload);
+        let failed: Vec<usize> = (0..outcomes.len())
+            .filter(|&index| outcomes[index].is_err())
+            .collect();
+        assert_eq!(failed, [4, 5], "{choice:?}: {outcomes:?}");
+        assert_eq!(outcomes[4], Err(libc::EIO));
+        assert_eq!(injector.counts().errors_injected, 2);
+    });
 }
 
 #[test]
 fn a_vanished_device_fails_every_request_and_the_scheduler_lives_on() {
-    for choice in BACKENDS {
-        bounded(move || {
-            let injector = FaultInjector::new(FaultPlan::default());
-            let Some(scheduler) = scheduler(choice, &injector, 256) else {
-                return;
-            };
-            let file = TestFile::create(&format!("vanish-{choice:?}"));
-            let before = run_workload(&scheduler, &file, &[Request::Read(1), Request::Write(40)]);
+    on_each_backend(
+        "vanish",
+        FaultPlan::default(),
+        move |choice, injector, scheduler, file| {
+            let before = run_workload(scheduler, file, &[Request::Read(1), Request::Write(40)]);
             assert_eq!(before, [Ok(BLOCK), Ok(BLOCK)]);
             injector.disappear(libc::ENODEV);
             let workload: Vec<Request> = (0..8)
                 .map(|index| Request::Write(BLOCKS / 2 + index))
                 .chain([Request::Fdatasync, Request::Read(3)])
                 .collect();
-            let gone = run_workload(&scheduler, &file, &workload);
+            let gone = run_workload(scheduler, file, &workload);
             assert!(
                 gone.iter().all(|outcome| *outcome == Err(libc::ENODEV)),
                 "{choice:?}: {gone:?}"
             );
             // The device comes back: the same scheduler serves it again.
             injector.heal();
-            let after = run_workload(&scheduler, &file, &[Request::Read(2)]);
+            let after = run_workload(scheduler, file, &[Request::Read(2)]);
             assert_eq!(after, [Ok(BLOCK)]);
             let counts = injector.counts();
             assert_eq!(counts.ops_failed_gone, workload.len() as u64);
-        });
-    }
+        },
+    );
 }
 
 #[test]
 fn short_transfers_come_back_as_short_counts() {
-    for choice in BACKENDS {
-        bounded(move || {
-            let plan = FaultPlan {
-                seed: 7,
-                rules: vec![FaultRule::ShortRate {
-                    per_million: 1_000_000,
-                }],
-            };
-            let injector = FaultInjector::new(plan);
-            let Some(scheduler) = scheduler(choice, &injector, 256) else {
-                return;
-            };
-            let file = TestFile::create(&format!("short-{choice:?}"));
-            let outcomes = run_workload(&scheduler, &file, &[Request::Read(0), Request::Write(33)]);
-            assert_eq!(outcomes, [Ok(BLOCK / 2), Ok(BLOCK / 2)], "{choice:?}");
-            assert_eq!(injector.counts().short_transfers, 2);
-        });
-    }
+    let plan = FaultPlan {
+        seed: 7,
+        rules: vec![FaultRule::ShortRate {
+            per_million: 1_000_000,
+        }],
+    };
+    on_each_backend("short", plan, move |choice, injector, scheduler, file| {
+        let outcomes = run_workload(scheduler, file, &[Request::Read(0), Request::Write(33)]);
+        assert_eq!(outcomes, [Ok(BLOCK / 2), Ok(BLOCK / 2)], "{choice:?}");
+        assert_eq!(injector.counts().short_transfers, 2);
+    });
 }
 
 #[test]
 fn shutdown_during_a_stall_waits_for_the_stalled_requests() {
-    for choice in BACKENDS {
-        bounded(move || {
-            let injector = FaultInjector::new(FaultPlan::default());
-            let Some(scheduler) = scheduler(choice, &injector, 256) else {
-                return;
-            };
-            let file = TestFile::create(&format!("stall-{choice:?}"));
+    on_each_backend(
+        "stall",
+        FaultPlan::default(),
+        move |choice, injector, scheduler, file| {
             let handle = scheduler.open(&file.path).unwrap();
             let class = scheduler.add_class("c", 1).unwrap();
             injector.stall_for(Duration::from_millis(300));
@@ -537,6 +529,6 @@ fn shutdown_during_a_stall_waits_for_the_stalled_requests() {
                 let block = BLOCKS / 2 + index;
                 assert_eq!(file.block(block), pattern(block, 1).to_vec());
             }
-        });
-    }
+        },
+    );
 }

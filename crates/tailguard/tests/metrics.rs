@@ -2,7 +2,9 @@
 //! HTTP, the text parsed by a strict OpenMetrics parser, and every per-class and
 //! per-device counter and histogram compared with the stats' JSON.
 
-use openmetrics_parser::{openmetrics::parse_openmetrics, MetricNumber, OpenMetricsValue};
+use openmetrics_parser::{
+    openmetrics::parse_openmetrics, HistogramValue, MetricNumber, OpenMetricsValue,
+};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -28,9 +30,12 @@ fn number(value: &MetricNumber) -> f64 {
     }
 }
 
-/// The parsed scrape: (family, `label=value` pairs sorted and joined by ',')
-/// to its value.
-fn samples(text: &str) -> HashMap<(String, String), OpenMetricsValue> {
+/// A parsed scrape: (family, `label=value` pairs sorted and joined by ',') to
+/// its value.
+type Samples = HashMap<(String, String), OpenMetricsValue>;
+
+/// The parsed scrape of `text`.
+fn samples(text: &str) -> Samples {
     let exposition = parse_openmetrics(text).unwrap_or_else(|error| panic!("{error:?}\n{text}"));
     let mut samples = HashMap::new();
     for (name, family) in exposition.families {
@@ -47,19 +52,16 @@ fn samples(text: &str) -> HashMap<(String, String), OpenMetricsValue> {
     samples
 }
 
-fn counter(samples: &HashMap<(String, String), OpenMetricsValue>, name: &str, label: &str) -> f64 {
+fn counter(samples: &Samples, name: &str, label: &str) -> f64 {
     match samples.get(&(name.to_string(), label.to_string())) {
         Some(OpenMetricsValue::Counter(counter)) => number(&counter.value),
         other => panic!("{name}{{{label}}}: {other:?}"),
     }
 }
 
-#[test]
-fn a_scrape_agrees_with_the_stats_json() {
-    let scheduler = Scheduler::builder()
-        .backend(BackendChoice::Threads)
-        .build()
-        .unwrap();
+/// Writes 8 blocks through a capped `writes` class, reads 5 and runs 7 nops
+/// through a `reads` class, on a buffered scratch file; returns its path.
+fn run_two_classes(scheduler: &Scheduler) -> std::path::PathBuf {
     let reads = scheduler.add_class("reads", 200).unwrap();
     let writes = scheduler.add_class("writes", 50).unwrap();
     // A cap far above what the test moves, so that it shows in the scrape.
@@ -72,7 +74,7 @@ fn a_scrape_agrees_with_the_stats_json() {
         .write(true)
         .create(true)
         .direct(false)
-        .open(&scheduler, &path)
+        .open(scheduler, &path)
         .unwrap();
     for block in 0..8u64 {
         let buffer = AlignedBuffer::new(4096, 4096).unwrap();
@@ -87,7 +89,125 @@ fn a_scrape_agrees_with_the_stats_json() {
     for _ in 0..7 {
         scheduler.nop(&reads).wait().unwrap();
     }
+    path
+}
 
+/// Asserts that class `class` of the stats' JSON has the same counters and
+/// histograms in the scrape (`body`, shown on failure).
+fn check_class(scraped: &Samples, class: &serde_json::Value, body: &str) {
+    let name = class["name"].as_str().unwrap();
+    for (family, field) in [
+        ("tailguard_class_operations", "ops"),
+        ("tailguard_class_errors", "errors"),
+        ("tailguard_class_transferred_bytes", "bytes"),
+    ] {
+        assert_eq!(
+            counter(scraped, family, &format!("class={name}")),
+            class[field].as_f64().unwrap(),
+            "{family} of {name}\n{body}"
+        );
+    }
+    for (family, field) in [
+        ("tailguard_class_queue_wait_seconds", "queue_wait_ns"),
+        ("tailguard_class_device_time_seconds", "device_time_ns"),
+        ("tailguard_class_latency_seconds", "latency_ns"),
+    ] {
+        let Some(OpenMetricsValue::Histogram(histogram)) =
+            scraped.get(&(family.to_string(), format!("class={name}")))
+        else {
+            panic!("{family}{{{name}}} is not a histogram\n{body}");
+        };
+        check_histogram(histogram, &class[field], &format!("{family} {name}"));
+    }
+}
+
+/// Asserts that a scraped histogram has the count, sum (in seconds) and
+/// cumulative buckets of `summary`, one of the stats' JSON histograms.
+fn check_histogram(histogram: &HistogramValue, summary: &serde_json::Value, what: &str) {
+    assert_eq!(histogram.count, summary["count"].as_u64(), "{what}");
+    let sum = number(histogram.sum.as_ref().unwrap());
+    let sum_ns = summary["sum_ns"].as_f64().unwrap();
+    assert!(
+        (sum * 1e9 - sum_ns).abs() <= 1.0 + sum_ns * 1e-12,
+        "{what} sum"
+    );
+    let mut cumulative = 0.0;
+    let buckets = summary["buckets"].as_array().unwrap();
+    assert_eq!(histogram.buckets.len(), buckets.len(), "{what} buckets");
+    for (scraped_bucket, bucket) in histogram.buckets.iter().zip(buckets) {
+        cumulative += bucket["count"].as_f64().unwrap();
+        assert_eq!(number(&scraped_bucket.count), cumulative, "{what}");
+        match bucket["le_ns"].as_f64() {
+            Some(bound_ns) => {
+                assert!((scraped_bucket.upper_bound * 1e9 - bound_ns).abs() < 1e-3)
+            }
+            None => assert!(scraped_bucket.upper_bound.is_infinite()),
+        }
+    }
+}
+
+/// Asserts what [`run_two_classes`] did, as the scrape counts it: the capped
+/// class's cap (and no cap for the other), and each class's operations.
+fn check_two_classes(scraped: &Samples, body: &str) {
+    let cap = "tailguard_class_rate_limit_bytes_per_second".to_string();
+    match scraped.get(&(cap.clone(), "class=writes".to_string())) {
+        Some(OpenMetricsValue::Gauge(gauge)) => assert_eq!(number(gauge), 1073741824.0),
+        other => panic!("{cap}{{writes}}: {other:?}\n{body}"),
+    }
+    assert!(
+        !scraped.contains_key(&(cap, "class=reads".to_string())),
+        "an uncapped class has no cap sample\n{body}"
+    );
+    assert_eq!(
+        counter(scraped, "tailguard_class_operations", "class=reads"),
+        12.0
+    );
+    assert_eq!(
+        counter(scraped, "tailguard_class_operations", "class=writes"),
+        8.0
+    );
+    assert_eq!(
+        counter(scraped, "tailguard_class_transferred_bytes", "class=writes"),
+        8.0 * 4096.0
+    );
+}
+
+/// Asserts that device `device` of the stats' JSON has the same counters in
+/// the scrape.
+fn check_device(scraped: &Samples, device: &serde_json::Value) {
+    let name = device["name"].as_str().unwrap();
+    let label = format!("device={name}");
+    assert_eq!(
+        counter(scraped, "tailguard_device_operations", &label),
+        device["ops"].as_f64().unwrap()
+    );
+    assert_eq!(
+        counter(scraped, "tailguard_device_budget_changes", &label),
+        device["budget_changes"].as_f64().unwrap()
+    );
+    for (decision, field) in [("grow", "grows"), ("shrink", "shrinks"), ("hold", "holds")] {
+        assert_eq!(
+            counter(
+                scraped,
+                "tailguard_device_controller_decisions",
+                &format!("decision={decision},{label}")
+            ),
+            device["controller"][field].as_f64().unwrap()
+        );
+    }
+    assert_eq!(
+        counter(scraped, "tailguard_device_starved_reads", &label),
+        device["controller"]["starved_reads"].as_f64().unwrap()
+    );
+}
+
+#[test]
+fn a_scrape_agrees_with_the_stats_json() {
+    let scheduler = Scheduler::builder()
+        .backend(BackendChoice::Threads)
+        .build()
+        .unwrap();
+    let path = run_two_classes(&scheduler);
     let source = scheduler.clone();
     let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), move || {
         source
@@ -103,119 +223,12 @@ fn a_scrape_agrees_with_the_stats_json() {
     );
     let scraped = samples(&body);
     let json = serde_json::to_value(scheduler.stats().unwrap()).unwrap();
-
     for class in json["classes"].as_array().unwrap() {
-        let name = class["name"].as_str().unwrap();
-        for (family, field) in [
-            ("tailguard_class_operations", "ops"),
-            ("tailguard_class_errors", "errors"),
-            ("tailguard_class_transferred_bytes", "bytes"),
-        ] {
-            assert_eq!(
-                counter(&scraped, family, &format!("class={name}")),
-                class[field].as_f64().unwrap(),
-                "{family} of {name}\n{body}"
-            );
-        }
-        for (family, field) in [
-            ("tailguard_class_queue_wait_seconds", "queue_wait_ns"),
-            ("tailguard_class_device_time_seconds", "device_time_ns"),
-            ("tailguard_class_latency_seconds", "latency_ns"),
-        ] {
-            let Some(OpenMetricsValue::Histogram(histogram)) =
-                scraped.get(&(family.to_string(), format!("class={name}")))
-            else {
-                panic!("{family}{{{name}}} is not a histogram\n{body}");
-            };
-            let summary = &class[field];
-            assert_eq!(
-                histogram.count,
-                summary["count"].as_u64(),
-                "{family} {name}"
-            );
-            let sum = number(histogram.sum.as_ref().unwrap());
-            let sum_ns = summary["sum_ns"].as_f64().unwrap();
-            assert!(
-                (sum * 1e9 - sum_ns).abs() <= 1.0 + sum_ns * 1e-12,
-                "{family} sum"
-            );
-            let mut cumulative = 0.0;
-            let buckets = summary["buckets"].as_array().unwrap();
-            assert_eq!(histogram.buckets.len(), buckets.len(), "{family} buckets");
-            for (scraped_bucket, bucket) in histogram.buckets.iter().zip(buckets) {
-                cumulative += bucket["count"].as_f64().unwrap();
-                assert_eq!(number(&scraped_bucket.count), cumulative, "{family} {name}");
-                match bucket["le_ns"].as_f64() {
-                    Some(bound_ns) => {
-                        assert!((scraped_bucket.upper_bound * 1e9 - bound_ns).abs() < 1e-3)
-                    }
-                    None => assert!(scraped_bucket.upper_bound.is_infinite()),
-                }
-            }
-        }
+        check_class(&scraped, class, &body);
     }
-    let cap = "tailguard_class_rate_limit_bytes_per_second".to_string();
-    match scraped.get(&(cap.clone(), "class=writes".to_string())) {
-        Some(OpenMetricsValue::Gauge(gauge)) => assert_eq!(number(gauge), 1073741824.0),
-        other => panic!("{cap}{{writes}}: {other:?}\n{body}"),
-    }
-    assert!(
-        !scraped.contains_key(&(cap, "class=reads".to_string())),
-        "an uncapped class has no cap sample\n{body}"
-    );
-    assert_eq!(
-        counter(&scraped, "tailguard_class_operations", "class=reads"),
-        12.0
-    );
-    assert_eq!(
-        counter(&scraped, "tailguard_class_operations", "class=writes"),
-        8.0
-    );
-    assert_eq!(
-        counter(
-            &scraped,
-            "tailguard_class_transferred_bytes",
-            "class=writes"
-        ),
-        8.0 * 4096.0
-    );
-
+    check_two_classes(&scraped, &body);
     for device in json["devices"].as_array().unwrap() {
-        let name = device["name"].as_str().unwrap();
-        assert_eq!(
-            counter(
-                &scraped,
-                "tailguard_device_operations",
-                &format!("device={name}")
-            ),
-            device["ops"].as_f64().unwrap()
-        );
-        assert_eq!(
-            counter(
-                &scraped,
-                "tailguard_device_budget_changes",
-                &format!("device={name}")
-            ),
-            device["budget_changes"].as_f64().unwrap()
-        );
-        for (decision, field) in [("grow", "grows"), ("shrink", "shrinks"), ("hold", "holds")] {
-            assert_eq!(
-                counter(
-                    &scraped,
-                    "tailguard_device_controller_decisions",
-                    &format!("decision={decision},device={name}")
-                ),
-                device["controller"][field].as_f64().unwrap()
-            );
-        }
-        assert_eq!(
-            counter(
-                &scraped,
-                "tailguard_device_starved_reads",
-                &format!("device={name}")
-            ),
-            device["controller"]["starved_reads"].as_f64().unwrap()
-        );
+        check_device(&scraped, device);
     }
     let (status, _, _) = http_get(server.local_address(), "/other");
     assert!(status.contains("404"), "{status}");

@@ -6,15 +6,14 @@
 //! Files live in cargo's per-test temporary directory (O_DIRECT); the
 //! thread-pool backend runs everywhere.
 
+mod common;
 use std::path::PathBuf;
 use tailguard::{AlignedBuffer, BackendChoice, Scheduler};
 
 const BLOCK: usize = 4096;
 
 fn scratch(name: &str) -> PathBuf {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("misuse-tests");
-    std::fs::create_dir_all(&directory).unwrap();
-    let path = directory.join(format!("{name}-{}", std::process::id()));
+    let path = common::scratch("misuse-tests", name);
     std::fs::write(&path, vec![7u8; 4 * BLOCK]).unwrap();
     path
 }

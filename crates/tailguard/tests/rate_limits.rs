@@ -15,11 +15,10 @@
 //! A lifted cap releases queued work at once, and a cap that is changed while
 //! work is queued applies to it.
 
+mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tailguard::{
-    AlignedBuffer, BackendChoice, ClassOptions, IoClass, OpenOptions, RateLimit, Scheduler,
-};
+use tailguard::{AlignedBuffer, BackendChoice, ClassOptions, IoClass, RateLimit, Scheduler};
 
 /// Requests each measurement waits for: about 1.2 s at the caps below.
 const REQUESTS: usize = 600;
@@ -28,40 +27,15 @@ const BLOCK_MAX: usize = 65_536;
 /// The burst the tests give their caps.
 const BURST: Duration = Duration::from_millis(20);
 
-fn scratch(name: &str) -> PathBuf {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rate-limit-tests");
-    std::fs::create_dir_all(&directory).unwrap();
-    let path = directory.join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
-}
-
 /// A scheduler on each backend this machine has (io_uring skipped, with the
 /// reason printed, where it is refused).
 fn schedulers() -> Vec<(BackendChoice, Scheduler)> {
-    [BackendChoice::IoUring, BackendChoice::Threads]
-        .into_iter()
-        .filter_map(
-            |choice| match Scheduler::builder().backend(choice).build() {
-                Ok(scheduler) => Some((choice, scheduler)),
-                Err(error) if choice == BackendChoice::IoUring => {
-                    println!("skipping io_uring: {error}");
-                    None
-                }
-                Err(error) => panic!("{choice:?}: {error}"),
-            },
-        )
-        .collect()
+    common::schedulers([BackendChoice::IoUring, BackendChoice::Threads])
 }
 
 fn open(scheduler: &Scheduler, name: &str) -> (tailguard::File, PathBuf) {
-    let path = scratch(name);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .open(scheduler, &path)
-        .unwrap();
+    let path = common::scratch("rate-limit-tests", name);
+    let file = common::open_read_write(scheduler, &path);
     file.std_file()
         .set_len((REQUESTS * BLOCK_MAX) as u64)
         .unwrap();

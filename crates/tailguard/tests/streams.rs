@@ -11,11 +11,10 @@
 //! supports O_DIRECT. io_uring runs skip with a printed reason where the
 //! kernel refuses io_uring.
 
+mod common;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::Command;
-use std::sync::mpsc;
 use std::time::Duration;
 use tailguard::{
     BackendChoice, IoClass, OpenOptions, ReaderOptions, Scheduler, StreamReader, StreamWriter,
@@ -28,48 +27,16 @@ const WATCHDOG: Duration = Duration::from_secs(60);
 /// Runs `test` on its own thread and fails if it takes longer than
 /// [`WATCHDOG`], so that a lost wake-up fails the run instead of hanging it.
 fn watchdog(test: impl FnOnce() + Send + 'static) {
-    let (done, finished) = mpsc::channel();
-    let runner = std::thread::spawn(move || {
-        test();
-        let _ = done.send(());
-    });
-    match finished.recv_timeout(WATCHDOG) {
-        Ok(()) => runner.join().expect("the test thread finished"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(panic) = runner.join() {
-                std::panic::resume_unwind(panic);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("hung for {WATCHDOG:?}"),
-    }
+    common::watched(WATCHDOG, test);
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("stream-tests");
-    std::fs::create_dir_all(&directory).unwrap();
-    let path = directory.join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    path
+    common::scratch("stream-tests", name)
 }
 
 /// A scheduler on each backend this machine offers.
 fn schedulers() -> Vec<(BackendChoice, Scheduler)> {
-    [BackendChoice::Threads, BackendChoice::IoUring]
-        .into_iter()
-        .filter_map(
-            |choice| match Scheduler::builder().backend(choice).build() {
-                Ok(scheduler) => Some((choice, scheduler)),
-                Err(error) if choice == BackendChoice::IoUring => {
-                    println!(
-                        "skipping io_uring: {error} ({})",
-                        tailguard::backend::refusal_reason(&error)
-                    );
-                    None
-                }
-                Err(error) => panic!("{choice:?}: {error}"),
-            },
-        )
-        .collect()
+    common::schedulers([BackendChoice::Threads, BackendChoice::IoUring])
 }
 
 fn create(scheduler: &Scheduler, path: &Path) -> tailguard::File {
@@ -426,39 +393,16 @@ fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks() {
     });
 }
 
-/// Unmounts the tmpfs and removes its directory, even when the test panics.
-struct Tmpfs(PathBuf);
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 #[test]
 fn a_full_device_in_the_middle_of_a_stream_is_reported() {
     watchdog(a_full_device_in_the_middle_of_a_stream_is_reported_body);
 }
 
 fn a_full_device_in_the_middle_of_a_stream_is_reported_body() {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipping: mounting a small tmpfs needs root");
+    let Some(tmpfs) = common::Tmpfs::mount("stream-tests", "tmpfs", "256k") else {
         return;
-    }
-    let mount_point = scratch("tmpfs");
-    std::fs::create_dir_all(&mount_point).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tailguard-test"])
-        .arg(&mount_point)
-        .status();
-    if !mounted.is_ok_and(|status| status.success()) {
-        let _ = std::fs::remove_dir(&mount_point);
-        println!("skipping: mount -t tmpfs failed here (a container without CAP_SYS_ADMIN?)");
-        return;
-    }
-    let _tmpfs = Tmpfs(mount_point.clone());
+    };
+    let mount_point = &tmpfs.0;
     for (choice, scheduler) in schedulers() {
         let class = scheduler.add_class("full", 100).unwrap();
         let path = mount_point.join(format!("log-{choice:?}"));

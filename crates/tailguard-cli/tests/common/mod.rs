@@ -46,6 +46,50 @@ pub fn scratch_dir(prefix: &str, name: &str) -> PathBuf {
     directory
 }
 
+/// A fresh scratch directory (as [`scratch_dir`]), removed on drop (also when
+/// an assertion fails) with the job, report and JSON files a run may leave
+/// beside it.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(prefix: &str, name: &str) -> Self {
+        Self(scratch_dir(prefix, name))
+    }
+
+    /// The directory's path as text, for the binary's arguments.
+    pub fn text(&self) -> &str {
+        text(&self.0)
+    }
+
+    /// Writes `contents` to the file `name` in the directory; returns its path.
+    pub fn file(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        for extension in ["toml", "html", "json"] {
+            let _ = std::fs::remove_file(self.0.with_extension(extension));
+        }
+    }
+}
+
+/// `path` as text, for the binary's arguments.
+pub fn text(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}
+
+/// Asserts that the binary refused to run (exit status 2, a usage error);
+/// returns what it said on stderr.
+pub fn refused(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 /// A fresh scratch directory (as [`scratch_dir`]) and beside it the path of
 /// a job file with `extension` for it, so that the file is not in the
 /// directory a run must leave empty.

@@ -24,7 +24,7 @@ use rand_chacha::ChaCha8Rng;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, VecDeque};
 use tailguard_core::request::NANOS_PER_SECOND;
-use tailguard_core::Nanos;
+use tailguard_core::{DeviceProfile, Nanos};
 
 /// Nanoseconds in `microseconds` (fractions are rounded).
 pub(crate) fn micros(microseconds: f64) -> Nanos {
@@ -351,6 +351,25 @@ impl FlashConfig {
     /// Sustained write bandwidth with `bytes` requests.
     pub(crate) fn write_bandwidth(&self, bytes: u64) -> f64 {
         (bytes as f64 * 1e9 / self.flush_ns(bytes)).min(self.link_bandwidth)
+    }
+
+    /// The profile of a flash device holding `depth` commands, whose scheduler
+    /// should send requests of at most `max_request_bytes` and aim at
+    /// `latency_target_us`.
+    pub(crate) fn profile(
+        &self,
+        depth: usize,
+        max_request_bytes: u64,
+        latency_target_us: u64,
+    ) -> DeviceProfile {
+        DeviceProfile {
+            read_iops: self.read_iops(depth),
+            write_iops: self.write_iops(),
+            read_bandwidth: self.read_bandwidth(max_request_bytes),
+            write_bandwidth: self.write_bandwidth(max_request_bytes),
+            max_request_bytes,
+            latency_target_us,
+        }
     }
 }
 
@@ -915,6 +934,49 @@ pub(crate) mod driver {
     pub(crate) fn random_offset(rng: &mut rand_chacha::ChaCha8Rng, span: u64) -> u64 {
         use rand::RngExt;
         rng.random_range(0..span / 4096) * 4096
+    }
+
+    /// Whether `measured` is within `tolerance` (a fraction) of `expected`.
+    pub(crate) fn within(measured: f64, expected: f64, tolerance: f64) -> bool {
+        (measured / expected - 1.0).abs() <= tolerance
+    }
+
+    /// Prints `measured` beside the profile's `expected` figure and asserts that
+    /// it is within 10% of it.
+    pub(crate) fn assert_near_profile(what: &str, measured: f64, expected: f64) {
+        eprintln!("{what}: {measured:.0} vs profile {expected:.0}");
+        assert!(
+            within(measured, expected, 0.1),
+            "{what}: {measured:.0} is not within 10% of the profile's {expected:.0}"
+        );
+    }
+
+    /// `direction` for every `n`th command (0, n, 2n, ...), the other one otherwise.
+    pub(crate) fn every_nth(i: usize, n: usize, direction: Direction) -> Direction {
+        match (i % n == 0, direction) {
+            (true, direction) => direction,
+            (false, Direction::Read) => Direction::Write,
+            (false, Direction::Write) => Direction::Read,
+        }
+    }
+
+    /// A write of `length_bytes` at `offset_bytes` (a flush when the length is 0).
+    pub(crate) fn write(token: u64, offset_bytes: u64, length_bytes: u64) -> DeviceRequest {
+        DeviceRequest {
+            token,
+            direction: Direction::Write,
+            offset_bytes,
+            length_bytes,
+        }
+    }
+
+    /// Runs `device` until it has no events left; returns every completion, in order.
+    pub(crate) fn drain(device: &mut dyn DeviceModel) -> Vec<DeviceCompletion> {
+        let mut completions = Vec::new();
+        while let Some(at) = device.next_event_at() {
+            device.advance(at, &mut completions);
+        }
+        completions
     }
 }
 

@@ -397,7 +397,9 @@ delegate_device_model!(Hdd, "hdd");
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::common::driver::{closed_loop, random_offset};
+    use crate::device::common::driver::{
+        assert_near_profile, closed_loop, drain, every_nth, random_offset, within, write,
+    };
     use crate::device::DeviceModel;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -445,7 +447,7 @@ mod tests {
         );
         assert!((60.0..=110.0).contains(&qd1), "{qd1}");
         assert!((150.0..=300.0).contains(&qd32), "{qd32}");
-        assert!((qd32 / profile.read_iops - 1.0).abs() <= 0.1);
+        assert!(within(qd32, profile.read_iops, 0.1));
     }
 
     #[test]
@@ -455,11 +457,11 @@ mod tests {
             (Direction::Read, i as u64 * (1 << 20), 1 << 20)
         });
         let profile = device.profile();
-        eprintln!(
-            "1 MiB reads: {:.0} B/s vs {:.0}",
-            run.bytes_per_second, profile.read_bandwidth
+        assert_near_profile(
+            "1 MiB reads, B/s",
+            run.bytes_per_second,
+            profile.read_bandwidth,
         );
-        assert!((run.bytes_per_second / profile.read_bandwidth - 1.0).abs() <= 0.1);
     }
 
     #[test]
@@ -472,11 +474,7 @@ mod tests {
             let mut device = Hdd::new(parameters, 3);
             let mut rng = ChaCha8Rng::seed_from_u64(9);
             closed_loop(&mut device, 40, 3000, 0, move |i| {
-                let direction = if i % 2 == 0 {
-                    Direction::Write
-                } else {
-                    Direction::Read
-                };
+                let direction = every_nth(i, 2, Direction::Write);
                 let length = if i % 50 == 0 { 0 } else { 4096 };
                 (direction, random_offset(&mut rng, 1 << 34), length)
             })
@@ -497,29 +495,10 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(2);
         for token in 0..16 {
             let offset = random_offset(&mut rng, 1 << 36);
-            device.submit(
-                0,
-                DeviceRequest {
-                    token,
-                    direction: Direction::Write,
-                    offset_bytes: offset,
-                    length_bytes: 4096,
-                },
-            );
+            device.submit(0, write(token, offset, 4096));
         }
-        device.submit(
-            0,
-            DeviceRequest {
-                token: 100,
-                direction: Direction::Write,
-                offset_bytes: 0,
-                length_bytes: 0,
-            },
-        );
-        let mut completions = Vec::new();
-        while let Some(at) = device.next_event_at() {
-            device.advance(at, &mut completions);
-        }
+        device.submit(0, write(100, 0, 0));
+        let completions = drain(&mut device);
         assert_eq!(completions.len(), 17);
         assert!(completions[..16].iter().all(|c| c.completed_at == 50_000));
         let flush = completions[16];

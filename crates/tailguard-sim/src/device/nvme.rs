@@ -149,15 +149,11 @@ impl NvmeParameters {
     }
 
     fn profile(&self) -> DeviceProfile {
-        let config = self.flash_config();
-        DeviceProfile {
-            read_iops: config.read_iops(self.queue_depth),
-            write_iops: config.write_iops(),
-            read_bandwidth: config.read_bandwidth(self.max_request_bytes),
-            write_bandwidth: config.write_bandwidth(self.max_request_bytes),
-            max_request_bytes: self.max_request_bytes,
-            latency_target_us: self.latency_target_us,
-        }
+        self.flash_config().profile(
+            self.queue_depth,
+            self.max_request_bytes,
+            self.latency_target_us,
+        )
     }
 }
 
@@ -184,7 +180,9 @@ delegate_device_model!(Nvme, "nvme");
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::common::driver::{closed_loop, random_offset, Run};
+    use crate::device::common::driver::{
+        assert_near_profile, closed_loop, every_nth, random_offset, within, Run,
+    };
     use crate::device::DeviceModel;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -204,10 +202,6 @@ mod tests {
             (direction, random_offset(&mut rng, SPAN), 4096)
         });
         (run, device)
-    }
-
-    fn within(measured: f64, expected: f64, tolerance: f64) -> bool {
-        (measured / expected - 1.0).abs() <= tolerance
     }
 
     #[test]
@@ -262,11 +256,7 @@ mod tests {
         assert!(within(run.bytes_per_second, profile.write_bandwidth, 0.1));
         assert!(stalls >= 50);
         let (writes, _) = random_run(parameters, Direction::Write, 64, 40_000);
-        eprintln!(
-            "write IOPS {:.0} vs profile {:.0}",
-            writes.ops_per_second, profile.write_iops
-        );
-        assert!(within(writes.ops_per_second, profile.write_iops, 0.1));
+        assert_near_profile("write IOPS", writes.ops_per_second, profile.write_iops);
     }
 
     #[test]
@@ -276,11 +266,11 @@ mod tests {
             (Direction::Read, i as u64 * (512 << 10), 512 << 10)
         });
         let profile = device.profile();
-        eprintln!(
-            "read bandwidth {:.0} vs profile {:.0}",
-            run.bytes_per_second, profile.read_bandwidth
+        assert_near_profile(
+            "read bandwidth",
+            run.bytes_per_second,
+            profile.read_bandwidth,
         );
-        assert!(within(run.bytes_per_second, profile.read_bandwidth, 0.1));
     }
 
     #[test]
@@ -295,11 +285,7 @@ mod tests {
             let mut device = Nvme::new(parameters, seed);
             let mut rng = ChaCha8Rng::seed_from_u64(8);
             closed_loop(&mut device, 128, 10_000, 0, move |i| {
-                let direction = if i % 2 == 0 {
-                    Direction::Write
-                } else {
-                    Direction::Read
-                };
+                let direction = every_nth(i, 2, Direction::Write);
                 let length = match i % 97 {
                     0 => 0,
                     1..=10 => 256 << 10,

@@ -133,15 +133,11 @@ impl SataSsdParameters {
     }
 
     fn profile(&self) -> DeviceProfile {
-        let config = self.flash_config();
-        DeviceProfile {
-            read_iops: config.read_iops(self.ncq_depth),
-            write_iops: config.write_iops(),
-            read_bandwidth: config.read_bandwidth(self.max_request_bytes),
-            write_bandwidth: config.write_bandwidth(self.max_request_bytes),
-            max_request_bytes: self.max_request_bytes,
-            latency_target_us: self.latency_target_us,
-        }
+        self.flash_config().profile(
+            self.ncq_depth,
+            self.max_request_bytes,
+            self.latency_target_us,
+        )
     }
 }
 
@@ -168,7 +164,9 @@ delegate_device_model!(SataSsd, "sata-ssd");
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::common::driver::{closed_loop, random_offset, Run};
+    use crate::device::common::driver::{
+        assert_near_profile, closed_loop, drain, every_nth, random_offset, write, Run,
+    };
     use crate::device::{DeviceModel, DeviceRequest};
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -189,21 +187,13 @@ mod tests {
         })
     }
 
-    fn within(measured: f64, expected: f64, tolerance: f64) -> bool {
-        (measured / expected - 1.0).abs() <= tolerance
-    }
-
     #[test]
     fn same_seed_same_completions() {
         let run = |seed| {
             let mut device = SataSsd::new(SataSsdParameters::default(), seed);
             let mut rng = ChaCha8Rng::seed_from_u64(3);
             closed_loop(&mut device, 64, 4000, 0, move |i| {
-                let direction = if i % 3 == 0 {
-                    Direction::Write
-                } else {
-                    Direction::Read
-                };
+                let direction = every_nth(i, 3, Direction::Write);
                 let length = if i % 7 == 0 { 128 << 10 } else { 4096 };
                 let length = if i % 101 == 0 && direction == Direction::Write {
                     0
@@ -234,11 +224,7 @@ mod tests {
         let mut device = SataSsd::new(SataSsdParameters::default(), 2);
         let run = random_run(&mut device, Direction::Read, 256, 40_000, 1000);
         let profile = device.profile();
-        eprintln!(
-            "read IOPS {:.0} vs profile {:.0}",
-            run.ops_per_second, profile.read_iops
-        );
-        assert!(within(run.ops_per_second, profile.read_iops, 0.1));
+        assert_near_profile("read IOPS", run.ops_per_second, profile.read_iops);
     }
 
     #[test]
@@ -250,11 +236,7 @@ mod tests {
         let mut device = SataSsd::new(parameters, 3);
         let run = random_run(&mut device, Direction::Write, 32, 30_000, 5000);
         let profile = device.profile();
-        eprintln!(
-            "write IOPS {:.0} vs profile {:.0}",
-            run.ops_per_second, profile.write_iops
-        );
-        assert!(within(run.ops_per_second, profile.write_iops, 0.1));
+        assert_near_profile("write IOPS", run.ops_per_second, profile.write_iops);
     }
 
     #[test]
@@ -273,20 +255,13 @@ mod tests {
                 Direction::Read => profile.read_bandwidth,
                 Direction::Write => profile.write_bandwidth,
             };
-            eprintln!(
-                "{direction:?} bandwidth {:.0} vs profile {expected:.0}",
-                run.bytes_per_second
-            );
-            assert!(within(run.bytes_per_second, expected, 0.1));
+            let what = format!("{direction:?} bandwidth");
+            assert_near_profile(&what, run.bytes_per_second, expected);
         }
     }
 
     fn latency_of(device: &mut SataSsd, token: u64) -> Nanos {
-        let mut completions = Vec::new();
-        while let Some(at) = device.next_event_at() {
-            device.advance(at, &mut completions);
-        }
-        completions
+        drain(device)
             .iter()
             .find(|c| c.token == token)
             .unwrap()
@@ -306,15 +281,7 @@ mod tests {
         let alone_ns = latency_of(&mut alone, 1) - 1_000;
 
         let mut beside = SataSsd::new(SataSsdParameters::default(), 9);
-        beside.submit(
-            0,
-            DeviceRequest {
-                token: 0,
-                direction: Direction::Write,
-                offset_bytes: 0,
-                length_bytes: 128 << 10,
-            },
-        );
+        beside.submit(0, write(0, 0, 128 << 10));
         beside.submit(1_000, read(1));
         let beside_ns = latency_of(&mut beside, 1) - 1_000;
         eprintln!("read alone {alone_ns} ns, beside a 128 KiB write {beside_ns} ns");
@@ -353,29 +320,10 @@ mod tests {
     fn a_flush_completes_after_earlier_writes_are_durable() {
         let mut device = SataSsd::new(SataSsdParameters::default(), 12);
         for token in 0..8 {
-            device.submit(
-                0,
-                DeviceRequest {
-                    token,
-                    direction: Direction::Write,
-                    offset_bytes: token * (128 << 10),
-                    length_bytes: 128 << 10,
-                },
-            );
+            device.submit(0, write(token, token * (128 << 10), 128 << 10));
         }
-        device.submit(
-            0,
-            DeviceRequest {
-                token: 99,
-                direction: Direction::Write,
-                offset_bytes: 0,
-                length_bytes: 0,
-            },
-        );
-        let mut completions = Vec::new();
-        while let Some(at) = device.next_event_at() {
-            device.advance(at, &mut completions);
-        }
+        device.submit(0, write(99, 0, 0));
+        let completions = drain(&mut device);
         assert_eq!(completions.len(), 9);
         assert_eq!(completions.last().unwrap().token, 99);
         let flush = completions.last().unwrap().completed_at;

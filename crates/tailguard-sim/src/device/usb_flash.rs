@@ -208,13 +208,11 @@ delegate_device_model!(UsbFlash, "usb-flash");
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::common::driver::{closed_loop, random_offset};
+    use crate::device::common::driver::{
+        assert_near_profile, closed_loop, every_nth, random_offset, within,
+    };
     use crate::device::DeviceModel;
     use rand::SeedableRng;
-
-    fn within(measured: f64, expected: f64, tolerance: f64) -> bool {
-        (measured / expected - 1.0).abs() <= tolerance
-    }
 
     #[test]
     fn writes_run_at_about_2_mb_per_s_with_long_stalls() {
@@ -255,11 +253,8 @@ mod tests {
                 Direction::Read => profile.read_iops,
                 Direction::Write => profile.write_iops,
             };
-            eprintln!(
-                "{direction:?} 4 KiB: {:.0}/s vs profile {expected:.0}",
-                run.ops_per_second
-            );
-            assert!(within(run.ops_per_second, expected, 0.1));
+            let what = format!("{direction:?} 4 KiB per second");
+            assert_near_profile(&what, run.ops_per_second, expected);
         }
         let mut device = UsbFlash::new(UsbFlashParameters::default(), 2);
         let run = closed_loop(&mut device, 2, 500, 10, |i| {
@@ -273,11 +268,7 @@ mod tests {
         let run = |seed| {
             let mut device = UsbFlash::new(UsbFlashParameters::default(), seed);
             let run = closed_loop(&mut device, 16, 3000, 0, |i| {
-                let direction = if i % 3 == 0 {
-                    Direction::Read
-                } else {
-                    Direction::Write
-                };
+                let direction = every_nth(i, 3, Direction::Read);
                 let length = if i % 40 == 0 { 0 } else { 64 << 10 };
                 (direction, i as u64 * (64 << 10), length)
             });

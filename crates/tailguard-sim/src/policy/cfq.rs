@@ -44,10 +44,9 @@
 //!   `quantum` and `device_depth` of 0 are treated as 1.
 
 use super::fifo::whole_command;
-use super::{Policy, PolicyContext, SimRequest, Submission};
+use super::{device_state, Policy, PolicyContext, Queued, SimRequest, Submission};
 use serde::Deserialize;
 use std::collections::{BTreeMap, VecDeque};
-use tailguard_core::request::NANOS_PER_MILLISECOND;
 use tailguard_core::Nanos;
 
 /// Parameters of the policy; see the module docs.
@@ -82,15 +81,6 @@ enum QueueKind {
     Sync(usize),
     /// The device's shared async queue.
     Async,
-}
-
-/// A request waiting in a queue, with its FIFO deadline.
-#[derive(Clone, Copy, Debug)]
-struct Queued {
-    /// The request.
-    request: SimRequest,
-    /// When it expires.
-    deadline_ns: Nanos,
 }
 
 /// One device's queues.
@@ -244,20 +234,12 @@ impl Cfq {
         }
     }
 
-    fn device_mut(&mut self, device: usize) -> &mut CfqDevice {
-        if self.devices.len() <= device {
-            self.devices.resize_with(device + 1, CfqDevice::default);
-        }
-        &mut self.devices[device]
-    }
-
-    fn expire_ns(&self, sync: bool) -> Nanos {
-        let expire_ms = if sync {
+    fn expire_ms(&self, sync: bool) -> u64 {
+        if sync {
             self.parameters.fifo_expire_sync_ms
         } else {
             self.parameters.fifo_expire_async_ms
-        };
-        expire_ms.saturating_mul(NANOS_PER_MILLISECOND)
+        }
     }
 
     /// Sends everything device `index` may send at `now`.
@@ -301,12 +283,8 @@ impl Policy for Cfq {
     }
 
     fn submit(&mut self, now: Nanos, request: SimRequest) {
-        let deadline_ns = now.saturating_add(self.expire_ns(request.sync));
-        let queued = Queued {
-            request,
-            deadline_ns,
-        };
-        let device = self.device_mut(request.device);
+        let queued = Queued::new(request, now, self.expire_ms(request.sync));
+        let device = device_state(&mut self.devices, request.device);
         if request.sync {
             device.ensure_class(request.class);
             device.sync_queues[request.class].push_back(queued);
@@ -344,12 +322,12 @@ impl Policy for Cfq {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testing::ids;
+    use crate::policy::testing::{finish_all, ids, Steps};
     use crate::policy::ClassInfo;
     use tailguard_core::request::NANOS_PER_SECOND;
     use tailguard_core::Direction;
 
-    const MS: Nanos = NANOS_PER_MILLISECOND;
+    const MS: Nanos = tailguard_core::request::NANOS_PER_MILLISECOND;
 
     fn context(classes: usize) -> PolicyContext {
         PolicyContext {
@@ -539,29 +517,13 @@ mod tests {
                 };
                 policy.submit(id * MS, request);
             }
-            let mut sent = Vec::new();
-            let mut finished = Vec::new();
-            let mut now = 100 * MS;
-            while finished.len() < total as usize {
-                let mut out = Vec::new();
-                policy.dispatch(now, &mut out);
-                sent.extend(ids(&out));
-                let pending: Vec<u64> = sent
-                    .iter()
-                    .copied()
-                    .filter(|id| !finished.contains(id))
-                    .collect();
-                assert!(!pending.is_empty(), "stalled with nothing in flight");
-                for id in pending.iter().take(3) {
-                    policy.complete(now, 0, *id, &mut finished);
-                }
-                now += MS;
-            }
-            sent.sort_unstable();
-            finished.sort_unstable();
-            let all: Vec<u64> = (0..total).collect();
-            assert_eq!(sent, all);
-            assert_eq!(finished, all);
+            let steps = Steps {
+                first_ns: 100 * MS,
+                step_ns: MS,
+                completions_per_step: 3,
+                device_of: &|_| 0,
+            };
+            finish_all(&mut policy, total, steps, |_| {});
         }
     }
 }

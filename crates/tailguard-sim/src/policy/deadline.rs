@@ -47,10 +47,9 @@
 //! commands already on the device, which the scheduler cannot take back.
 
 use super::fifo::whole_command;
-use super::{is_write, Policy, PolicyContext, SimRequest, Submission};
+use super::{device_state, is_write, Policy, PolicyContext, Queued, SimRequest, Submission};
 use serde::Deserialize;
 use std::collections::{BTreeMap, VecDeque};
-use tailguard_core::request::NANOS_PER_MILLISECOND;
 use tailguard_core::{Direction, Nanos};
 
 /// Parameters of the policy; see the module docs.
@@ -79,15 +78,6 @@ impl Default for DeadlineParameters {
             device_depth: 32,
         }
     }
-}
-
-/// A request waiting in a FIFO, with its deadline.
-#[derive(Clone, Copy, Debug)]
-struct Queued {
-    /// The request.
-    request: SimRequest,
-    /// When it expires.
-    deadline_ns: Nanos,
 }
 
 /// One device's state.
@@ -201,13 +191,12 @@ impl Deadline {
         }
     }
 
-    fn expire_ns(&self, request: &SimRequest) -> Nanos {
-        let expire_ms = if is_write(request) {
+    fn expire_ms(&self, request: &SimRequest) -> u64 {
+        if is_write(request) {
             self.parameters.write_expire_ms
         } else {
             self.parameters.read_expire_ms
-        };
-        expire_ms.saturating_mul(NANOS_PER_MILLISECOND)
+        }
     }
 
     /// Sends everything device `index` may send at `now`.
@@ -230,15 +219,8 @@ impl Policy for Deadline {
     }
 
     fn submit(&mut self, now: Nanos, request: SimRequest) {
-        let queued = Queued {
-            request,
-            deadline_ns: now.saturating_add(self.expire_ns(&request)),
-        };
-        if self.devices.len() <= request.device {
-            self.devices
-                .resize_with(request.device + 1, DeadlineDevice::default);
-        }
-        self.devices[request.device]
+        let queued = Queued::new(request, now, self.expire_ms(&request));
+        device_state(&mut self.devices, request.device)
             .fifo(request.direction)
             .push_back(queued);
     }
@@ -265,10 +247,10 @@ impl Policy for Deadline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testing::{context, ids};
+    use crate::policy::testing::{context, finish_all, ids, Steps};
     use tailguard_core::request::NANOS_PER_SECOND;
 
-    const MS: Nanos = NANOS_PER_MILLISECOND;
+    const MS: Nanos = tailguard_core::request::NANOS_PER_MILLISECOND;
 
     fn request(id: u64, device: usize, direction: Direction) -> SimRequest {
         crate::policy::testing::request(id, device, direction, 4096, direction == Direction::Read)
@@ -411,27 +393,12 @@ mod tests {
             };
             policy.submit(id * MS, request(id, (id % 2) as usize, direction));
         }
-        let mut sent = Vec::new();
-        let mut finished = Vec::new();
-        let mut now = total * MS;
-        while finished.len() < total as usize {
-            let batch = dispatched(&mut policy, now);
-            sent.extend(&batch);
-            let pending: Vec<u64> = sent
-                .iter()
-                .copied()
-                .filter(|id| !finished.contains(id))
-                .collect();
-            assert!(!pending.is_empty(), "stalled with nothing in flight");
-            for id in pending.iter().take(2) {
-                policy.complete(now, (*id % 2) as usize, *id, &mut finished);
-            }
-            now += MS;
-        }
-        sent.sort_unstable();
-        finished.sort_unstable();
-        let all: Vec<u64> = (0..total).collect();
-        assert_eq!(sent, all);
-        assert_eq!(finished, all);
+        let steps = Steps {
+            first_ns: total * MS,
+            step_ns: MS,
+            completions_per_step: 2,
+            device_of: &|id| (id % 2) as usize,
+        };
+        finish_all(&mut policy, total, steps, |_| {});
     }
 }

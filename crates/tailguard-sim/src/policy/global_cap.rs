@@ -202,7 +202,7 @@ impl Policy for GlobalCap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testing::context;
+    use crate::policy::testing::{context, finish_all, Steps};
     use tailguard_core::Direction;
 
     const MIB: u64 = 1024 * 1024;
@@ -348,32 +348,16 @@ mod tests {
             };
             policy.submit(0, request(id, (id % 2) as usize, direction, 16 * 1024));
         }
-        let mut finished = Vec::new();
-        let mut sent = Vec::new();
-        let mut now = 0;
-        while finished.len() < total as usize {
-            now += 1;
-            let batch = dispatched(&mut policy, now);
-            assert!(!batch.is_empty() || !sent.is_empty(), "stalled");
-            sent.extend(batch.iter().map(|s| s.request_id));
-            // Complete the oldest outstanding command.
-            let outstanding: Vec<u64> = sent
-                .iter()
-                .copied()
-                .filter(|id| !finished.contains(id))
-                .collect();
-            if let Some(token) = outstanding.first() {
-                policy.complete(now, 0, *token, &mut finished);
-            }
+        // One step a nanosecond, completing the oldest outstanding command.
+        let steps = Steps {
+            first_ns: 1,
+            step_ns: 1,
+            completions_per_step: 1,
+            device_of: &|_| 0,
+        };
+        finish_all(&mut policy, total, steps, |policy| {
             assert!(policy.running_write_bytes() < 64 * 1024 + 16 * 1024);
-        }
-        let mut sorted_sent = sent.clone();
-        sorted_sent.sort_unstable();
-        let mut sorted_finished = finished.clone();
-        sorted_finished.sort_unstable();
-        let all: Vec<u64> = (0..total).collect();
-        assert_eq!(sorted_sent, all);
-        assert_eq!(sorted_finished, all);
+        });
         assert_eq!(policy.running_write_bytes(), 0);
     }
 }

@@ -21,6 +21,7 @@
 
 use crate::device::DeviceRequest;
 use crate::ConfigError;
+use tailguard_core::request::NANOS_PER_MILLISECOND;
 use tailguard_core::{DeviceProfile, Direction, Nanos, RateLimit};
 
 pub mod cfq;
@@ -210,4 +211,35 @@ pub fn build(
 /// Whether a request's direction is a write (helper for policies).
 pub fn is_write(request: &SimRequest) -> bool {
     request.direction == Direction::Write
+}
+
+/// A request waiting in a baseline policy's FIFO, with the time it expires
+/// (`cfq` and `deadline` stamp every request on arrival).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Queued {
+    /// The request.
+    pub request: SimRequest,
+    /// When it expires.
+    pub deadline_ns: Nanos,
+}
+
+impl Queued {
+    /// `request`, arriving at `now` and expiring `expire_ms` milliseconds later
+    /// (saturating at the end of time).
+    pub(crate) fn new(request: SimRequest, now: Nanos, expire_ms: u64) -> Self {
+        let expire_ns = expire_ms.saturating_mul(NANOS_PER_MILLISECOND);
+        Self {
+            request,
+            deadline_ns: now.saturating_add(expire_ns),
+        }
+    }
+}
+
+/// The state of device `index`, growing `devices` with defaults when a request
+/// names a device the policy has not seen yet.
+pub(crate) fn device_state<T: Default>(devices: &mut Vec<T>, index: usize) -> &mut T {
+    if devices.len() <= index {
+        devices.resize_with(index + 1, T::default);
+    }
+    &mut devices[index]
 }

@@ -1,7 +1,7 @@
 //! Fixtures shared by the policies' unit tests.
 
-use super::{ClassInfo, PolicyContext, SimRequest, Submission};
-use tailguard_core::Direction;
+use super::{ClassInfo, Policy, PolicyContext, SimRequest, Submission};
+use tailguard_core::{Direction, Nanos};
 
 /// A context with one class of 100 shares and no device profiles (the baseline
 /// policies grow their per-device state on demand).
@@ -38,4 +38,55 @@ pub(crate) fn request(
 /// The request ids of dispatched commands, in order.
 pub(crate) fn ids(out: &[Submission]) -> Vec<u64> {
     out.iter().map(|submission| submission.request_id).collect()
+}
+
+/// How [`finish_all`] drives a policy.
+pub(crate) struct Steps<'a> {
+    /// The `now` of the first step.
+    pub first_ns: Nanos,
+    /// How far `now` moves between steps.
+    pub step_ns: Nanos,
+    /// Outstanding commands completed per step, oldest first.
+    pub completions_per_step: usize,
+    /// The device a request id was submitted to.
+    pub device_of: &'a dyn Fn(u64) -> usize,
+}
+
+/// Drives `policy`, holding requests `0..total`, until every one finished: each
+/// step dispatches, then completes the oldest outstanding commands, then calls
+/// `after_step`. Asserts that a step never finds nothing outstanding while
+/// requests remain, and that every request was sent and finished exactly once.
+/// Returns the ids in the order they were sent.
+pub(crate) fn finish_all<P: Policy>(
+    policy: &mut P,
+    total: u64,
+    steps: Steps<'_>,
+    mut after_step: impl FnMut(&P),
+) -> Vec<u64> {
+    let mut sent = Vec::new();
+    let mut finished = Vec::new();
+    let mut now = steps.first_ns;
+    while finished.len() < total as usize {
+        let mut out = Vec::new();
+        policy.dispatch(now, &mut out);
+        sent.extend(ids(&out));
+        let pending: Vec<u64> = sent
+            .iter()
+            .copied()
+            .filter(|id| !finished.contains(id))
+            .collect();
+        assert!(!pending.is_empty(), "stalled with nothing in flight");
+        for id in pending.iter().take(steps.completions_per_step) {
+            policy.complete(now, (steps.device_of)(*id), *id, &mut finished);
+        }
+        after_step(policy);
+        now += steps.step_ns;
+    }
+    let all: Vec<u64> = (0..total).collect();
+    let mut sorted_sent = sent.clone();
+    sorted_sent.sort_unstable();
+    finished.sort_unstable();
+    assert_eq!(sorted_sent, all);
+    assert_eq!(finished, all);
+    sent
 }
