@@ -277,7 +277,7 @@ impl LazyHistogram {
                 if samples.len() == samples.capacity() && !samples.is_empty() {
                     let max_value = samples.iter().copied().max().unwrap_or(0).max(value);
                     if 2 * samples.len() > hdr_counts_len(self.significant_digits, max_value) {
-                        self.to_counts();
+                        self.count_samples();
                         return self.record(value);
                     }
                     samples.reserve_exact(samples.len());
@@ -289,7 +289,7 @@ impl LazyHistogram {
     }
 
     /// Turns the samples into counts.
-    fn to_counts(&mut self) {
+    fn count_samples(&mut self) {
         if let HistogramStore::Samples(samples) = &self.store {
             let mut histogram = Histogram::new(self.significant_digits)
                 .expect("1 to 5 significant digits are valid");

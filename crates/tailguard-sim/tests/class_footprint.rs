@@ -60,12 +60,15 @@ fn live_bytes() -> usize {
 fn an_active_class_holds_the_counts_its_range_needs_and_no_more() {
     let before = live_bytes();
     let mut accumulator = ClassAccumulator::new("a".into(), "vda".into(), 1_000_000_000);
-    // Latencies from 1 µs doubling up to 400 ms: the histogram resizes at
-    // each doubling.
+    // Latencies from 1 µs doubling up to 400 ms, a thousand of each: more
+    // than their counts would take as latencies, so they are counted, and
+    // the histogram resizes at each doubling.
     let mut latency_ns = 1_000;
     while latency_ns <= 400_000_000 {
-        accumulator.on_submit(0);
-        accumulator.on_complete(latency_ns, 0, 0, 4096);
+        for _ in 0..1000 {
+            accumulator.on_submit(0);
+            accumulator.on_complete(latency_ns, 0, 0, 4096);
+        }
         latency_ns *= 2;
     }
     let held = live_bytes() - before;
@@ -92,7 +95,7 @@ fn a_thousand_classes_of_a_few_hundred_requests_hold_a_few_kilobytes_each() {
                 state = state
                     .wrapping_mul(6_364_136_223_846_793_005)
                     .wrapping_add(1_442_695_040_888_963_407);
-                let latency_ns = 50_000 << ((state >> 33) % 10) | (state >> 40) % 50_000;
+                let latency_ns = (50_000 << ((state >> 33) % 10)) + (state >> 40) % 50_000;
                 let intended_ns = request * 5_000_000;
                 accumulator.on_submit(intended_ns);
                 accumulator.on_complete(intended_ns + latency_ns, intended_ns, intended_ns, 4096);

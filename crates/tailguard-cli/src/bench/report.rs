@@ -554,6 +554,56 @@ mod tests {
     }
 
     #[test]
+    fn a_direction_holds_its_few_hundred_times_and_fio_json_gives_their_percentiles() {
+        let mut state: u64 = 11;
+        let mut clat_ns = Vec::new();
+        let directions: Vec<DirectionStats> = (0..1000)
+            .map(|_| {
+                let mut stats = DirectionStats::new("reads", false);
+                clat_ns.clear();
+                for request in 0..200u64 {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let clat = (50_000 << ((state >> 33) % 10)) + (state >> 40) % 50_000;
+                    let intended = request * 5_000_000;
+                    stats.record(intended, intended + 2_000, intended + 2_000 + clat, 4096);
+                    clat_ns.push(clat);
+                }
+                stats
+            })
+            .collect();
+        let bytes: usize = directions
+            .iter()
+            .flat_map(|stats| [&stats.slat_ns, &stats.clat_ns, &stats.lat_ns])
+            .map(DirectionHistogram::heap_bytes)
+            .sum();
+        // Room for 256 times in each of the three histograms: 6 KiB, where
+        // 2-digit counts up to 26 ms are 19 KiB each.
+        assert!(
+            bytes / directions.len() <= 6 << 10,
+            "{} bytes",
+            bytes / 1000
+        );
+        clat_ns.sort_unstable();
+        let last = &directions[999];
+        let json = fio_latency(&last.clat_ns);
+        assert_eq!(json["N"], 200);
+        assert_eq!(json["min"], clat_ns[0]);
+        assert_eq!(json["max"], clat_ns[199]);
+        for percentile in FIO_PERCENTILES {
+            let rank = (percentile / 100.0 * 200.0).ceil() as usize;
+            let key = format!("{percentile:.6}");
+            assert_eq!(
+                json["percentile"][&key],
+                clat_ns[rank.clamp(1, 200) - 1],
+                "{key}"
+            );
+        }
+        assert_eq!(fio_latency(&last.slat_ns)["percentile"]["50.000000"], 2_000);
+    }
+
+    #[test]
     fn the_json_renames_the_drivers_split_and_adds_the_schedulers() {
         let stats = snapshot();
         let runs = [run("tailguard", Some(&stats)), run("kernel-direct", None)];
