@@ -222,8 +222,10 @@ pub struct LazyHistogram {
 enum HistogramStore {
     /// Every value recorded, unsorted.
     Samples(Vec<u64>),
-    /// Counts, once the values would take more memory than they.
-    Counts(Histogram<u64>),
+    /// Counts, once the values would take more memory than they (boxed: a
+    /// histogram that never gets there keeps the HDR struct's hundred-odd
+    /// bytes out of its owner).
+    Counts(Box<Histogram<u64>>),
 }
 
 impl Default for LazyHistogram {
@@ -296,7 +298,7 @@ impl LazyHistogram {
             for &value in samples {
                 record_exact(&mut histogram, value);
             }
-            self.store = HistogramStore::Counts(histogram);
+            self.store = HistogramStore::Counts(Box::new(histogram));
         }
     }
 
@@ -797,6 +799,12 @@ mod tests {
                 (1 << power) + (state >> 11) % (1 << power)
             })
             .collect()
+    }
+
+    #[test]
+    fn a_histogram_is_a_vec_inline_and_its_counts_are_boxed() {
+        let inline = std::mem::size_of::<LazyHistogram>();
+        assert!(inline <= 32, "{inline} bytes");
     }
 
     #[test]

@@ -101,8 +101,10 @@ pub struct LatencyHistogram {
 enum PercentileStore {
     /// Every value recorded (clamped to 1 ns .. 1 hour), unsorted.
     Samples(Vec<u64>),
-    /// Counts, once the values would take more memory than they.
-    Counts(Histogram<u64>),
+    /// Counts, once the values would take more memory than they (boxed: a
+    /// class that never gets there keeps the HDR struct's hundred-odd bytes
+    /// out of its statistics).
+    Counts(Box<Histogram<u64>>),
 }
 
 impl Default for LatencyHistogram {
@@ -166,7 +168,7 @@ impl LatencyHistogram {
                             record_in_counts(&mut histogram, sample);
                         }
                         record_in_counts(&mut histogram, nanoseconds);
-                        self.percentiles = PercentileStore::Counts(histogram);
+                        self.percentiles = PercentileStore::Counts(Box::new(histogram));
                         return;
                     }
                     samples.reserve_exact(samples.len());
@@ -282,7 +284,7 @@ impl LatencyHistogram {
                     self.percentiles = PercentileStore::Counts(mine);
                 } else if let PercentileStore::Counts(mine) = &mut self.percentiles {
                     // Auto-resizing: `add` grows this one to the other's range.
-                    let _ = mine.add(theirs);
+                    let _ = mine.add(&**theirs);
                 }
             }
         }
@@ -530,6 +532,13 @@ mod tests {
             .collect();
         let bytes: usize = classes.iter().map(LatencyHistogram::heap_bytes).sum();
         assert!(bytes / classes.len() <= 512, "{} bytes each", bytes / 1000);
+        // Inline: the fixed buckets, the sum and a pointer's worth, not the
+        // HDR struct (boxed when there are counts).
+        let inline = std::mem::size_of::<LatencyHistogram>();
+        assert!(
+            inline <= 8 * (BUCKET_BOUNDS_NS.len() + 1) + 32,
+            "{inline} bytes"
+        );
         // A busy class holds one histogram for its range, samples no more.
         let mut busy = LatencyHistogram::new();
         times_ns(100_000)
