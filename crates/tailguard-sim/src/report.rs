@@ -201,35 +201,210 @@ pub fn record_exact(histogram: &mut Histogram<u64>, value: u64) {
     }
 }
 
-/// A latency histogram in nanoseconds (1 ns to one day, 3 significant
-/// digits: a percentile is within 0.1% of the latency it names) that
-/// allocates nothing until its first value, and then only the counts the
-/// largest value recorded needs (HDR histograms auto-resize; each doubling of
-/// the range adds 8 KB): an idle pair costs no memory for it, and a pair
-/// whose latencies stay under a millisecond a third of what a histogram
-/// sized for a day from the start costs.
-#[derive(Clone, Debug, Default)]
-pub struct LazyHistogram(Option<Histogram<u64>>);
+/// A histogram of times in nanoseconds (1 ns to one day) that costs what it
+/// holds: nothing until its first value, then the values themselves,
+/// exactly, for as long as they take less memory than the counts of an HDR
+/// histogram of their range would, and past that an auto-resizing HDR
+/// histogram with the counts the largest value recorded needs. Most pairs of
+/// a run with thousands of classes complete a few hundred requests or fewer,
+/// so they hold those values, a few kilobytes, not the tens or hundreds of
+/// kilobytes of counts a range of milliseconds takes; a busy pair holds one
+/// histogram, whose percentiles are within its precision (3 significant
+/// digits: 0.1%; 2 digits: 0.8%).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LazyHistogram {
+    significant_digits: u8,
+    store: HistogramStore,
+}
+
+/// What a [`LazyHistogram`] holds.
+#[derive(Clone, Debug, PartialEq)]
+enum HistogramStore {
+    /// Every value recorded, unsorted.
+    Samples(Vec<u64>),
+    /// Counts, once the values would take more memory than they (boxed: a
+    /// histogram that never gets there keeps the HDR struct's hundred-odd
+    /// bytes out of its owner).
+    Counts(Box<Histogram<u64>>),
+}
+
+impl Default for LazyHistogram {
+    /// An empty histogram of 3 significant digits.
+    fn default() -> Self {
+        Self::with_significant_digits(3)
+    }
+}
+
+/// How many counts an auto-resizing HDR histogram of `significant_digits`
+/// holds once it covers `max_value` (hdrhistogram's layout: a bucket per
+/// doubling of the range, half a bucket's sub-buckets each, plus one).
+pub fn hdr_counts_len(significant_digits: u8, max_value: u64) -> usize {
+    let single_unit_values = 2 * 10u64.pow(u32::from(significant_digits));
+    let sub_bucket_count = single_unit_values.next_power_of_two();
+    let mut buckets = 1;
+    let mut smallest_untrackable = sub_bucket_count;
+    while smallest_untrackable <= max_value {
+        smallest_untrackable <<= 1;
+        buckets += 1;
+    }
+    (buckets + 1) * (sub_bucket_count / 2) as usize
+}
 
 impl LazyHistogram {
-    /// Records one value, clamped to 1 ns ..= one day.
+    /// An empty histogram whose counts, once it has them, keep
+    /// `significant_digits` (1 ..= 5) digits.
+    pub fn with_significant_digits(significant_digits: u8) -> Self {
+        assert!(
+            (1..=5).contains(&significant_digits),
+            "HDR histograms keep 1 to 5 significant digits"
+        );
+        Self {
+            significant_digits,
+            store: HistogramStore::Samples(Vec::new()),
+        }
+    }
+
+    /// Whether it holds its values themselves (its percentiles are exact).
+    pub fn is_exact(&self) -> bool {
+        matches!(self.store, HistogramStore::Samples(_))
+    }
+
+    /// Records one value, clamped to 1 ns ..= one day. When the samples are
+    /// full, they double their room only if twice their number stays within
+    /// the counts their range would take; else they become those counts.
     pub fn record(&mut self, nanoseconds: u64) {
-        let histogram = self
-            .0
-            .get_or_insert_with(|| Histogram::new(3).expect("3 significant digits are valid"));
-        record_exact(histogram, nanoseconds.clamp(1, HISTOGRAM_MAX_NS));
+        let value = nanoseconds.clamp(1, HISTOGRAM_MAX_NS);
+        match &mut self.store {
+            HistogramStore::Samples(samples) => {
+                if samples.len() == samples.capacity() && !samples.is_empty() {
+                    let max_value = samples.iter().copied().max().unwrap_or(0).max(value);
+                    if 2 * samples.len() > hdr_counts_len(self.significant_digits, max_value) {
+                        self.count_samples();
+                        return self.record(value);
+                    }
+                    samples.reserve_exact(samples.len());
+                }
+                samples.push(value);
+            }
+            HistogramStore::Counts(histogram) => record_exact(histogram, value),
+        }
     }
 
-    /// The histogram, once something was recorded.
-    pub fn get(&self) -> Option<&Histogram<u64>> {
-        self.0.as_ref()
+    /// Turns the samples into counts.
+    fn count_samples(&mut self) {
+        if let HistogramStore::Samples(samples) = &self.store {
+            let mut histogram = Histogram::new(self.significant_digits)
+                .expect("1 to 5 significant digits are valid");
+            for &value in samples {
+                record_exact(&mut histogram, value);
+            }
+            self.store = HistogramStore::Counts(Box::new(histogram));
+        }
     }
 
-    /// The bytes its counts take on the heap.
+    /// How many values were recorded.
+    pub fn len(&self) -> u64 {
+        match &self.store {
+            HistogramStore::Samples(samples) => samples.len() as u64,
+            HistogramStore::Counts(histogram) => histogram.len(),
+        }
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The recorded values in increasing order, each with how many times it
+    /// was recorded (for counts: each bucket's highest value, within the
+    /// precision).
+    pub fn iter_recorded(&self) -> Box<dyn Iterator<Item = (u64, u64)> + '_> {
+        match &self.store {
+            HistogramStore::Samples(samples) => {
+                let mut sorted = samples.clone();
+                sorted.sort_unstable();
+                Box::new(sorted.into_iter().map(|value| (value, 1)))
+            }
+            HistogramStore::Counts(histogram) => Box::new(
+                histogram
+                    .iter_recorded()
+                    .map(|value| (value.value_iterated_to(), value.count_at_value())),
+            ),
+        }
+    }
+
+    /// The value at `quantile` (0.0 ..= 1.0): the smallest recorded value
+    /// with at least that fraction of the values at or below it (exact for
+    /// samples, within the precision for counts); 0 when empty.
+    pub fn value_at_quantile(&self, quantile: f64) -> u64 {
+        match &self.store {
+            HistogramStore::Samples(samples) if samples.is_empty() => 0,
+            HistogramStore::Samples(samples) => {
+                let mut sorted = samples.clone();
+                sorted.sort_unstable();
+                let rank = (quantile.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+                sorted[rank.clamp(1, sorted.len()) - 1]
+            }
+            HistogramStore::Counts(histogram) => histogram.value_at_quantile(quantile),
+        }
+    }
+
+    /// The smallest value recorded; 0 when empty.
+    pub fn min(&self) -> u64 {
+        match &self.store {
+            HistogramStore::Samples(samples) => samples.iter().copied().min().unwrap_or(0),
+            HistogramStore::Counts(histogram) => histogram.min(),
+        }
+    }
+
+    /// The largest value recorded; 0 when empty.
+    pub fn max(&self) -> u64 {
+        match &self.store {
+            HistogramStore::Samples(samples) => samples.iter().copied().max().unwrap_or(0),
+            HistogramStore::Counts(histogram) => histogram.max(),
+        }
+    }
+
+    /// The mean; 0.0 when empty.
+    pub fn mean(&self) -> f64 {
+        match &self.store {
+            HistogramStore::Samples(samples) if samples.is_empty() => 0.0,
+            HistogramStore::Samples(samples) => {
+                samples.iter().map(|&value| value as f64).sum::<f64>() / samples.len() as f64
+            }
+            HistogramStore::Counts(histogram) => histogram.mean(),
+        }
+    }
+
+    /// The population standard deviation; 0.0 when empty.
+    pub fn stdev(&self) -> f64 {
+        match &self.store {
+            HistogramStore::Samples(samples) if samples.is_empty() => 0.0,
+            HistogramStore::Samples(samples) => {
+                let mean = self.mean();
+                let squares: f64 = samples
+                    .iter()
+                    .map(|&value| (value as f64 - mean).powi(2))
+                    .sum();
+                (squares / samples.len() as f64).sqrt()
+            }
+            HistogramStore::Counts(histogram) => histogram.stdev(),
+        }
+    }
+
+    /// How many 8-byte slots it holds on the heap: the room for its samples,
+    /// or its HDR histogram's counts (as hdrhistogram's method of this name
+    /// counts them).
+    pub fn distinct_values(&self) -> usize {
+        match &self.store {
+            HistogramStore::Samples(samples) => samples.capacity(),
+            HistogramStore::Counts(histogram) => histogram.distinct_values(),
+        }
+    }
+
+    /// The bytes it holds on the heap: its samples or its counts.
     pub fn heap_bytes(&self) -> usize {
-        self.0.as_ref().map_or(0, |histogram| {
-            histogram.distinct_values() * std::mem::size_of::<u64>()
-        })
+        std::mem::size_of::<u64>() * self.distinct_values()
     }
 }
 
@@ -317,15 +492,15 @@ impl ClassAccumulator {
 
     fn log2_histogram(&self) -> Vec<Log2Bucket> {
         let mut counts: Vec<u64> = Vec::new();
-        let Some(histogram) = self.latency_ns.get() else {
+        if self.latency_ns.is_empty() {
             return Vec::new();
-        };
-        for value in histogram.iter_recorded() {
-            let bucket = log2_bucket(value.value_iterated_to() / 1_000);
+        }
+        for (value, count) in self.latency_ns.iter_recorded() {
+            let bucket = log2_bucket(value / 1_000);
             if counts.len() <= bucket {
                 counts.resize(bucket + 1, 0);
             }
-            counts[bucket] += value.count_at_value();
+            counts[bucket] += count;
         }
         let first = counts.iter().position(|&count| count > 0).unwrap_or(0);
         counts
@@ -396,11 +571,7 @@ impl ClassAccumulator {
                 sum as f64 / self.ops as f64 / 1e3
             }
         };
-        let quantile_us = |quantile: f64| {
-            self.latency_ns.get().map_or(0.0, |histogram| {
-                histogram.value_at_quantile(quantile) as f64 / 1e3
-            })
-        };
+        let quantile_us = |quantile: f64| self.latency_ns.value_at_quantile(quantile) as f64 / 1e3;
         ClassReport {
             name: self.name.clone(),
             device: self.device.clone(),
@@ -413,11 +584,7 @@ impl ClassAccumulator {
                 p99: round3(quantile_us(0.99)),
                 p999: round3(quantile_us(0.999)),
                 p9999: round3(quantile_us(0.9999)),
-                max: round3(
-                    self.latency_ns
-                        .get()
-                        .map_or(0.0, |histogram| histogram.max() as f64 / 1e3),
-                ),
+                max: round3(self.latency_ns.max() as f64 / 1e3),
             },
             worst_500ms_iops: self.worst_window_iops(),
             queue_wait_us_max: round3(self.queue_wait_max_ns as f64 / 1e3),
@@ -617,6 +784,63 @@ mod tests {
         // 3 significant digits, as before: p50 of 1..=900 µs is 450 µs.
         let p50 = active.finish().latency_us.p50;
         assert!((p50 - 450.0).abs() <= 0.5, "{p50}");
+    }
+
+    /// `count` latencies from a fixed pseudo-random sequence, spread over the
+    /// powers of two from 1 µs to about 134 ms.
+    fn latencies_ns(count: usize) -> Vec<u64> {
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        (0..count)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let power = 10 + (state >> 33) % 17;
+                (1 << power) + (state >> 11) % (1 << power)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_histogram_is_a_vec_inline_and_its_counts_are_boxed() {
+        let inline = std::mem::size_of::<LazyHistogram>();
+        assert!(inline <= 32, "{inline} bytes");
+    }
+
+    #[test]
+    fn percentiles_are_exact_while_kept_and_within_the_precision_once_counted() {
+        for (digits, width) in [(3u8, 1024u64), (2, 128)] {
+            let mut counted = false;
+            for count in [1, 5, 300, 3_000, 100_000] {
+                let latencies = latencies_ns(count);
+                let mut histogram = LazyHistogram::with_significant_digits(digits);
+                latencies
+                    .iter()
+                    .for_each(|&latency| histogram.record(latency));
+                let mut sorted = latencies.clone();
+                sorted.sort_unstable();
+                assert_eq!(histogram.len(), count as u64);
+                assert!(histogram.heap_bytes() <= 8 * hdr_counts_len(digits, sorted[count - 1]));
+                for quantile in [0.0, 0.5, 0.9, 0.99, 0.999, 1.0] {
+                    let rank = (quantile * count as f64).ceil() as usize;
+                    let exact = sorted[rank.clamp(1, count) - 1];
+                    let reported = histogram.value_at_quantile(quantile);
+                    if histogram.is_exact() {
+                        assert_eq!(reported, exact, "{digits} digits, {count}, {quantile}");
+                    } else {
+                        // A bucket is at most 1/width of its values wide.
+                        assert!(
+                            reported.abs_diff(exact) <= exact / width + 1,
+                            "{digits} digits, {count}, {quantile}: {reported} for {exact}"
+                        );
+                        counted = true;
+                    }
+                }
+                let mean = latencies.iter().sum::<u64>() as f64 / count as f64;
+                assert!((histogram.mean() - mean).abs() <= mean / width as f64 + 1.0);
+            }
+            assert!(counted, "{digits} digits: the most latencies were counted");
+        }
     }
 
     #[test]

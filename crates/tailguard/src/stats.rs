@@ -15,15 +15,19 @@
 //! format). Gauges (pieces in flight, the budget now) are the value at the
 //! snapshot.
 //!
-//! A [`LatencyHistogram`] holds two views of the same values: an HDR histogram
-//! with 3 significant digits over 1 ns .. 1 hour, for percentiles, and exact
-//! counts in fixed buckets ([`BUCKET_BOUNDS_NS`]), for exporters whose
-//! histograms need fixed bounds. The HDR type stays private, so the crate can
-//! change it without breaking callers. The HDR histogram is allocated at the
-//! first value recorded and grows (auto-resizes) to the largest value
-//! recorded, so a class that has done nothing holds no counts, and an active
-//! one only those its range of times needs (a histogram sized for an hour
-//! from the start holds a third of a megabyte of them).
+//! A [`LatencyHistogram`] holds two views of the same values: percentiles,
+//! and exact counts in fixed buckets ([`BUCKET_BOUNDS_NS`]), for exporters
+//! whose histograms need fixed bounds. For the percentiles it keeps the values
+//! themselves (exact percentiles) for as long as they take less memory than
+//! the counts of an HDR histogram of their range would, and past that an HDR
+//! histogram with 3 significant digits over 1 ns .. 1 hour, allocated then
+//! with the counts the values so far need and growing (auto-resizing) to the
+//! largest value recorded. So a class that has done nothing holds nothing,
+//! one that has completed a few hundred requests holds those values (8 bytes
+//! each), and only a busy one holds a histogram (about 8 KiB of counts per
+//! doubling of its range): with thousands of classes, most hold a few
+//! kilobytes, never more than a histogram. The HDR type stays private, so
+//! the crate can change it without breaking callers.
 //!
 //! Every type here serialises with serde (a histogram as its count, sum,
 //! percentiles and buckets). The structs are `#[non_exhaustive]`: fields are
@@ -66,16 +70,41 @@ pub const BUCKET_BOUNDS_NS: [u64; 22] = [
     10_000_000_000,
 ];
 
-/// A histogram of times in nanoseconds: percentiles (3 significant digits),
-/// the exact count and sum, and exact counts in the fixed buckets of
-/// [`BUCKET_BOUNDS_NS`].
+/// How many counts an auto-resizing 3-digit HDR histogram holds once it
+/// covers `max_ns` (hdrhistogram's layout: a bucket per doubling of the
+/// range beyond the first 2,048 nanoseconds, 1,024 counts each, plus 1,024).
+fn counts_len(max_ns: u64) -> usize {
+    const SUB_BUCKET_COUNT: u64 = 2048;
+    let mut buckets = 1;
+    let mut smallest_untrackable = SUB_BUCKET_COUNT;
+    while smallest_untrackable <= max_ns {
+        smallest_untrackable <<= 1;
+        buckets += 1;
+    }
+    (buckets + 1) * (SUB_BUCKET_COUNT / 2) as usize
+}
+
+/// A histogram of times in nanoseconds: percentiles (exact while it holds
+/// the times themselves, see [`LatencyHistogram::is_exact`], else to 3
+/// significant digits), the exact count and sum, and exact counts in the
+/// fixed buckets of [`BUCKET_BOUNDS_NS`].
 #[derive(Clone, Debug)]
 pub struct LatencyHistogram {
-    /// `None` until the first value.
-    histogram: Option<Histogram<u64>>,
+    percentiles: PercentileStore,
     sum_ns: u64,
     /// Per bucket of [`BUCKET_BOUNDS_NS`], then one for everything above.
     bucket_counts: [u64; BUCKET_BOUNDS_NS.len() + 1],
+}
+
+/// What a [`LatencyHistogram`] keeps for its percentiles.
+#[derive(Clone, Debug)]
+enum PercentileStore {
+    /// Every value recorded (clamped to 1 ns .. 1 hour), unsorted.
+    Samples(Vec<u64>),
+    /// Counts, once the values would take more memory than they (boxed: a
+    /// class that never gets there keeps the HDR struct's hundred-odd bytes
+    /// out of its statistics).
+    Counts(Box<Histogram<u64>>),
 }
 
 impl Default for LatencyHistogram {
@@ -84,11 +113,32 @@ impl Default for LatencyHistogram {
     }
 }
 
+/// Records `nanoseconds` in an auto-resizing histogram, keeping its counts at
+/// the length they need: a resize grows them as a `Vec` grows (up to twice
+/// their length), so after one the histogram is replaced by its clone, which
+/// holds exactly their length. It happens once per doubling of the range.
+fn record_in_counts(histogram: &mut Histogram<u64>, nanoseconds: u64) {
+    let length = histogram.distinct_values();
+    histogram
+        .record(nanoseconds)
+        .expect("an auto-resizing histogram takes any value up to an hour");
+    if histogram.distinct_values() != length {
+        *histogram = histogram.clone();
+    }
+}
+
+/// The samples, sorted.
+fn sorted(samples: &[u64]) -> Vec<u64> {
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    sorted
+}
+
 impl LatencyHistogram {
     /// An empty histogram.
     pub fn new() -> Self {
         Self {
-            histogram: None,
+            percentiles: PercentileStore::Samples(Vec::new()),
             sum_ns: 0,
             bucket_counts: [0; BUCKET_BOUNDS_NS.len() + 1],
         }
@@ -97,27 +147,50 @@ impl LatencyHistogram {
     /// Records one time. Values are clamped to 1 ns .. 1 hour for the
     /// percentiles; the sum and the buckets take the value as it is.
     pub fn record(&mut self, nanoseconds: u64) {
-        let histogram = self
-            .histogram
-            .get_or_insert_with(|| Histogram::new(3).expect("3 significant digits are valid"));
-        let length = histogram.distinct_values();
-        histogram
-            .record(nanoseconds.clamp(1, HISTOGRAM_MAX_NS))
-            .expect("an auto-resizing histogram takes any value up to an hour");
-        // A resize grows the counts as a `Vec` grows (up to twice their
-        // length); the clone holds exactly their length. It happens once per
-        // doubling of the range.
-        if histogram.distinct_values() != length {
-            *histogram = histogram.clone();
-        }
+        self.record_for_percentiles(nanoseconds.clamp(1, HISTOGRAM_MAX_NS));
         self.sum_ns = self.sum_ns.saturating_add(nanoseconds);
         let bucket = BUCKET_BOUNDS_NS.partition_point(|&bound| bound < nanoseconds);
         self.bucket_counts[bucket] += 1;
     }
 
+    /// Keeps one (clamped) value for the percentiles. When the samples are
+    /// full, they double their room only if twice their number stays within
+    /// the counts their range would take; else they become those counts.
+    fn record_for_percentiles(&mut self, nanoseconds: u64) {
+        match &mut self.percentiles {
+            PercentileStore::Samples(samples) => {
+                if samples.len() == samples.capacity() && !samples.is_empty() {
+                    let max_ns = samples.iter().copied().max().unwrap_or(0).max(nanoseconds);
+                    if 2 * samples.len() > counts_len(max_ns) {
+                        let mut histogram =
+                            Histogram::new(3).expect("3 significant digits are valid");
+                        for &sample in samples.iter() {
+                            record_in_counts(&mut histogram, sample);
+                        }
+                        record_in_counts(&mut histogram, nanoseconds);
+                        self.percentiles = PercentileStore::Counts(Box::new(histogram));
+                        return;
+                    }
+                    samples.reserve_exact(samples.len());
+                }
+                samples.push(nanoseconds);
+            }
+            PercentileStore::Counts(histogram) => record_in_counts(histogram, nanoseconds),
+        }
+    }
+
+    /// Whether it holds the times themselves, so that its percentiles, min
+    /// and max are exact (else they are to 3 significant digits).
+    pub fn is_exact(&self) -> bool {
+        matches!(self.percentiles, PercentileStore::Samples(_))
+    }
+
     /// How many times were recorded.
     pub fn len(&self) -> u64 {
-        self.histogram.as_ref().map_or(0, Histogram::len)
+        match &self.percentiles {
+            PercentileStore::Samples(samples) => samples.len() as u64,
+            PercentileStore::Counts(histogram) => histogram.len(),
+        }
     }
 
     /// Whether nothing was recorded.
@@ -130,22 +203,38 @@ impl LatencyHistogram {
         self.sum_ns
     }
 
-    /// The time at `quantile` (0.0 ..= 1.0), to 3 significant digits; 0 when
-    /// empty.
+    /// The time at `quantile` (0.0 ..= 1.0): the smallest recorded time with
+    /// at least that fraction of the times at or below it, exact while the
+    /// histogram [`is_exact`](LatencyHistogram::is_exact), else to 3
+    /// significant digits; 0 when empty.
     pub fn value_at_quantile(&self, quantile: f64) -> u64 {
-        self.histogram
-            .as_ref()
-            .map_or(0, |histogram| histogram.value_at_quantile(quantile))
+        match &self.percentiles {
+            PercentileStore::Samples(samples) if samples.is_empty() => 0,
+            PercentileStore::Samples(samples) => {
+                let sorted = sorted(samples);
+                let rank = (quantile.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+                sorted[rank.clamp(1, sorted.len()) - 1]
+            }
+            PercentileStore::Counts(histogram) => histogram.value_at_quantile(quantile),
+        }
     }
 
-    /// The smallest recorded time (to 3 significant digits); 0 when empty.
+    /// The smallest recorded time (exact, or to 3 significant digits as
+    /// [`LatencyHistogram::value_at_quantile`]); 0 when empty.
     pub fn min(&self) -> u64 {
-        self.histogram.as_ref().map_or(0, Histogram::min)
+        match &self.percentiles {
+            PercentileStore::Samples(samples) => samples.iter().copied().min().unwrap_or(0),
+            PercentileStore::Counts(histogram) => histogram.min(),
+        }
     }
 
-    /// The largest recorded time (to 3 significant digits); 0 when empty.
+    /// The largest recorded time (exact, or to 3 significant digits as
+    /// [`LatencyHistogram::value_at_quantile`]); 0 when empty.
     pub fn max(&self) -> u64 {
-        self.histogram.as_ref().map_or(0, Histogram::max)
+        match &self.percentiles {
+            PercentileStore::Samples(samples) => samples.iter().copied().max().unwrap_or(0),
+            PercentileStore::Counts(histogram) => histogram.max(),
+        }
     }
 
     /// The exact mean (from the exact sum); 0.0 when empty.
@@ -168,23 +257,35 @@ impl LatencyHistogram {
             .zip(self.bucket_counts.iter().copied())
     }
 
-    /// The bytes it holds on the heap (its HDR counts; the fixed buckets are
-    /// inline).
-    #[cfg(test)]
-    fn heap_bytes(&self) -> usize {
-        self.histogram.as_ref().map_or(0, |histogram| {
-            histogram.distinct_values() * std::mem::size_of::<u64>()
-        })
+    /// The bytes it holds on the heap for its percentiles (the room for its
+    /// samples, or its HDR counts; the fixed buckets are inline).
+    pub fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<u64>()
+            * match &self.percentiles {
+                PercentileStore::Samples(samples) => samples.capacity(),
+                PercentileStore::Counts(histogram) => histogram.distinct_values(),
+            }
     }
 
     /// Adds every time recorded in `other`.
     pub fn add(&mut self, other: &LatencyHistogram) {
-        match (&mut self.histogram, &other.histogram) {
-            (_, None) => {}
-            (None, Some(theirs)) => self.histogram = Some(theirs.clone()),
-            // Auto-resizing: `add` grows this one to the other's range.
-            (Some(mine), Some(theirs)) => {
-                let _ = mine.add(theirs);
+        match &other.percentiles {
+            PercentileStore::Samples(samples) => {
+                for &sample in samples {
+                    self.record_for_percentiles(sample);
+                }
+            }
+            PercentileStore::Counts(theirs) => {
+                if let PercentileStore::Samples(samples) = &self.percentiles {
+                    let mut mine = theirs.clone();
+                    for &sample in samples {
+                        record_in_counts(&mut mine, sample);
+                    }
+                    self.percentiles = PercentileStore::Counts(mine);
+                } else if let PercentileStore::Counts(mine) = &mut self.percentiles {
+                    // Auto-resizing: `add` grows this one to the other's range.
+                    let _ = mine.add(&**theirs);
+                }
             }
         }
         self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
@@ -387,27 +488,133 @@ impl StatsSnapshot {
 mod tests {
     use super::*;
 
+    /// `count` times from a fixed pseudo-random sequence, spread evenly over
+    /// the powers of two from 1 µs to about 134 ms.
+    fn times_ns(count: usize) -> Vec<u64> {
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        (0..count)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let power = 10 + (state >> 33) % 17;
+                (1 << power) + (state >> 11) % (1 << power)
+            })
+            .collect()
+    }
+
+    /// The exact time at `quantile` of `sorted`: the smallest with at least
+    /// that fraction at or below it.
+    fn exact_at(sorted: &[u64], quantile: f64) -> u64 {
+        let rank = (quantile * sorted.len() as f64).ceil() as usize;
+        sorted[rank.clamp(1, sorted.len()) - 1]
+    }
+
+    const QUANTILES: [f64; 7] = [0.0, 0.25, 0.5, 0.9, 0.99, 0.999, 1.0];
+
     #[test]
-    fn an_idle_class_holds_no_counts_and_an_active_one_only_its_range() {
+    fn a_class_that_did_a_few_requests_holds_those_few_times() {
         let idle = ClassStats::new("idle".into(), 100);
         let histograms = [&idle.queue_wait_ns, &idle.device_time_ns, &idle.latency_ns];
         assert_eq!(histograms.map(LatencyHistogram::heap_bytes), [0, 0, 0]);
-        let mut active = LatencyHistogram::new();
-        for latency_ns in (1..=1000).map(|step| step * 500) {
-            active.record(latency_ns);
+        // A thousand classes that completed 50 requests each, from 1 µs to
+        // 134 ms: 8 bytes a time (and the room a `Vec` keeps), not the
+        // hundred-odd kilobytes of counts a 3-digit histogram of that range
+        // holds.
+        let classes: Vec<LatencyHistogram> = (0..1000)
+            .map(|_| {
+                let mut histogram = LatencyHistogram::new();
+                times_ns(50)
+                    .into_iter()
+                    .for_each(|time| histogram.record(time));
+                histogram
+            })
+            .collect();
+        let bytes: usize = classes.iter().map(LatencyHistogram::heap_bytes).sum();
+        assert!(bytes / classes.len() <= 512, "{} bytes each", bytes / 1000);
+        // Inline: the fixed buckets, the sum and a pointer's worth, not the
+        // HDR struct (boxed when there are counts).
+        let inline = std::mem::size_of::<LatencyHistogram>();
+        assert!(
+            inline <= 8 * (BUCKET_BOUNDS_NS.len() + 1) + 32,
+            "{inline} bytes"
+        );
+        // A busy class holds one histogram for its range, samples no more.
+        let mut busy = LatencyHistogram::new();
+        times_ns(100_000)
+            .into_iter()
+            .for_each(|time| busy.record(time));
+        assert!(busy.heap_bytes() <= 160 << 10, "{}", busy.heap_bytes());
+    }
+
+    #[test]
+    fn percentiles_are_exact_for_a_few_times_and_within_3_digits_past_them() {
+        let mut counted = false;
+        for count in [1, 7, 1_000, 4_000, 200_000] {
+            let times = times_ns(count);
+            let mut histogram = LatencyHistogram::new();
+            times.iter().for_each(|&time| histogram.record(time));
+            let mut sorted = times.clone();
+            sorted.sort_unstable();
+            assert_eq!(histogram.len(), count as u64);
+            assert_eq!(histogram.sum_ns(), times.iter().sum::<u64>());
+            for quantile in QUANTILES {
+                let exact = exact_at(&sorted, quantile);
+                let reported = histogram.value_at_quantile(quantile);
+                if histogram.is_exact() {
+                    assert_eq!(reported, exact, "{count} times, quantile {quantile}");
+                } else {
+                    // An HDR bucket of 3 digits is at most 1/1024 of its
+                    // values wide.
+                    assert!(
+                        reported.abs_diff(exact) <= exact / 1024 + 1,
+                        "{count} times, quantile {quantile}: {reported} for {exact}"
+                    );
+                    counted = true;
+                }
+            }
         }
-        assert!(active.heap_bytes() <= 96 << 10, "{}", active.heap_bytes());
-        let p50 = active.value_at_quantile(0.5);
-        assert!(p50.abs_diff(250_000) <= 250, "{p50}: within 0.1%");
+        assert!(counted, "the most times were counted, not kept");
+    }
+
+    #[test]
+    fn adding_samples_and_counts_is_recording_them_all_in_one() {
+        let times = times_ns(60_000);
+        let mut all = LatencyHistogram::new();
+        times.iter().for_each(|&time| all.record(time));
+        // Samples into nothing, counts into samples, samples into counts,
+        // counts into counts.
+        let parts = [10, 40_000, 1_000];
         let mut total = LatencyHistogram::new();
         total.add(&LatencyHistogram::new());
         assert!(total.is_empty());
-        total.add(&active);
+        let mut from = 0;
+        for length in parts.into_iter().chain([times.len() - 41_010]) {
+            let mut part = LatencyHistogram::new();
+            times[from..from + length]
+                .iter()
+                .for_each(|&time| part.record(time));
+            total.add(&part);
+            from += length;
+        }
+        assert_eq!(from, times.len());
+        assert_eq!(total.len(), all.len());
+        assert_eq!(total.sum_ns(), all.sum_ns());
+        assert_eq!(total.max(), all.max());
+        for quantile in QUANTILES {
+            assert_eq!(
+                total.value_at_quantile(quantile),
+                all.value_at_quantile(quantile)
+            );
+        }
         let mut long = LatencyHistogram::new();
         long.record(3_000_000_000);
         total.add(&long);
-        assert_eq!(total.len(), 1001);
-        assert_eq!(total.max(), long.max(), "the sum grew to the longer range");
+        let max = total.max();
+        assert!(
+            max.abs_diff(3_000_000_000) <= 3_000_000_000 / 1024,
+            "{max}: the sum grew to the longer range"
+        );
     }
 
     #[test]

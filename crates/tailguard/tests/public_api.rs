@@ -252,6 +252,8 @@ fn stats_and_metrics(snapshot: &StatsSnapshot) {
     let _: fn(&LatencyHistogram) -> u64 = LatencyHistogram::max;
     let _: fn(&LatencyHistogram) -> f64 = LatencyHistogram::mean;
     let _: fn(&mut LatencyHistogram, &LatencyHistogram) = LatencyHistogram::add;
+    let _: fn(&LatencyHistogram) -> bool = LatencyHistogram::is_exact;
+    let _: fn(&LatencyHistogram) -> usize = LatencyHistogram::heap_bytes;
     let _: Vec<(u64, u64)> = LatencyHistogram::new().buckets().collect();
     let _: [u64; 22] = BUCKET_BOUNDS_NS;
     let _: fn(&StatsSnapshot) -> String = tailguard::render_openmetrics;

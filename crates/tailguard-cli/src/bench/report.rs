@@ -31,8 +31,8 @@ use std::fmt::Write as _;
 use tailguard::stats::{ClassStats, LatencyHistogram};
 use tailguard::StatsSnapshot;
 use tailguard_sim::report::{
-    human_duration, rate_and_latency_cells, record_exact, render_grouped_table, ClassReport,
-    LatencyUs, Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
+    human_duration, rate_and_latency_cells, render_grouped_table, ClassReport, LatencyUs,
+    LazyHistogram, Log2Bucket, PercentilePoint, RunReport, TimelineSecond,
 };
 
 /// A summary of one histogram of times, in microseconds.
@@ -120,10 +120,7 @@ pub struct BenchRun {
 /// The driver's own histograms of a direction's times, in nanoseconds (fio's
 /// output needs the standard deviation, which the scheduler's histograms do
 /// not keep).
-pub type DirectionHistogram = hdrhistogram::Histogram<u64>;
-
-/// The longest time the direction histograms hold: one day, in nanoseconds.
-const DIRECTION_HISTOGRAM_MAX_NS: u64 = 86_400_000_000_000;
+pub type DirectionHistogram = LazyHistogram;
 
 /// What one class did in one direction during a run, as fio reports a job's
 /// `read` or `write` section.
@@ -150,15 +147,17 @@ pub struct DirectionStats {
 
 impl DirectionStats {
     /// Empty statistics for a class's direction. The histograms (1 ns to a
-    /// day) start small and grow to the largest time recorded, so they hold
-    /// only the counts the direction's range of times needs. They keep 2
-    /// significant digits (a percentile within 0.8% of the time it names):
-    /// finer than fio's own percentiles (buckets 1/64 of a power of two
-    /// wide, 1.6%), which is what their `fio-json` output stands in for, at
-    /// an eighth of the memory of 3 digits (the table's percentiles come from
-    /// the run report's 3-digit histogram).
+    /// day) keep a direction's times exactly while they take less memory
+    /// than counting them would, then count them in an HDR histogram that
+    /// grows to the largest time recorded (see [`LazyHistogram`]). The
+    /// counts keep 2 significant digits (a
+    /// percentile within 0.8% of the time it names): finer than fio's own
+    /// percentiles (buckets 1/64 of a power of two wide, 1.6%), which is
+    /// what their `fio-json` output stands in for, at an eighth of the
+    /// memory of 3 digits (the table's percentiles come from the run
+    /// report's 3-digit histogram).
     pub fn new(class: &str, write: bool) -> Self {
-        let histogram = || DirectionHistogram::new(2).expect("2 significant digits are valid");
+        let histogram = || DirectionHistogram::with_significant_digits(2);
         Self {
             class: class.to_string(),
             write,
@@ -176,12 +175,11 @@ impl DirectionStats {
     pub fn record(&mut self, intended_ns: u64, submitted_ns: u64, completed_ns: u64, bytes: u64) {
         self.ops += 1;
         self.bytes += bytes;
-        let add = |histogram: &mut DirectionHistogram, value: u64| {
-            record_exact(histogram, value.clamp(1, DIRECTION_HISTOGRAM_MAX_NS));
-        };
-        add(&mut self.slat_ns, submitted_ns.saturating_sub(intended_ns));
-        add(&mut self.clat_ns, completed_ns.saturating_sub(submitted_ns));
-        add(&mut self.lat_ns, completed_ns.saturating_sub(intended_ns));
+        self.slat_ns
+            .record(submitted_ns.saturating_sub(intended_ns));
+        self.clat_ns
+            .record(completed_ns.saturating_sub(submitted_ns));
+        self.lat_ns.record(completed_ns.saturating_sub(intended_ns));
     }
 }
 
@@ -405,7 +403,7 @@ fn fio_section(stats: &DirectionStats) -> serde_json::Value {
 
 /// A section for a direction without I/O: zeros, as fio writes.
 fn empty_fio_section() -> serde_json::Value {
-    let empty = DirectionHistogram::new(3).expect("valid histogram");
+    let empty = DirectionHistogram::default();
     serde_json::json!({
         "io_bytes": 0, "io_kbytes": 0, "bw_bytes": 0, "bw": 0, "iops": 0.0, "runtime": 0,
         "total_ios": 0, "short_ios": 0, "drop_ios": 0,
@@ -553,6 +551,56 @@ mod tests {
             },
             stats,
         )
+    }
+
+    #[test]
+    fn a_direction_holds_its_few_hundred_times_and_fio_json_gives_their_percentiles() {
+        let mut state: u64 = 11;
+        let mut clat_ns = Vec::new();
+        let directions: Vec<DirectionStats> = (0..1000)
+            .map(|_| {
+                let mut stats = DirectionStats::new("reads", false);
+                clat_ns.clear();
+                for request in 0..200u64 {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let clat = (50_000 << ((state >> 33) % 10)) + (state >> 40) % 50_000;
+                    let intended = request * 5_000_000;
+                    stats.record(intended, intended + 2_000, intended + 2_000 + clat, 4096);
+                    clat_ns.push(clat);
+                }
+                stats
+            })
+            .collect();
+        let bytes: usize = directions
+            .iter()
+            .flat_map(|stats| [&stats.slat_ns, &stats.clat_ns, &stats.lat_ns])
+            .map(DirectionHistogram::heap_bytes)
+            .sum();
+        // Room for 256 times in each of the three histograms: 6 KiB, where
+        // 2-digit counts up to 26 ms are 19 KiB each.
+        assert!(
+            bytes / directions.len() <= 6 << 10,
+            "{} bytes",
+            bytes / 1000
+        );
+        clat_ns.sort_unstable();
+        let last = &directions[999];
+        let json = fio_latency(&last.clat_ns);
+        assert_eq!(json["N"], 200);
+        assert_eq!(json["min"], clat_ns[0]);
+        assert_eq!(json["max"], clat_ns[199]);
+        for percentile in FIO_PERCENTILES {
+            let rank = (percentile / 100.0 * 200.0).ceil() as usize;
+            let key = format!("{percentile:.6}");
+            assert_eq!(
+                json["percentile"][&key],
+                clat_ns[rank.clamp(1, 200) - 1],
+                "{key}"
+            );
+        }
+        assert_eq!(fio_latency(&last.slat_ns)["percentile"]["50.000000"], 2_000);
     }
 
     #[test]
