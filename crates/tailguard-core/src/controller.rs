@@ -360,6 +360,11 @@ pub struct ControllerConfig {
     /// settles at a shallower queue (less delay, maybe less throughput), lower
     /// lets noise buy depth.
     pub growth_pays: f64,
+    /// While a writer is alone, a growth probe whose averaged rate rose by this
+    /// factor, but by less than `growth_pays`, grows on once more before its
+    /// verdict: a larger budget splits larger pieces, whose gain may show only
+    /// at the next split size; lower follows smaller gains further.
+    pub growth_hints: f64,
     /// A growth probe is judged only once the mean in-flight cost rose by this
     /// factor, since a larger budget holding the same whole pieces tells
     /// nothing: higher probes further before judging.
@@ -466,6 +471,7 @@ impl Default for ControllerConfig {
             window_completions: 64,
             stall_fraction: 0.5,
             growth_pays: 1.05,
+            growth_hints: 1.02,
             in_flight_grew: 1.1,
             shrink_keeps: 0.98,
             grow_step: 1.25,
@@ -711,11 +717,16 @@ struct Window {
     late_candidates: Vec<(Nanos, Nanos)>,
     /// Reads over the target, fair-queue wait included.
     over_target_reads: u64,
+    /// Pieces waiting in the fair queue at the last completion.
+    queued_pieces: u64,
 }
 
 /// What completed since the budget last changed.
 #[derive(Clone, Copy, Debug, Default)]
 struct Span {
+    /// Completions still to pass before the span counts: the pieces queued
+    /// when the budget changed, split for the old budget.
+    skip: u64,
     start_ns: Nanos,
     completions: u64,
     cost_ns: u128,
@@ -731,6 +742,9 @@ enum Probe {
         baseline_in_flight_ns: f64,
         /// The share of reads that missed the target before the probe.
         baseline_missed: f64,
+        /// Whether it already grew on from a rate that rose by less than
+        /// [`ControllerConfig::growth_pays`] (rule 5).
+        hinted: bool,
     },
     Down {
         from_ns: Nanos,
@@ -970,7 +984,12 @@ impl AdaptiveBudget {
             at.is_some_and(|at| now.saturating_sub(at) <= memory_ns)
         };
         let alone_after_ns = self.config.alone_after_ns;
-        let span_completions = self.span.completions + window.completions;
+        // Until the pieces queued at the change have passed, nothing is measured.
+        let span_completions = if self.span.skip >= window.completions {
+            0
+        } else {
+            self.span.completions + window.completions
+        };
         let span_start_ns = if self.span.completions == 0 {
             window.start_ns
         } else {
@@ -991,8 +1010,7 @@ impl AdaptiveBudget {
             late_reads,
             worst_late_read_ns,
             over_target_reads: window.over_target_reads,
-            unprotected: !within(self.last_read_ns, alone_after_ns)
-                && !within(self.last_shared_ns, alone_after_ns),
+            unprotected: !within(self.last_shared_ns, alone_after_ns),
             span_completions,
             span_rate: (self.span.cost_ns + window.cost_ns) as f64 / span_elapsed,
             span_mean_in_flight_ns: (self.span.in_flight_sum_ns + window.in_flight_sum_ns) as f64
@@ -1100,6 +1118,7 @@ impl AdaptiveBudget {
             Probe::Up {
                 baseline,
                 baseline_in_flight_ns,
+                hinted,
                 ..
             } => {
                 if !measured {
@@ -1108,6 +1127,12 @@ impl AdaptiveBudget {
                     Situation::GrowthWasted
                 } else if window.span_rate >= baseline * self.config.growth_pays {
                     Situation::GrowthPaid
+                } else if !hinted
+                    && window.span_rate >= baseline * self.config.growth_hints
+                    && limit_ns < self.bounds.max_limit_ns
+                {
+                    // Grows on once (see `ControllerConfig::growth_hints`).
+                    Situation::GrowthUnfelt
                 } else if window.span_mean_in_flight_ns
                     < baseline_in_flight_ns * self.config.in_flight_grew
                     && limit_ns < self.bounds.max_limit_ns
@@ -1272,8 +1297,10 @@ impl AdaptiveBudget {
             self.holds_left = self.config.hold_windows;
             return None;
         }
-        // An unfelt probe keeps the baseline it started from.
-        if let (Situation::GrowthUnfelt, Probe::Up { .. }) = (situation, self.probe) {
+        // An unfelt probe keeps the baseline it started from; one that grows
+        // on from a hint (rule 5) does so once.
+        if let (Situation::GrowthUnfelt, Probe::Up { hinted, .. }) = (situation, &mut self.probe) {
+            *hinted |= window.unprotected;
             return Some(grown);
         }
         let (baseline, baseline_in_flight_ns) = if window.unprotected {
@@ -1286,6 +1313,7 @@ impl AdaptiveBudget {
             baseline,
             baseline_in_flight_ns,
             baseline_missed: window.missed_share(),
+            hinted: false,
         };
         Some(grown)
     }
@@ -1401,9 +1429,15 @@ impl AdaptiveBudget {
     fn extend_span(&mut self, now: Nanos, changed: bool) {
         if changed {
             self.span = Span {
+                skip: self.window.queued_pieces,
                 start_ns: now,
                 ..Span::default()
             };
+            return;
+        }
+        if self.span.skip > 0 {
+            self.span.skip = self.span.skip.saturating_sub(self.window.completions);
+            self.span.start_ns = now;
             return;
         }
         if self.span.completions == 0 {
@@ -1508,11 +1542,16 @@ impl LatencyController for AdaptiveBudget {
         if sample.queued_pieces > 0 {
             window.backlogged += 1;
         }
+        window.queued_pieces = sample.queued_pieces as u64;
         self.now_ns = sample.now;
         if sample.direction == Direction::Read {
             self.last_read_ns = Some(sample.now);
         }
-        if sample.ahead_other_ns > 0 {
+        // A backlogged class waits for itself (rule 1): its pieces neither
+        // count as reads to protect nor as work that others could hold back.
+        if !sample.class_backlogged
+            && (sample.direction == Direction::Read || sample.ahead_other_ns > 0)
+        {
             self.last_shared_ns = Some(sample.now);
         }
         // Only reads of classes that ask for less than they get are promised
