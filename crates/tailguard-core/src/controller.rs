@@ -1055,14 +1055,21 @@ impl AdaptiveBudget {
         if window.unprotected {
             return self.classify_for_throughput(window, limit_ns);
         }
-        match self.probe {
+        self.judge_probe(window, limit_ns)
+            .unwrap_or_else(|| self.classify_between_probes(window, limit_ns))
+    }
+
+    /// The verdict on the probe under way, judged by this window alone (rules
+    /// 7, 8 and 10); `None` without a probe.
+    fn judge_probe(&self, window: &WindowSummary, limit_ns: Nanos) -> Option<Situation> {
+        let situation = match self.probe {
             Probe::Up {
                 baseline,
                 baseline_in_flight_ns,
                 baseline_missed,
                 ..
             } => {
-                return if !window.binding
+                if !window.binding
                     || reads_paid(window, baseline_missed, self.config.late_reads_per_hundred)
                 {
                     Situation::GrowthWasted
@@ -1075,17 +1082,22 @@ impl AdaptiveBudget {
                     Situation::GrowthUnfelt
                 } else {
                     Situation::GrowthWasted
-                };
+                }
             }
             Probe::Down { baseline, .. } => {
-                return if window.rate >= baseline * self.config.shrink_keeps {
+                if window.rate >= baseline * self.config.shrink_keeps {
                     Situation::ShrinkFree
                 } else {
                     Situation::ShrinkCostly
-                };
+                }
             }
-            Probe::None => {}
-        }
+            Probe::None => return None,
+        };
+        Some(situation)
+    }
+
+    /// With no probe under way: whether to start one (rules 6 and 10), or hold.
+    fn classify_between_probes(&self, window: &WindowSummary, limit_ns: Nanos) -> Situation {
         if !window.binding {
             return Situation::Idle;
         }
@@ -1336,29 +1348,54 @@ impl AdaptiveBudget {
                 None
             }
             Situation::SlowStart => Some(self.clamp(limit * self.config.grow_step_fast)),
-            Situation::Congested => {
-                // Cut from what was in flight when the budget did not bind.
-                let limit = if window.binding {
-                    limit
-                } else {
-                    limit.min(window.mean_in_flight_ns.max(1.0))
-                };
-                let cut = self.congestion_cut(window, limit.round() as Nanos);
-                if matches!(self.probe, Probe::Up { .. }) {
-                    self.back_off_growth();
-                }
-                self.probe = Probe::None;
-                self.paid_streak = 0;
-                self.probe_down_next = false;
-                self.holds_left = 1;
-                let cut_to = self.clamp(limit * cut);
-                self.threshold_ns = Some(cut_to);
-                self.paid_above_threshold = 0;
-                Some(cut_to)
-            }
+            Situation::Congested => Some(self.cut_for_congestion(window, limit_ns)),
             Situation::GrowthPaid | Situation::GrowthUnfelt | Situation::Underused => {
                 self.grow(situation, window, limit_ns)
             }
+            Situation::GrowthWasted
+            | Situation::Settled
+            | Situation::ShrinkFree
+            | Situation::ShrinkCostly => self.act_on_probe(situation, window, limit_ns),
+        };
+        let new = self.cap_to_pipeline(new, limit_ns);
+        let new = new.filter(|&new| new != limit_ns);
+        self.count_decision(situation, new, limit_ns);
+        new
+    }
+
+    /// A congested window (rule 2): the budget cut to what drains within the
+    /// goal, which becomes the congestion threshold.
+    fn cut_for_congestion(&mut self, window: &WindowSummary, limit_ns: Nanos) -> Nanos {
+        // Cut from what was in flight when the budget did not bind.
+        let limit = if window.binding {
+            limit_ns as f64
+        } else {
+            (limit_ns as f64).min(window.mean_in_flight_ns.max(1.0))
+        };
+        let cut = self.congestion_cut(window, limit.round() as Nanos);
+        if matches!(self.probe, Probe::Up { .. }) {
+            self.back_off_growth();
+        }
+        self.probe = Probe::None;
+        self.paid_streak = 0;
+        self.probe_down_next = false;
+        self.holds_left = 1;
+        let cut_to = self.clamp(limit * cut);
+        self.threshold_ns = Some(cut_to);
+        self.paid_above_threshold = 0;
+        cut_to
+    }
+
+    /// Ends a probe by its verdict, or starts or goes on with a shrink probe
+    /// (rules 7 and 10).
+    fn act_on_probe(
+        &mut self,
+        situation: Situation,
+        window: &WindowSummary,
+        limit_ns: Nanos,
+    ) -> Option<Nanos> {
+        let limit = limit_ns as f64;
+        match situation {
             Situation::GrowthWasted => {
                 // Not backed off: a wasted probe is how the knee is found (and
                 // on a stick, piece sizes are judged so).
@@ -1409,9 +1446,12 @@ impl AdaptiveBudget {
                     (self.shrink_backoff_ns * 2).min(self.config.shrink_backoff_max_ns);
                 Some(from_ns)
             }
-        };
-        let new = self.cap_to_pipeline(new, limit_ns);
-        let new = new.filter(|&new| new != limit_ns);
+            _ => unreachable!("not a probe's situation: {situation:?}"),
+        }
+    }
+
+    /// Counts a decision in the stats.
+    fn count_decision(&mut self, situation: Situation, new: Option<Nanos>, limit_ns: Nanos) {
         match new {
             Some(new) if new > limit_ns => self.stats.grows += 1,
             Some(_) => self.stats.shrinks += 1,
@@ -1421,7 +1461,6 @@ impl AdaptiveBudget {
             self.stats.congested += 1;
         }
         self.stats.threshold_ns = self.threshold_ns;
-        new
     }
 
     /// Adds the window that just ended to the span, or starts a new span

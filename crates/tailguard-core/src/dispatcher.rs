@@ -741,7 +741,8 @@ impl<C: LatencyController> Dispatcher<C> {
             .sum();
         let own_ns = self.classes.slots[class_index].in_flight_ns + cost_ns;
         let shares = u64::from(self.queue.shares(class_index));
-        u128::from(own_ns) * u128::from(active_shares) >= u128::from(limit_ns) * u128::from(shares)
+        2 * u128::from(own_ns) * u128::from(active_shares)
+            >= u128::from(limit_ns) * u128::from(shares)
     }
 
     /// Another class's piece goes to the device: every read dispatched alone
@@ -758,6 +759,30 @@ impl<C: LatencyController> Dispatcher<C> {
             }
         }
         self.alone_pieces = 0;
+    }
+
+    /// When a piece dispatched `now` becomes overdue. A read dispatched
+    /// while no other class has work in flight (`alone`) is overtaken only
+    /// by its own class's work, which stopping newer work would not help: it
+    /// is not overdue until another class's piece is dispatched behind it. (A
+    /// write keeps its watchdog: a disk that skips one piece of a stream
+    /// starves it, and the reads that come later wait behind it.)
+    fn watch_overdue(
+        &mut self,
+        now: Nanos,
+        class_index: usize,
+        alone: bool,
+        overdue_after_ns: Option<Nanos>,
+    ) -> Option<Nanos> {
+        if self.alone_pieces > 0 && self.alone_class != class_index {
+            self.end_alone_exemption(now);
+        }
+        if alone {
+            self.alone_pieces += 1;
+            self.alone_class = class_index;
+            return None;
+        }
+        overdue_after_ns.map(|after_ns| now.saturating_add(after_ns))
     }
 
     fn start_piece(
@@ -779,24 +804,9 @@ impl<C: LatencyController> Dispatcher<C> {
             self.controller
                 .overdue_after_ns(direction, ahead_ns, cost_ns)
         };
-        // A read dispatched while no other class has work in flight is
-        // overtaken only by its own class's work, which stopping newer work
-        // would not help: it is not overdue until another class's piece is
-        // dispatched behind it. (A write keeps its watchdog: a disk that skips
-        // one piece of a stream starves it, and the reads that come later wait
-        // behind it.)
-        if self.alone_pieces > 0 && self.alone_class != class_index {
-            self.end_alone_exemption(now);
-        }
         let alone =
             direction == Direction::Read && ahead_other_ns == 0 && overdue_after_ns.is_some();
-        let overdue_at = if alone {
-            self.alone_pieces += 1;
-            self.alone_class = class_index;
-            None
-        } else {
-            overdue_after_ns.map(|after_ns| now.saturating_add(after_ns))
-        };
+        let overdue_at = self.watch_overdue(now, class_index, alone, overdue_after_ns);
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
         request.last_dispatched_at = now;
