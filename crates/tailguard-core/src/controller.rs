@@ -14,10 +14,13 @@
 //! [`ControllerConfig::goal_fraction`] of the latency target.
 //!
 //! 1. **Protected reads.** A read is one of the window's reads only if its
-//!    class had less than one budget of its own work queued when it was
-//!    dispatched ([`CompletionSample::class_backlogged`]): a class with a deeper
-//!    queue waits for itself more than for anyone else, and a smaller budget
-//!    would only slow it down. Such a read is *late* when its device time
+//!    class was not *backlogged* when it was dispatched
+//!    ([`CompletionSample::class_backlogged`]): a class is backlogged when a
+//!    budget of its own work waits behind the piece, or when some does while
+//!    the class already holds half its shares' part of the budget or more. A
+//!    class asking for more than it gets waits for itself more than for
+//!    anyone else, and a smaller budget would only slow it down. Such a read
+//!    is *late* when its device time
 //!    (dispatch to completion) exceeds the target and it would have been on
 //!    time without the other classes' work ahead of it, drained at the
 //!    window's rate ([`CompletionSample::ahead_other_ns`]); a read over the
@@ -48,18 +51,24 @@
 //!    although a larger one would. Until slow start ends, a Little's-law delay
 //!    over the goal without recent reads is congestion even for a writer alone
 //!    (rule 5), so a read arriving later does not find the overshoot ahead.
-//! 5. **A writer alone: throughput alone.** While no read of any class, and no
-//!    piece that found another class's work ahead of it
-//!    ([`CompletionSample::ahead_other_ns`]), completed within
+//! 5. **Saturating classes alone: throughput alone.** While no piece of a
+//!    class that is not backlogged (rule 1) completed within
 //!    [`ControllerConfig::alone_after_ns`] (counted from the first
-//!    completion), no one can be made late or
-//!    short of its shares, and the budget's goal is throughput: growth probes
-//!    double, and one starts, and is judged by rules 7 and 8, only on the rate
-//!    and in-flight cost averaged over at least
+//!    completion) that was a read or found another class's work ahead of it
+//!    ([`CompletionSample::ahead_other_ns`]), every class asks for more than
+//!    it gets, no one can be made late or short of its shares, and the
+//!    budget's goal is throughput (a *writer alone*, or several saturating
+//!    classes): growth probes double, and one starts, and is judged by rules 7
+//!    and 8, only on the rate and in-flight cost averaged over at least
 //!    [`ControllerConfig::knee_completions`] since the budget last changed (one
-//!    window of a seeking disk swings by more than the knee test's margin);
-//!    Little's law does not judge, the congestion threshold does not bound
-//!    growth, and the budget never probes downwards. A
+//!    window of a seeking disk swings by more than the knee test's margin),
+//!    counted once the pieces queued at the change (split for the old budget)
+//!    have completed. A probe that raised that rate by
+//!    [`ControllerConfig::growth_hints`] but not by
+//!    [`ControllerConfig::growth_pays`] grows on once before its verdict (a
+//!    larger budget splits larger pieces, whose gain may show only at the next
+//!    split size). Little's law does not judge, the congestion threshold does
+//!    not bound growth, and the budget never probes downwards. A
 //!    read that arrives later finds at most the knee's worth of work ahead, and
 //!    its first late window cuts the budget (rule 2). Otherwise each window is
 //!    judged by itself.
@@ -113,7 +122,11 @@
 //!     [`ControllerConfig::read_overdue_targets`] targets, a watchdog so that
 //!     the first starved read is served at all. Neither applies to a read of a
 //!     backlogged class (the dispatcher's choice): it is served after its own
-//!     class's queue anyway.
+//!     class's queue anyway; nor to a read dispatched while no other class had
+//!     work in flight, until another class's piece is dispatched after it
+//!     (then it is overdue as if dispatched at that moment): until then only
+//!     its own class's work overtakes it, which holding back newer work would
+//!     not help.
 //! 12. **Stalling devices hold two pieces.** For
 //!     [`ControllerConfig::stall_memory_ns`] after a stalled window whose
 //!     stall was at most [`ControllerConfig::pipeline_stall_targets`] targets
@@ -132,7 +145,8 @@
 //! judged by throughput (the knee test) and not held at a latency no one asked
 //! for, while a light latency class beside a bulk one is protected. Reads of
 //! every class still count as recent reads, so Little's law judges the budget
-//! only when no read happens at all, and only while classes share the device.
+//! only when no read happens at all, and only while a class that is not
+//! backlogged shares the device.
 //!
 //! ## What inspired it, and how it differs
 //!
@@ -189,10 +203,11 @@ pub struct CompletionSample {
     /// of it that the budget could have kept back for it. The rest was its own
     /// class's, which no budget can take away without taking it from the class.
     pub ahead_other_ns: Nanos,
-    /// Whether its class still had at least one budget of its own work waiting
-    /// in the fair queue when it was dispatched: the class asks for more than
-    /// it gets, so its latency is its own queue's, and the latency target is not its promise (see
-    /// [`crate::controller`], rule 1).
+    /// Whether its class was backlogged when it was dispatched: a budget of
+    /// its own work waited in the fair queue, or some did while the class held
+    /// half its shares' part of the budget or more. The class asks for more
+    /// than it gets, so its latency is its own queue's, and the latency target
+    /// is not its promise (see [`crate::controller`], rule 1).
     pub class_backlogged: bool,
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
@@ -360,7 +375,7 @@ pub struct ControllerConfig {
     /// settles at a shallower queue (less delay, maybe less throughput), lower
     /// lets noise buy depth.
     pub growth_pays: f64,
-    /// While a writer is alone, a growth probe whose averaged rate rose by this
+    /// While classes are alone (rule 5), a growth probe whose averaged rate rose by this
     /// factor, but by less than `growth_pays`, grows on once more before its
     /// verdict: a larger budget splits larger pieces, whose gain may show only
     /// at the next split size; lower follows smaller gains further.
@@ -451,15 +466,16 @@ pub struct ControllerConfig {
     /// it is a small part of a read's wait, while the throughput the rule costs
     /// stays.
     pub pipeline_stall_targets: u64,
-    /// While a writer is alone, a growth probe is judged (and started) only
+    /// While classes are alone (module docs, rule 5), a growth probe is judged (and started) only
     /// on the rate averaged over at least this many completions since the
     /// budget last changed: more beats a noisy device's window-to-window swings,
     /// fewer reaches the knee sooner.
     pub knee_completions: u64,
-    /// A writer counts as alone (module docs, rule 5) once no read, and no
-    /// piece that found another class's work ahead of it, completed for this
-    /// long: longer keeps a sparse reader protected through longer pauses,
-    /// shorter lets a writer left alone deepen its queue sooner.
+    /// Saturating classes count as alone (module docs, rule 5) once no read,
+    /// and no piece that found another class's work ahead of it, of a class
+    /// that is not backlogged completed for this long: longer keeps a sparse
+    /// reader protected through longer pauses, shorter lets a writer left
+    /// alone deepen its queue sooner.
     pub alone_after_ns: Nanos,
 }
 
@@ -679,8 +695,8 @@ pub struct WindowSummary {
     /// per-read test puts on the device's floor).
     pub over_target_reads: u64,
     /// Whether the budget's goal is throughput alone (module docs, rule 5): no
-    /// read, and no piece with another class's work ahead, completed within
-    /// [`ControllerConfig::alone_after_ns`].
+    /// read, and no piece with another class's work ahead, of a class that was
+    /// not backlogged completed within [`ControllerConfig::alone_after_ns`].
     pub unprotected: bool,
     /// Completions since the budget last changed, this window's included.
     pub span_completions: u64,

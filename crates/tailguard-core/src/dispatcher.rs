@@ -714,9 +714,11 @@ impl<C: LatencyController> Dispatcher<C> {
 
     /// Whether a class dispatching a piece of `cost_ns` asks for more than it
     /// gets: at least a budget of its own work still waits behind the piece,
-    /// or some does while the class, with this piece, holds at least its
+    /// or some does while the class, with this piece, holds at least half its
     /// shares' part of the budget (among the classes with work queued or in
-    /// flight). Such a class waits for itself more than for anyone else.
+    /// flight). Such a class waits for itself more than for anyone else. Half:
+    /// the fair queue dispatches a class just when it holds less than its
+    /// part, so the whole part would flip the verdict piece by piece.
     fn class_backlogged(&self, class_index: usize, cost_ns: Nanos) -> bool {
         let queued_ns = self.queue.queued_ns(class_index);
         let limit_ns = self.budget.limit_ns();
