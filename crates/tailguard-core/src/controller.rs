@@ -60,8 +60,10 @@
 //!    budget's goal is throughput (a *writer alone*, or several saturating
 //!    classes): growth probes double, and one starts, and is judged by rules 7
 //!    and 8, only on the rate and in-flight cost averaged over at least
-//!    [`ControllerConfig::knee_completions`] since the budget last changed (one
-//!    window of a seeking disk swings by more than the knee test's margin),
+//!    [`ControllerConfig::knee_completions`] and
+//!    [`ControllerConfig::knee_min_ns`] since the budget last changed (one
+//!    window of a seeking disk swings by more than the knee test's margin, and
+//!    a write cache shows the old pieces' cost until it drained them),
 //!    counted once the pieces queued at the change (split for the old budget)
 //!    have completed. A probe that raised that rate by
 //!    [`ControllerConfig::growth_hints`] but not by
@@ -471,6 +473,12 @@ pub struct ControllerConfig {
     /// budget last changed: more beats a noisy device's window-to-window swings,
     /// fewer reaches the knee sooner.
     pub knee_completions: u64,
+    /// While classes are alone, a growth probe is also judged (and started)
+    /// only once its span lasted this long: a device's write cache goes on
+    /// showing the cost of the pieces it holds, split for the old budget,
+    /// until it has drained them; longer sees through a larger cache, shorter
+    /// reaches the knee sooner.
+    pub knee_min_ns: Nanos,
     /// Saturating classes count as alone (module docs, rule 5) once no read,
     /// and no piece that found another class's work ahead of it, of a class
     /// that is not backlogged completed for this long: longer keeps a sparse
@@ -513,6 +521,7 @@ impl Default for ControllerConfig {
             stall_memory_ns: 10 * NANOS_PER_SECOND,
             pipeline_stall_targets: 2,
             knee_completions: 128,
+            knee_min_ns: 500 * NANOS_PER_MILLISECOND,
             alone_after_ns: NANOS_PER_SECOND,
         }
     }
@@ -704,6 +713,8 @@ pub struct WindowSummary {
     pub span_rate: f64,
     /// The mean in-flight cost since the budget last changed, ns.
     pub span_mean_in_flight_ns: f64,
+    /// How long the span of `span_completions` lasted, ns.
+    pub span_ns: Nanos,
 }
 
 impl WindowSummary {
@@ -1031,6 +1042,7 @@ impl AdaptiveBudget {
             span_rate: (self.span.cost_ns + window.cost_ns) as f64 / span_elapsed,
             span_mean_in_flight_ns: (self.span.in_flight_sum_ns + window.in_flight_sum_ns) as f64
                 / span_completions.max(1) as f64,
+            span_ns: now.saturating_sub(span_start_ns),
         }
     }
 
@@ -1141,7 +1153,8 @@ impl AdaptiveBudget {
     /// [`ControllerConfig::knee_completions`] since the budget last changed,
     /// and the budget never probes downwards.
     fn classify_for_throughput(&self, window: &WindowSummary, limit_ns: Nanos) -> Situation {
-        let measured = window.span_completions >= self.config.knee_completions;
+        let measured = window.span_completions >= self.config.knee_completions
+            && window.span_ns >= self.config.knee_min_ns;
         match self.probe {
             Probe::Up {
                 baseline,
