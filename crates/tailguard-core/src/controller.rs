@@ -14,10 +14,13 @@
 //! [`ControllerConfig::goal_fraction`] of the latency target.
 //!
 //! 1. **Protected reads.** A read is one of the window's reads only if its
-//!    class had less than one budget of its own work queued when it was
-//!    dispatched ([`CompletionSample::class_backlogged`]): a class with a deeper
-//!    queue waits for itself more than for anyone else, and a smaller budget
-//!    would only slow it down. Such a read is *late* when its device time
+//!    class was not *backlogged* when it was dispatched
+//!    ([`CompletionSample::class_backlogged`]): a class is backlogged when a
+//!    budget of its own work waits behind the piece, or when some does while
+//!    the class already holds half its shares' part of the budget or more. A
+//!    class asking for more than it gets waits for itself more than for
+//!    anyone else, and a smaller budget would only slow it down. Such a read
+//!    is *late* when its device time
 //!    (dispatch to completion) exceeds the target and it would have been on
 //!    time without the other classes' work ahead of it, drained at the
 //!    window's rate ([`CompletionSample::ahead_other_ns`]); a read over the
@@ -48,18 +51,26 @@
 //!    although a larger one would. Until slow start ends, a Little's-law delay
 //!    over the goal without recent reads is congestion even for a writer alone
 //!    (rule 5), so a read arriving later does not find the overshoot ahead.
-//! 5. **A writer alone: throughput alone.** While no read of any class, and no
-//!    piece that found another class's work ahead of it
-//!    ([`CompletionSample::ahead_other_ns`]), completed within
+//! 5. **Saturating classes alone: throughput alone.** While no piece of a
+//!    class that is not backlogged (rule 1) completed within
 //!    [`ControllerConfig::alone_after_ns`] (counted from the first
-//!    completion), no one can be made late or
-//!    short of its shares, and the budget's goal is throughput: growth probes
-//!    double, and one starts, and is judged by rules 7 and 8, only on the rate
-//!    and in-flight cost averaged over at least
-//!    [`ControllerConfig::knee_completions`] since the budget last changed (one
-//!    window of a seeking disk swings by more than the knee test's margin);
-//!    Little's law does not judge, the congestion threshold does not bound
-//!    growth, and the budget never probes downwards. A
+//!    completion) that was a read or found another class's work ahead of it
+//!    ([`CompletionSample::ahead_other_ns`]), every class asks for more than
+//!    it gets, no one can be made late or short of its shares, and the
+//!    budget's goal is throughput (a *writer alone*, or several saturating
+//!    classes): growth probes double, and one starts, and is judged by rules 7
+//!    and 8, only on the rate and in-flight cost averaged over at least
+//!    [`ControllerConfig::knee_completions`] and
+//!    [`ControllerConfig::knee_min_ns`] since the budget last changed (one
+//!    window of a seeking disk swings by more than the knee test's margin, and
+//!    a write cache shows the old pieces' cost until it drained them),
+//!    counted once the pieces queued at the change (split for the old budget)
+//!    have completed. A probe that raised that rate by
+//!    [`ControllerConfig::growth_hints`] but not by
+//!    [`ControllerConfig::growth_pays`] grows on once before its verdict (a
+//!    larger budget splits larger pieces, whose gain may show only at the next
+//!    split size). Little's law does not judge, the congestion threshold does
+//!    not bound growth, and the budget never probes downwards. A
 //!    read that arrives later finds at most the knee's worth of work ahead, and
 //!    its first late window cuts the budget (rule 2). Otherwise each window is
 //!    judged by itself.
@@ -113,7 +124,11 @@
 //!     [`ControllerConfig::read_overdue_targets`] targets, a watchdog so that
 //!     the first starved read is served at all. Neither applies to a read of a
 //!     backlogged class (the dispatcher's choice): it is served after its own
-//!     class's queue anyway.
+//!     class's queue anyway; nor to a read dispatched while no other class had
+//!     work in flight, until another class's piece is dispatched after it
+//!     (then it is overdue as if dispatched at that moment): until then only
+//!     its own class's work overtakes it, which holding back newer work would
+//!     not help.
 //! 12. **Stalling devices hold two pieces.** For
 //!     [`ControllerConfig::stall_memory_ns`] after a stalled window whose
 //!     stall was at most [`ControllerConfig::pipeline_stall_targets`] targets
@@ -132,7 +147,8 @@
 //! judged by throughput (the knee test) and not held at a latency no one asked
 //! for, while a light latency class beside a bulk one is protected. Reads of
 //! every class still count as recent reads, so Little's law judges the budget
-//! only when no read happens at all, and only while classes share the device.
+//! only when no read happens at all, and only while a class that is not
+//! backlogged shares the device.
 //!
 //! ## What inspired it, and how it differs
 //!
@@ -189,10 +205,11 @@ pub struct CompletionSample {
     /// of it that the budget could have kept back for it. The rest was its own
     /// class's, which no budget can take away without taking it from the class.
     pub ahead_other_ns: Nanos,
-    /// Whether its class still had at least one budget of its own work waiting
-    /// in the fair queue when it was dispatched: the class asks for more than
-    /// it gets, so its latency is its own queue's, and the latency target is not its promise (see
-    /// [`crate::controller`], rule 1).
+    /// Whether its class was backlogged when it was dispatched: a budget of
+    /// its own work waited in the fair queue, or some did while the class held
+    /// half its shares' part of the budget or more. The class asks for more
+    /// than it gets, so its latency is its own queue's, and the latency target
+    /// is not its promise (see [`crate::controller`], rule 1).
     pub class_backlogged: bool,
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
@@ -360,6 +377,11 @@ pub struct ControllerConfig {
     /// settles at a shallower queue (less delay, maybe less throughput), lower
     /// lets noise buy depth.
     pub growth_pays: f64,
+    /// While classes are alone (rule 5), a growth probe whose averaged rate rose by this
+    /// factor, but by less than `growth_pays`, grows on once more before its
+    /// verdict: a larger budget splits larger pieces, whose gain may show only
+    /// at the next split size; lower follows smaller gains further.
+    pub growth_hints: f64,
     /// A growth probe is judged only once the mean in-flight cost rose by this
     /// factor, since a larger budget holding the same whole pieces tells
     /// nothing: higher probes further before judging.
@@ -446,15 +468,22 @@ pub struct ControllerConfig {
     /// it is a small part of a read's wait, while the throughput the rule costs
     /// stays.
     pub pipeline_stall_targets: u64,
-    /// While a writer is alone, a growth probe is judged (and started) only
+    /// While classes are alone (module docs, rule 5), a growth probe is judged (and started) only
     /// on the rate averaged over at least this many completions since the
     /// budget last changed: more beats a noisy device's window-to-window swings,
     /// fewer reaches the knee sooner.
     pub knee_completions: u64,
-    /// A writer counts as alone (module docs, rule 5) once no read, and no
-    /// piece that found another class's work ahead of it, completed for this
-    /// long: longer keeps a sparse reader protected through longer pauses,
-    /// shorter lets a writer left alone deepen its queue sooner.
+    /// While classes are alone, a growth probe is also judged (and started)
+    /// only once its span lasted this long: a device's write cache goes on
+    /// showing the cost of the pieces it holds, split for the old budget,
+    /// until it has drained them; longer sees through a larger cache, shorter
+    /// reaches the knee sooner.
+    pub knee_min_ns: Nanos,
+    /// Saturating classes count as alone (module docs, rule 5) once no read,
+    /// and no piece that found another class's work ahead of it, of a class
+    /// that is not backlogged completed for this long: longer keeps a sparse
+    /// reader protected through longer pauses, shorter lets a writer left
+    /// alone deepen its queue sooner.
     pub alone_after_ns: Nanos,
 }
 
@@ -466,6 +495,7 @@ impl Default for ControllerConfig {
             window_completions: 64,
             stall_fraction: 0.5,
             growth_pays: 1.05,
+            growth_hints: 1.02,
             in_flight_grew: 1.1,
             shrink_keeps: 0.98,
             grow_step: 1.25,
@@ -491,6 +521,7 @@ impl Default for ControllerConfig {
             stall_memory_ns: 10 * NANOS_PER_SECOND,
             pipeline_stall_targets: 2,
             knee_completions: 128,
+            knee_min_ns: 500 * NANOS_PER_MILLISECOND,
             alone_after_ns: NANOS_PER_SECOND,
         }
     }
@@ -673,8 +704,8 @@ pub struct WindowSummary {
     /// per-read test puts on the device's floor).
     pub over_target_reads: u64,
     /// Whether the budget's goal is throughput alone (module docs, rule 5): no
-    /// read, and no piece with another class's work ahead, completed within
-    /// [`ControllerConfig::alone_after_ns`].
+    /// read, and no piece with another class's work ahead, of a class that was
+    /// not backlogged completed within [`ControllerConfig::alone_after_ns`].
     pub unprotected: bool,
     /// Completions since the budget last changed, this window's included.
     pub span_completions: u64,
@@ -682,6 +713,8 @@ pub struct WindowSummary {
     pub span_rate: f64,
     /// The mean in-flight cost since the budget last changed, ns.
     pub span_mean_in_flight_ns: f64,
+    /// How long the span of `span_completions` lasted, ns.
+    pub span_ns: Nanos,
 }
 
 impl WindowSummary {
@@ -711,11 +744,16 @@ struct Window {
     late_candidates: Vec<(Nanos, Nanos)>,
     /// Reads over the target, fair-queue wait included.
     over_target_reads: u64,
+    /// Pieces waiting in the fair queue at the last completion.
+    queued_pieces: u64,
 }
 
 /// What completed since the budget last changed.
 #[derive(Clone, Copy, Debug, Default)]
 struct Span {
+    /// Completions still to pass before the span counts: the pieces queued
+    /// when the budget changed, split for the old budget.
+    skip: u64,
     start_ns: Nanos,
     completions: u64,
     cost_ns: u128,
@@ -731,6 +769,9 @@ enum Probe {
         baseline_in_flight_ns: f64,
         /// The share of reads that missed the target before the probe.
         baseline_missed: f64,
+        /// Whether it already grew on from a rate that rose by less than
+        /// [`ControllerConfig::growth_pays`] (rule 5).
+        hinted: bool,
     },
     Down {
         from_ns: Nanos,
@@ -970,7 +1011,12 @@ impl AdaptiveBudget {
             at.is_some_and(|at| now.saturating_sub(at) <= memory_ns)
         };
         let alone_after_ns = self.config.alone_after_ns;
-        let span_completions = self.span.completions + window.completions;
+        // Until the pieces queued at the change have passed, nothing is measured.
+        let span_completions = if self.span.skip >= window.completions {
+            0
+        } else {
+            self.span.completions + window.completions
+        };
         let span_start_ns = if self.span.completions == 0 {
             window.start_ns
         } else {
@@ -991,12 +1037,12 @@ impl AdaptiveBudget {
             late_reads,
             worst_late_read_ns,
             over_target_reads: window.over_target_reads,
-            unprotected: !within(self.last_read_ns, alone_after_ns)
-                && !within(self.last_shared_ns, alone_after_ns),
+            unprotected: !within(self.last_shared_ns, alone_after_ns),
             span_completions,
             span_rate: (self.span.cost_ns + window.cost_ns) as f64 / span_elapsed,
             span_mean_in_flight_ns: (self.span.in_flight_sum_ns + window.in_flight_sum_ns) as f64
                 / span_completions.max(1) as f64,
+            span_ns: now.saturating_sub(span_start_ns),
         }
     }
 
@@ -1037,14 +1083,21 @@ impl AdaptiveBudget {
         if window.unprotected {
             return self.classify_for_throughput(window, limit_ns);
         }
-        match self.probe {
+        self.judge_probe(window, limit_ns)
+            .unwrap_or_else(|| self.classify_between_probes(window, limit_ns))
+    }
+
+    /// The verdict on the probe under way, judged by this window alone (rules
+    /// 7, 8 and 10); `None` without a probe.
+    fn judge_probe(&self, window: &WindowSummary, limit_ns: Nanos) -> Option<Situation> {
+        let situation = match self.probe {
             Probe::Up {
                 baseline,
                 baseline_in_flight_ns,
                 baseline_missed,
                 ..
             } => {
-                return if !window.binding
+                if !window.binding
                     || reads_paid(window, baseline_missed, self.config.late_reads_per_hundred)
                 {
                     Situation::GrowthWasted
@@ -1057,17 +1110,22 @@ impl AdaptiveBudget {
                     Situation::GrowthUnfelt
                 } else {
                     Situation::GrowthWasted
-                };
+                }
             }
             Probe::Down { baseline, .. } => {
-                return if window.rate >= baseline * self.config.shrink_keeps {
+                if window.rate >= baseline * self.config.shrink_keeps {
                     Situation::ShrinkFree
                 } else {
                     Situation::ShrinkCostly
-                };
+                }
             }
-            Probe::None => {}
-        }
+            Probe::None => return None,
+        };
+        Some(situation)
+    }
+
+    /// With no probe under way: whether to start one (rules 6 and 10), or hold.
+    fn classify_between_probes(&self, window: &WindowSummary, limit_ns: Nanos) -> Situation {
         if !window.binding {
             return Situation::Idle;
         }
@@ -1095,11 +1153,13 @@ impl AdaptiveBudget {
     /// [`ControllerConfig::knee_completions`] since the budget last changed,
     /// and the budget never probes downwards.
     fn classify_for_throughput(&self, window: &WindowSummary, limit_ns: Nanos) -> Situation {
-        let measured = window.span_completions >= self.config.knee_completions;
+        let measured = window.span_completions >= self.config.knee_completions
+            && window.span_ns >= self.config.knee_min_ns;
         match self.probe {
             Probe::Up {
                 baseline,
                 baseline_in_flight_ns,
+                hinted,
                 ..
             } => {
                 if !measured {
@@ -1108,6 +1168,12 @@ impl AdaptiveBudget {
                     Situation::GrowthWasted
                 } else if window.span_rate >= baseline * self.config.growth_pays {
                     Situation::GrowthPaid
+                } else if !hinted
+                    && window.span_rate >= baseline * self.config.growth_hints
+                    && limit_ns < self.bounds.max_limit_ns
+                {
+                    // Grows on once (see `ControllerConfig::growth_hints`).
+                    Situation::GrowthUnfelt
                 } else if window.span_mean_in_flight_ns
                     < baseline_in_flight_ns * self.config.in_flight_grew
                     && limit_ns < self.bounds.max_limit_ns
@@ -1272,8 +1338,10 @@ impl AdaptiveBudget {
             self.holds_left = self.config.hold_windows;
             return None;
         }
-        // An unfelt probe keeps the baseline it started from.
-        if let (Situation::GrowthUnfelt, Probe::Up { .. }) = (situation, self.probe) {
+        // An unfelt probe keeps the baseline it started from; one that grows
+        // on from a hint (rule 5) does so once.
+        if let (Situation::GrowthUnfelt, Probe::Up { hinted, .. }) = (situation, &mut self.probe) {
+            *hinted |= window.unprotected;
             return Some(grown);
         }
         let (baseline, baseline_in_flight_ns) = if window.unprotected {
@@ -1286,6 +1354,7 @@ impl AdaptiveBudget {
             baseline,
             baseline_in_flight_ns,
             baseline_missed: window.missed_share(),
+            hinted: false,
         };
         Some(grown)
     }
@@ -1308,29 +1377,54 @@ impl AdaptiveBudget {
                 None
             }
             Situation::SlowStart => Some(self.clamp(limit * self.config.grow_step_fast)),
-            Situation::Congested => {
-                // Cut from what was in flight when the budget did not bind.
-                let limit = if window.binding {
-                    limit
-                } else {
-                    limit.min(window.mean_in_flight_ns.max(1.0))
-                };
-                let cut = self.congestion_cut(window, limit.round() as Nanos);
-                if matches!(self.probe, Probe::Up { .. }) {
-                    self.back_off_growth();
-                }
-                self.probe = Probe::None;
-                self.paid_streak = 0;
-                self.probe_down_next = false;
-                self.holds_left = 1;
-                let cut_to = self.clamp(limit * cut);
-                self.threshold_ns = Some(cut_to);
-                self.paid_above_threshold = 0;
-                Some(cut_to)
-            }
+            Situation::Congested => Some(self.cut_for_congestion(window, limit_ns)),
             Situation::GrowthPaid | Situation::GrowthUnfelt | Situation::Underused => {
                 self.grow(situation, window, limit_ns)
             }
+            Situation::GrowthWasted
+            | Situation::Settled
+            | Situation::ShrinkFree
+            | Situation::ShrinkCostly => self.act_on_probe(situation, window, limit_ns),
+        };
+        let new = self.cap_to_pipeline(new, limit_ns);
+        let new = new.filter(|&new| new != limit_ns);
+        self.count_decision(situation, new, limit_ns);
+        new
+    }
+
+    /// A congested window (rule 2): the budget cut to what drains within the
+    /// goal, which becomes the congestion threshold.
+    fn cut_for_congestion(&mut self, window: &WindowSummary, limit_ns: Nanos) -> Nanos {
+        // Cut from what was in flight when the budget did not bind.
+        let limit = if window.binding {
+            limit_ns as f64
+        } else {
+            (limit_ns as f64).min(window.mean_in_flight_ns.max(1.0))
+        };
+        let cut = self.congestion_cut(window, limit.round() as Nanos);
+        if matches!(self.probe, Probe::Up { .. }) {
+            self.back_off_growth();
+        }
+        self.probe = Probe::None;
+        self.paid_streak = 0;
+        self.probe_down_next = false;
+        self.holds_left = 1;
+        let cut_to = self.clamp(limit * cut);
+        self.threshold_ns = Some(cut_to);
+        self.paid_above_threshold = 0;
+        cut_to
+    }
+
+    /// Ends a probe by its verdict, or starts or goes on with a shrink probe
+    /// (rules 7 and 10).
+    fn act_on_probe(
+        &mut self,
+        situation: Situation,
+        window: &WindowSummary,
+        limit_ns: Nanos,
+    ) -> Option<Nanos> {
+        let limit = limit_ns as f64;
+        match situation {
             Situation::GrowthWasted => {
                 // Not backed off: a wasted probe is how the knee is found (and
                 // on a stick, piece sizes are judged so).
@@ -1381,9 +1475,12 @@ impl AdaptiveBudget {
                     (self.shrink_backoff_ns * 2).min(self.config.shrink_backoff_max_ns);
                 Some(from_ns)
             }
-        };
-        let new = self.cap_to_pipeline(new, limit_ns);
-        let new = new.filter(|&new| new != limit_ns);
+            _ => unreachable!("not a probe's situation: {situation:?}"),
+        }
+    }
+
+    /// Counts a decision in the stats.
+    fn count_decision(&mut self, situation: Situation, new: Option<Nanos>, limit_ns: Nanos) {
         match new {
             Some(new) if new > limit_ns => self.stats.grows += 1,
             Some(_) => self.stats.shrinks += 1,
@@ -1393,7 +1490,6 @@ impl AdaptiveBudget {
             self.stats.congested += 1;
         }
         self.stats.threshold_ns = self.threshold_ns;
-        new
     }
 
     /// Adds the window that just ended to the span, or starts a new span
@@ -1401,9 +1497,15 @@ impl AdaptiveBudget {
     fn extend_span(&mut self, now: Nanos, changed: bool) {
         if changed {
             self.span = Span {
+                skip: self.window.queued_pieces,
                 start_ns: now,
                 ..Span::default()
             };
+            return;
+        }
+        if self.span.skip > 0 {
+            self.span.skip = self.span.skip.saturating_sub(self.window.completions);
+            self.span.start_ns = now;
             return;
         }
         if self.span.completions == 0 {
@@ -1508,11 +1610,16 @@ impl LatencyController for AdaptiveBudget {
         if sample.queued_pieces > 0 {
             window.backlogged += 1;
         }
+        window.queued_pieces = sample.queued_pieces as u64;
         self.now_ns = sample.now;
         if sample.direction == Direction::Read {
             self.last_read_ns = Some(sample.now);
         }
-        if sample.ahead_other_ns > 0 {
+        // A backlogged class waits for itself (rule 1): its pieces neither
+        // count as reads to protect nor as work that others could hold back.
+        if !sample.class_backlogged
+            && (sample.direction == Direction::Read || sample.ahead_other_ns > 0)
+        {
             self.last_shared_ns = Some(sample.now);
         }
         // Only reads of classes that ask for less than they get are promised

@@ -212,6 +212,12 @@ struct InFlightPiece {
     completed_before_ns: u128,
     /// When the piece becomes overdue, if the controller says.
     overdue_at: Option<Nanos>,
+    /// How long after its dispatch the controller calls it overdue.
+    overdue_after_ns: Option<Nanos>,
+    /// A read dispatched while no other class had work in flight, none
+    /// having been dispatched since: it is not overdue yet (see
+    /// `end_alone_exemption`).
+    alone: bool,
 }
 
 fn direction_index(direction: Direction) -> usize {
@@ -282,6 +288,10 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     completed_ns: u128,
     /// Indexes of the classes held by their rate limit.
     held_classes: Vec<usize>,
+    /// In-flight reads dispatched alone (see `InFlightPiece::alone`), all of
+    /// the class `alone_class`.
+    alone_pieces: usize,
+    alone_class: usize,
 }
 
 impl<C: LatencyController> fmt::Debug for Dispatcher<C> {
@@ -327,6 +337,8 @@ impl<C: LatencyController> Dispatcher<C> {
             dispatch_order: VecDeque::new(),
             completed_ns: 0,
             held_classes: Vec::new(),
+            alone_pieces: 0,
+            alone_class: 0,
         };
         dispatcher.derive_split_bytes();
         Ok(dispatcher)
@@ -700,6 +712,81 @@ impl<C: LatencyController> Dispatcher<C> {
         false
     }
 
+    /// Whether a class dispatching a piece of `cost_ns` asks for more than it
+    /// gets: at least a budget of its own work still waits behind the piece,
+    /// or some does while the class, with this piece, holds at least half its
+    /// shares' part of the budget (among the classes with work queued or in
+    /// flight). Such a class waits for itself more than for anyone else. Half:
+    /// the fair queue dispatches a class just when it holds less than its
+    /// part, so the whole part would flip the verdict piece by piece.
+    fn class_backlogged(&self, class_index: usize, cost_ns: Nanos) -> bool {
+        let queued_ns = self.queue.queued_ns(class_index);
+        let limit_ns = self.budget.limit_ns();
+        if queued_ns >= limit_ns {
+            return true;
+        }
+        if queued_ns == 0 {
+            return false;
+        }
+        let active_shares: u64 = self
+            .classes
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|&(index, slot)| {
+                slot.live
+                    && (index == class_index
+                        || slot.in_flight_pieces > 0
+                        || self.queue.class_len(index) > 0)
+            })
+            .map(|(index, _)| u64::from(self.queue.shares(index)))
+            .sum();
+        let own_ns = self.classes.slots[class_index].in_flight_ns + cost_ns;
+        let shares = u64::from(self.queue.shares(class_index));
+        2 * u128::from(own_ns) * u128::from(active_shares)
+            >= u128::from(limit_ns) * u128::from(shares)
+    }
+
+    /// Another class's piece goes to the device: every read dispatched alone
+    /// becomes overdue as if dispatched `now`, so that the newer work cannot
+    /// starve it.
+    fn end_alone_exemption(&mut self, now: Nanos) {
+        for &(slot, generation) in &self.dispatch_order {
+            let piece = &mut self.in_flight.slots[slot as usize];
+            if piece.occupied && piece.generation == generation && piece.alone {
+                piece.alone = false;
+                piece.overdue_at = piece
+                    .overdue_after_ns
+                    .map(|after_ns| now.saturating_add(after_ns));
+            }
+        }
+        self.alone_pieces = 0;
+    }
+
+    /// When a piece dispatched `now` becomes overdue. A read dispatched
+    /// while no other class has work in flight (`alone`) is overtaken only
+    /// by its own class's work, which stopping newer work would not help: it
+    /// is not overdue until another class's piece is dispatched behind it. (A
+    /// write keeps its watchdog: a disk that skips one piece of a stream
+    /// starves it, and the reads that come later wait behind it.)
+    fn watch_overdue(
+        &mut self,
+        now: Nanos,
+        class_index: usize,
+        alone: bool,
+        overdue_after_ns: Option<Nanos>,
+    ) -> Option<Nanos> {
+        if self.alone_pieces > 0 && self.alone_class != class_index {
+            self.end_alone_exemption(now);
+        }
+        if alone {
+            self.alone_pieces += 1;
+            self.alone_class = class_index;
+            return None;
+        }
+        overdue_after_ns.map(|after_ns| now.saturating_add(after_ns))
+    }
+
     fn start_piece(
         &mut self,
         now: Nanos,
@@ -709,18 +796,19 @@ impl<C: LatencyController> Dispatcher<C> {
     ) -> DispatchedPiece {
         let ahead_ns = self.budget.in_flight_ns();
         let ahead_other_ns = ahead_ns - self.classes.slots[class_index].in_flight_ns;
-        // Backlogged: at least a budget of its own work still waits behind it.
-        let class_backlogged = self.queue.queued_ns(class_index) >= self.budget.limit_ns();
+        let class_backlogged = self.class_backlogged(class_index, cost_ns);
         let direction = self.requests.slots[piece.request_slot as usize].direction;
         // A read of a backlogged class is served after its own class's queue
         // anyway: the device reordering it starves no one the target protects.
-        let overdue_at = if class_backlogged && direction == Direction::Read {
+        let overdue_after_ns = if class_backlogged && direction == Direction::Read {
             None
         } else {
             self.controller
                 .overdue_after_ns(direction, ahead_ns, cost_ns)
-                .map(|after_ns| now.saturating_add(after_ns))
         };
+        let alone =
+            direction == Direction::Read && ahead_other_ns == 0 && overdue_after_ns.is_some();
+        let overdue_at = self.watch_overdue(now, class_index, alone, overdue_after_ns);
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
         request.last_dispatched_at = now;
@@ -743,6 +831,8 @@ impl<C: LatencyController> Dispatcher<C> {
             class_backlogged,
             completed_before_ns: self.completed_ns,
             overdue_at,
+            overdue_after_ns,
+            alone,
         });
         let generation = self.in_flight.slots[slot as usize].generation;
         self.dispatch_order.push_back((slot, generation));
@@ -769,6 +859,9 @@ impl<C: LatencyController> Dispatcher<C> {
         };
         self.in_flight.slots[slot_index as usize].occupied = false;
         self.in_flight.release(slot_index);
+        if piece.alone {
+            self.alone_pieces -= 1;
+        }
         let request = &self.requests.slots[piece.request_slot as usize];
         let completed_since_ns = self.completed_ns - piece.completed_before_ns;
         let overtaken_ns = completed_since_ns.saturating_sub(u128::from(piece.ahead_ns));
