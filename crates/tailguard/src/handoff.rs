@@ -198,6 +198,23 @@ impl<T> Handoff<T> {
         queue.parked
     }
 
+    /// The engine thread, with operations in flight, parks anyway because a
+    /// helping session is open (a waiter between two runs of the engine, or a
+    /// thread holding the engine: [`crate::Scheduler::hold_engine`]): that
+    /// helper runs the engine again in its next wait, and the last one to end
+    /// its session unparks this thread, since `work_left` is set. Returns
+    /// whether it parked: not with messages queued (it takes them first), nor
+    /// once closed (the engine thread alone finishes a shutdown).
+    pub fn try_yield_to_helpers(&self) -> bool {
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        if queue.helpers == 0 || queue.closed || !queue.messages.is_empty() {
+            return false;
+        }
+        queue.parked = true;
+        queue.work_left = true;
+        true
+    }
+
     /// Blocks the parked engine thread until a kick, a push it must see, or a
     /// helper leaving work behind unparks it.
     pub fn wait_unparked(&self) {
@@ -313,6 +330,43 @@ mod tests {
         assert!(!handoff.stranded());
         handoff.wait_unparked(); // returns at once: kicked
         assert_eq!(waker.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_engine_thread_yields_to_an_open_session_and_gets_the_work_back() {
+        let handoff = Handoff::new();
+        let waker = Counter(Default::default());
+        assert!(
+            !handoff.try_yield_to_helpers(),
+            "nobody helps: keep running"
+        );
+        handoff.begin_helping();
+        assert_eq!(handoff.push(1, &waker), Ok(Pushed::Seen));
+        assert!(
+            !handoff.try_yield_to_helpers(),
+            "messages queued: take them first"
+        );
+        let mut taken = Vec::new();
+        handoff.take_all(&mut taken);
+        assert!(
+            handoff.try_yield_to_helpers(),
+            "a session is open: the helper runs it"
+        );
+        assert_eq!(
+            handoff.push(2, &waker),
+            Ok(Pushed::Seen),
+            "the helper will look"
+        );
+        handoff.take_all(&mut taken);
+        handoff.end_helping();
+        // Returns at once: the work in flight it left unparked it.
+        handoff.wait_unparked();
+        handoff.begin_helping();
+        handoff.close();
+        assert!(
+            !handoff.try_yield_to_helpers(),
+            "closed: the engine thread drains"
+        );
     }
 }
 

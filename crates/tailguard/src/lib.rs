@@ -65,7 +65,7 @@ mod sync;
 
 pub use backend::{BackendChoice, BackendKind, DEFAULT_FILE_SLOTS as DEFAULT_REGISTERED_FILES};
 pub use buffer::{AlignedBuffer, AlignmentError, BufferError, MisalignedRequest};
-pub use completion::IoFuture;
+pub use completion::{EngineHold, IoFuture};
 pub use device::{DeviceInfo, DirectIoAlignment};
 pub use engine::{BufResult, ControllerChoice, CONTROLLER_TARGET};
 pub use metrics::{render_openmetrics, MetricsServer};
