@@ -13,9 +13,12 @@
 //! 2. [`Dispatcher::dispatch`]: while the fair queue's next piece fits the
 //!    [`Budget`], or its class has nothing in flight (the progress rule, see
 //!    [`crate::budget`]), pop it, charge its class and hand it out with a token.
-//!    The loop stops at the first piece that may not go (it does not skip ahead to
-//!    smaller pieces of other classes: that would break the share guarantee). One
-//!    call drains everything that may go, so an engine submits in batches.
+//!    When the head piece may not go, a piece of another class that fits may
+//!    go past it, if that class has less than a budget queued (a latency
+//!    class, not a backlog) and is at most its wake credit ahead of the head
+//!    in virtual time (so the share guarantee keeps a bound: see
+//!    [`crate::fair_queue`]); the loop stops when neither may go. One call
+//!    drains everything that may go, so an engine submits in batches.
 //!    While the oldest piece in flight is *overdue* (the latency controller says
 //!    when: [`LatencyController::overdue_after_ns`]), only the progress rule
 //!    applies, so a device that keeps serving newer work before an old piece (a
@@ -635,11 +638,25 @@ impl<C: LatencyController> Dispatcher<C> {
         }
         self.cut_head_to_split_size();
         while let Some((class_index, cost_ns)) = self.queue.peek() {
-            let progress = self.classes.slots[class_index].in_flight_pieces == 0;
-            if !progress && (overdue || !self.budget.admits(cost_ns)) {
+            let (classes, budget) = (&self.classes, &self.budget);
+            let may_go = |index: usize, cost_ns: Nanos| {
+                classes.slots[index].in_flight_pieces == 0 || (!overdue && budget.admits(cost_ns))
+            };
+            let popped = if may_go(class_index, cost_ns) {
+                self.queue.pop()
+            } else {
+                // The head waits for room. A class with less than a budget
+                // queued (one whose latency the budget protects, not a
+                // backlog) whose piece fits now need not wait behind it
+                // (see `fair_queue`).
+                let backlog_ns = budget.limit_ns();
+                self.queue.pop_bypassing(|index, cost_ns, queued_ns| {
+                    queued_ns < backlog_ns && may_go(index, cost_ns)
+                })
+            };
+            let Some((class_index, cost_ns, piece)) = popped else {
                 break;
-            }
-            let (class_index, cost_ns, piece) = self.queue.pop().expect("peeked");
+            };
             let request = &mut self.requests.slots[piece.request_slot as usize];
             let starts_request = !std::mem::replace(&mut request.started, true);
             self.charge_rate_limit(now, class_index, piece.length_bytes, starts_request);

@@ -507,4 +507,66 @@ pub(crate) mod loom_tests {
             assert_eq!(received, vec![0, 1]);
         });
     }
+
+    /// A thread holds the engine (a session open from the start) while the
+    /// engine thread runs with one operation in flight: the engine thread
+    /// either reaps it or yields to the session; the holder runs the engine
+    /// if it is free, then ends its session. Under every interleaving the
+    /// operation is reaped, and never left in flight with the engine thread
+    /// parked once the session is over.
+    #[test]
+    fn an_engine_thread_that_yields_to_a_session_gets_the_work_back() {
+        loom::model(|| {
+            let handoff = Arc::new(Handoff::new());
+            let event = Arc::new(Event::new());
+            // The engine's lock, guarding its operations in flight.
+            let engine = Arc::new(Mutex::new(1_u32));
+            handoff.begin_helping();
+            let engine_thread = {
+                let (handoff, engine) = (handoff.clone(), engine.clone());
+                loom::thread::spawn(move || loop {
+                    {
+                        let mut in_flight = engine.lock().unwrap();
+                        let mut stop = Vec::new();
+                        handoff.take_all(&mut stop);
+                        if !stop.is_empty() {
+                            assert_eq!(*in_flight, 0, "the model stops once all is reaped");
+                            return;
+                        }
+                        if *in_flight == 0 {
+                            if !handoff.try_park() {
+                                continue;
+                            }
+                        } else if !handoff.try_yield_to_helpers() {
+                            *in_flight = 0;
+                            continue;
+                        }
+                    }
+                    handoff.wait_unparked();
+                })
+            };
+            if let Ok(mut in_flight) = engine.try_lock() {
+                *in_flight = 0;
+                drop(in_flight);
+                handoff.leave_engine(false);
+            }
+            handoff.end_helping();
+            {
+                let in_flight = *engine.lock().unwrap();
+                let parked = handoff.queue.lock().unwrap().parked;
+                assert!(
+                    in_flight == 0 || !parked,
+                    "work in flight, engine thread parked"
+                );
+            }
+            // Waits for the reap, then stops the engine thread with a message.
+            while *engine.lock().unwrap() != 0 {
+                loom::thread::yield_now();
+            }
+            if handoff.push((), &*event).unwrap() == Pushed::Deferred {
+                handoff.kick();
+            }
+            engine_thread.join().unwrap();
+        });
+    }
 }
