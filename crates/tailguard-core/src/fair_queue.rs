@@ -324,7 +324,7 @@ impl<T> FairQueue<T> {
     /// (held classes skipped) and charges the class for it. Returns the class, the cost and the item.
     pub fn pop(&mut self) -> Option<(usize, u64, T)> {
         let Reverse((key, index)) = self.backlogged.pop()?;
-        Some(self.serve(key, index))
+        Some(self.serve(key, index, key))
     }
 
     /// Removes and charges the head item of the first class after the head,
@@ -356,17 +356,20 @@ impl<T> FairQueue<T> {
         }
         self.backlogged.extend(self.skipped.drain(..));
         let Reverse((key, index)) = found?;
-        Some(self.serve(key, index))
+        // Served out of order: `virtual_now` advances only to the head's
+        // key, so classes waking later are not pushed behind the bypass.
+        Some(self.serve(key, index, head_key))
     }
 
     /// Charges class `index`, just taken off the heap with `key`, for its
-    /// head item, and puts it back if it has more.
-    fn serve(&mut self, key: u64, index: usize) -> (usize, u64, T) {
+    /// head item, and puts it back if it has more; `virtual_now` advances to
+    /// at least `served_key`.
+    fn serve(&mut self, key: u64, index: usize, served_key: u64) -> (usize, u64, T) {
         let class = &mut self.classes[index];
         let (cost_ns, item) = class.items.pop_front().expect("backlogged class is empty");
         class.queued_ns -= cost_ns;
         debug_assert_eq!(key, class.vtime);
-        self.virtual_now = self.virtual_now.max(key);
+        self.virtual_now = self.virtual_now.max(served_key);
         class.vtime = key + cost_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
         class.charged_ns += cost_ns;
         if !class.items.is_empty() {
