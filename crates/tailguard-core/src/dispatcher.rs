@@ -13,9 +13,12 @@
 //! 2. [`Dispatcher::dispatch`]: while the fair queue's next piece fits the
 //!    [`Budget`], or its class has nothing in flight (the progress rule, see
 //!    [`crate::budget`]), pop it, charge its class and hand it out with a token.
-//!    The loop stops at the first piece that may not go (it does not skip ahead to
-//!    smaller pieces of other classes: that would break the share guarantee). One
-//!    call drains everything that may go, so an engine submits in batches.
+//!    When the head piece may not go, a piece of another class that fits and
+//!    costs at most a [`BYPASS_COST_RATIO`]th of the head may go past it, if
+//!    that class has less than a budget queued (a latency class, not a backlog) and is at most its wake credit ahead of the head
+//!    in virtual time (so the share guarantee keeps a bound: see
+//!    [`crate::fair_queue`]); the loop stops when neither may go. One call
+//!    drains everything that may go, so an engine submits in batches.
 //!    While the oldest piece in flight is *overdue* (the latency controller says
 //!    when: [`LatencyController::overdue_after_ns`]), only the progress rule
 //!    applies, so a device that keeps serving newer work before an old piece (a
@@ -54,6 +57,12 @@ use crate::rate_limit::{ClassLimiter, RateLimit};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};
 use std::collections::VecDeque;
 use std::fmt;
+
+/// How many times its own cost a waiting head piece must cost for a piece of
+/// another class to go past it: the blocking this removes is a small read's
+/// behind a large write's wait for room, while pieces of similar size keep
+/// strict virtual-time order (between them the wait is short anyway).
+pub const BYPASS_COST_RATIO: u64 = 4;
 
 /// A class of one dispatcher. Cheap to copy; stale handles are detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -647,11 +656,28 @@ impl<C: LatencyController> Dispatcher<C> {
         }
         self.cut_head_to_split_size();
         while let Some((class_index, cost_ns)) = self.queue.peek() {
-            let progress = self.classes.slots[class_index].in_flight_pieces == 0;
-            if !progress && (overdue || !self.budget.admits(cost_ns)) {
+            let (classes, budget) = (&self.classes, &self.budget);
+            let may_go = |index: usize, cost_ns: Nanos| {
+                classes.slots[index].in_flight_pieces == 0 || (!overdue && budget.admits(cost_ns))
+            };
+            let popped = if may_go(class_index, cost_ns) {
+                self.queue.pop()
+            } else {
+                // The head waits for room. A small piece that fits now, of a
+                // class with less than a budget queued (one whose latency the
+                // budget protects, not a backlog), need not wait behind it
+                // (see `fair_queue`).
+                let backlog_ns = budget.limit_ns();
+                let head_cost_ns = cost_ns;
+                self.queue.pop_bypassing(|index, cost_ns, queued_ns| {
+                    queued_ns < backlog_ns
+                        && cost_ns.saturating_mul(BYPASS_COST_RATIO) <= head_cost_ns
+                        && may_go(index, cost_ns)
+                })
+            };
+            let Some((class_index, cost_ns, piece)) = popped else {
                 break;
-            }
-            let (class_index, cost_ns, piece) = self.queue.pop().expect("peeked");
+            };
             let request = &mut self.requests.slots[piece.request_slot as usize];
             let starts_request = !std::mem::replace(&mut request.started, true);
             self.charge_rate_limit(now, class_index, piece.length_bytes, starts_request);
@@ -1031,6 +1057,48 @@ mod tests {
         );
         dispatcher.complete(10, out[0].token).unwrap();
         assert_eq!(dispatcher.dispatch(10, &mut out), 1);
+    }
+
+    /// A writer whose class is ahead in virtual time fills the budget with two
+    /// 128 KiB pieces (291 µs each) beside one 4 KiB read (12.5 µs), and has
+    /// more queued: its next piece is the head and waits for room. A second
+    /// read arrives, of a class with a read in flight (so the progress rule
+    /// does not apply).
+    #[test]
+    fn a_small_read_goes_past_a_write_waiting_for_room() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(630 * NANOS_PER_MICROSECOND);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let writes = dispatcher.add_class(1_000).unwrap();
+        let reads = dispatcher.add_class(1).unwrap();
+        dispatcher
+            .enqueue(0, request(1, reads, Direction::Read, 4096))
+            .unwrap();
+        dispatcher
+            .enqueue(0, request(2, writes, Direction::Write, 8 * 131_072))
+            .unwrap();
+        let mut first = Vec::new();
+        dispatcher.dispatch(0, &mut first);
+        assert_eq!(first.len(), 3, "a read and two writes: {first:?}");
+        let classes = |out: &[DispatchedPiece]| out.iter().map(|piece| piece.class).collect();
+        dispatcher
+            .enqueue(1, request(3, reads, Direction::Read, 4096))
+            .unwrap();
+        let mut out = Vec::new();
+        dispatcher.dispatch(1, &mut out);
+        let second: Vec<ClassId> = classes(&out);
+        assert_eq!(second, vec![reads], "the read fits beside the writes");
+        // The write kept its place: once a write completes it goes before
+        // the read queued meanwhile.
+        dispatcher
+            .enqueue(2, request(4, reads, Direction::Read, 4096))
+            .unwrap();
+        let write = first.iter().find(|piece| piece.class == writes).unwrap();
+        dispatcher.complete(3, write.token).unwrap();
+        out.clear();
+        dispatcher.dispatch(3, &mut out);
+        let third: Vec<ClassId> = classes(&out);
+        assert_eq!(third, vec![writes, reads]);
     }
 
     #[test]

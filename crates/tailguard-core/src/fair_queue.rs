@@ -46,7 +46,7 @@
 //! dispatch is
 //!
 //! ```text
-//! gap_max(i) = max(B, c_max) + Σ_{j≠i} ( c_max × (s_j / s_i + 1) + credit )
+//! gap_max(i) = max(B, c_max) + Σ_{j≠i} ( c_max × (s_j / s_i + 1) + 2 × credit )
 //! ```
 //!
 //! and a request with `k` requests of its own class ahead of it waits at most
@@ -54,8 +54,24 @@
 //! `tests/properties.rs` check it on random classes, shares and request streams.
 //! Worked example, seed 002 on the `sata-ssd` profile: two classes of equal shares,
 //! `B` = 300 µs, `c_max` = 291 µs (a 128 KiB write), credit = `B`: the async class
-//! waits at most 300 + 2 × 291 + 300 ≈ 1.2 ms between dispatches, against CFQ's
-//! 15–30 s.
+//! waits at most 300 + 2 × 291 + 2 × 300 ≈ 1.5 ms between dispatches, against
+//! CFQ's 15–30 s.
+//!
+//! ## Bypassing a head that must wait
+//!
+//! The dispatcher serves the head class only when its head item fits the
+//! in-flight budget. When it does not (a large write piece into a budget
+//! that reads and other writes fill), [`FairQueue::pop_bypassing`] serves
+//! instead the next class in virtual-time order whose head item fits, if its
+//! key is at most `credit × SHARES_SCALE / shares` above the waiting head's
+//! (at most `credit` of its own device time ahead, the waking credit's
+//! bound) and it is among the first [`BYPASS_SCAN_MAX`] classes. Without it a
+//! 4 KiB read of a class far under its share waits behind a write that
+//! waits for room, although the budget has room for the read: head-of-line
+//! blocking that the budget does not ask for. The waiting head keeps its key
+//! and is served first as soon as it fits. Between two of its dispatches,
+//! each other class *j* is served by bypass at most `credit` of device time
+//! more than it would be otherwise, which the bound below counts.
 //!
 //! ## Held classes: skipped without losing their place
 //!
@@ -87,6 +103,9 @@ pub const SHARES_MAX: u32 = 10_000;
 /// class with 1 share charged 10 ms per request could take 4.6 × 10^7 requests
 /// first, so rebases are rare; they cost one pass over the classes.
 pub const REBASE_THRESHOLD: u64 = 1 << 62;
+/// The most classes [`FairQueue::pop_bypassing`] looks at past the head: it
+/// bounds the cost of one dispatch whatever the number of classes.
+pub const BYPASS_SCAN_MAX: usize = 8;
 
 /// The longest time a backlogged class with `shares` waits between two
 /// dispatches, next to classes with `other_shares`; see the module docs.
@@ -103,7 +122,7 @@ pub fn gap_bound_ns(
         .iter()
         .map(|&share| {
             let proportional = max_cost_ns.saturating_mul(u64::from(share)) / u64::from(shares);
-            proportional + max_cost_ns + credit_ns
+            proportional + max_cost_ns + 2 * credit_ns
         })
         .sum();
     in_flight + others
@@ -131,6 +150,8 @@ pub struct FairQueue<T> {
     virtual_now: u64,
     credit_ns: u64,
     len: usize,
+    /// Keys taken off the heap while looking past the head (reused).
+    skipped: Vec<Reverse<(u64, usize)>>,
 }
 
 impl<T> FairQueue<T> {
@@ -142,6 +163,7 @@ impl<T> FairQueue<T> {
             virtual_now: 0,
             credit_ns,
             len: 0,
+            skipped: Vec::new(),
         }
     }
 
@@ -302,11 +324,52 @@ impl<T> FairQueue<T> {
     /// (held classes skipped) and charges the class for it. Returns the class, the cost and the item.
     pub fn pop(&mut self) -> Option<(usize, u64, T)> {
         let Reverse((key, index)) = self.backlogged.pop()?;
+        Some(self.serve(key, index, key))
+    }
+
+    /// Removes and charges the head item of the first class after the head,
+    /// in virtual-time order, that `may_bypass` accepts (given the class, its
+    /// head item's cost and the cost it has queued) and whose key is at most
+    /// its credit above the head's; see the module docs. `None` (nothing
+    /// changed) when no class among the first [`BYPASS_SCAN_MAX`] qualifies.
+    pub fn pop_bypassing(
+        &mut self,
+        mut may_bypass: impl FnMut(usize, u64, u64) -> bool,
+    ) -> Option<(usize, u64, T)> {
+        let head = self.backlogged.pop()?;
+        let Reverse((head_key, _)) = head;
+        self.skipped.push(head);
+        let mut found = None;
+        while self.skipped.len() <= BYPASS_SCAN_MAX {
+            let Some(&Reverse((key, index))) = self.backlogged.peek() else {
+                break;
+            };
+            let class = &self.classes[index];
+            let lead = self.credit_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
+            let (cost_ns, _) = class.items.front().expect("backlogged class is empty");
+            if key <= head_key.saturating_add(lead) && may_bypass(index, *cost_ns, class.queued_ns)
+            {
+                found = self.backlogged.pop();
+                break;
+            }
+            self.skipped.push(self.backlogged.pop().expect("peeked"));
+        }
+        self.backlogged.extend(self.skipped.drain(..));
+        let Reverse((key, index)) = found?;
+        // Served out of order: `virtual_now` advances only to the head's
+        // key, so classes waking later are not pushed behind the bypass.
+        Some(self.serve(key, index, head_key))
+    }
+
+    /// Charges class `index`, just taken off the heap with `key`, for its
+    /// head item, and puts it back if it has more; `virtual_now` advances to
+    /// at least `served_key`.
+    fn serve(&mut self, key: u64, index: usize, served_key: u64) -> (usize, u64, T) {
         let class = &mut self.classes[index];
         let (cost_ns, item) = class.items.pop_front().expect("backlogged class is empty");
         class.queued_ns -= cost_ns;
         debug_assert_eq!(key, class.vtime);
-        self.virtual_now = self.virtual_now.max(key);
+        self.virtual_now = self.virtual_now.max(served_key);
         class.vtime = key + cost_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
         class.charged_ns += cost_ns;
         if !class.items.is_empty() {
@@ -316,7 +379,7 @@ impl<T> FairQueue<T> {
         if self.virtual_now > REBASE_THRESHOLD {
             self.rebase(self.virtual_now / 2);
         }
-        Some((index, cost_ns, item))
+        (index, cost_ns, item)
     }
 
     /// Shifts every virtual time down by `amount`, keeping all comparisons.
@@ -597,6 +660,67 @@ mod tests {
     #[test]
     fn gap_bound_matches_the_worked_example() {
         let bound = gap_bound_ns(100, &[100], 300_000, 291_000, 300_000);
-        assert_eq!(bound, 300_000 + 2 * 291_000 + 300_000);
+        assert_eq!(bound, 300_000 + 2 * 291_000 + 2 * 300_000);
+    }
+
+    /// A write head (class 0) that does not fit; reads (class 1) that do.
+    fn write_head_and_reads(credit_ns: u64) -> FairQueue<&'static str> {
+        let mut queue = FairQueue::new(credit_ns);
+        queue.add_class(0, 100);
+        queue.add_class(1, 400);
+        queue.push(0, 262_000, "write");
+        queue.push(1, 10_000, "read");
+        queue.push(1, 10_000, "read");
+        queue
+    }
+
+    #[test]
+    fn a_piece_that_fits_bypasses_a_head_that_waits_and_the_head_keeps_its_place() {
+        let mut queue = write_head_and_reads(1_000_000);
+        assert_eq!(
+            queue.peek(),
+            Some((0, 262_000)),
+            "the write is the head (tie, lower index)"
+        );
+        let fits = |_: usize, cost_ns: u64, _: u64| cost_ns <= 100_000;
+        assert_eq!(queue.pop_bypassing(fits).map(|(index, ..)| index), Some(1));
+        assert_eq!(queue.peek(), Some((0, 262_000)), "the write is still first");
+        assert_eq!(queue.pop_bypassing(fits).map(|(index, ..)| index), Some(1));
+        assert!(
+            queue.pop_bypassing(fits).is_none(),
+            "only the write is left"
+        );
+        assert_eq!(queue.pop().map(|(_, _, item)| item), Some("write"));
+    }
+
+    #[test]
+    fn a_class_more_than_its_credit_ahead_does_not_bypass() {
+        let mut queue = write_head_and_reads(0);
+        let fits = |_: usize, cost_ns: u64, _: u64| cost_ns <= 100_000;
+        // The first read's key ties the head's: within a zero credit.
+        assert_eq!(queue.pop_bypassing(fits).map(|(index, ..)| index), Some(1));
+        // The second is one read's charge ahead: beyond it.
+        assert!(queue.pop_bypassing(fits).is_none());
+        assert_eq!(queue.len(), 2, "nothing was taken");
+        assert_eq!(queue.peek(), Some((0, 262_000)));
+    }
+
+    #[test]
+    fn bypassing_looks_at_a_bounded_number_of_classes() {
+        let mut queue = FairQueue::new(u64::MAX / SHARES_SCALE);
+        for index in 0..=BYPASS_SCAN_MAX + 1 {
+            queue.add_class(index, 100);
+            queue.push(index, 1_000 + index as u64, ());
+        }
+        let last = BYPASS_SCAN_MAX + 1;
+        let mut looked = Vec::new();
+        let popped = queue.pop_bypassing(|index, _, _| {
+            looked.push(index);
+            index == last
+        });
+        assert!(popped.is_none(), "the last class is past the scan");
+        assert_eq!(looked.len(), BYPASS_SCAN_MAX);
+        assert_eq!(queue.len(), BYPASS_SCAN_MAX + 2, "nothing was taken");
+        assert_eq!(queue.peek().map(|(index, _)| index), Some(0));
     }
 }

@@ -70,6 +70,10 @@ pub(crate) trait Driver: Send + Sync {
     /// Ends a helping session that `drive_until_notified` left open.
     fn end_session(&self);
 
+    /// Opens a helping session outside `drive_until_notified`: an
+    /// [`EngineHold`] keeps one open between the waits of its thread.
+    fn begin_session(&self);
+
     /// Pays deferred pushes: makes sure the engine thread looks at the queue.
     fn kick(&self);
 
@@ -109,6 +113,8 @@ pub(crate) fn drive_until_notified_helping<T>(
 thread_local! {
     /// The driver whose `block_on` runs on this thread (0: none).
     static DRIVING: Cell<usize> = const { Cell::new(0) };
+    /// The driver this thread holds the engine of ([`EngineHold`]; 0: none).
+    static HOLDING: Cell<usize> = const { Cell::new(0) };
     /// Its address identifies the thread.
     #[cfg(not(tailguard_loom))]
     static THREAD_TOKEN: u8 = const { 0 };
@@ -144,11 +150,20 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
         previous: usize,
         driver: Arc<dyn Driver>,
         session: bool,
+        /// This thread holds the engine ([`EngineHold`]): its session outlives
+        /// this call.
+        held: bool,
     }
     impl Drop for Restore {
         fn drop(&mut self) {
             DRIVING.set(self.previous);
-            if self.session {
+            if self.held {
+                // A wait that found the engine busy ended the held session
+                // (so the engine thread took over); the hold reopens it.
+                if !self.session {
+                    self.driver.begin_session();
+                }
+            } else if self.session {
                 self.driver.end_session();
             }
             // Pushes deferred in here and not taken by this thread.
@@ -159,16 +174,74 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
     let waker = Waker::from(parker.clone());
     let mut context = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
+    let held = HOLDING.get() == driver_id(driver);
     let mut restore = Restore {
         previous: DRIVING.replace(driver_id(driver)),
         driver: driver.clone(),
-        session: false,
+        session: held,
+        held,
     };
     loop {
         if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
             return value;
         }
         driver.drive_until_notified(&parker, &mut restore.session);
+    }
+}
+
+/// Keeps a driver's engine with the thread that made it, between that
+/// thread's waits (see [`crate::Scheduler::hold_engine`]).
+///
+/// It is one helping session (see [`crate::handoff`]) spanning every
+/// [`block_on`] of the thread: while it is open, a `block_on` returning does
+/// not hand work left in flight to the engine thread, so the next wait of
+/// this thread finds the engine free and runs it, instead of blocking while
+/// the engine thread reaps its completions and wakes it (a thread hop per
+/// completion). Dropping it ends the session: the engine thread takes over
+/// whatever is left.
+pub struct EngineHold {
+    /// `None`: waiters may not run this engine, so there is nothing to hold.
+    driver: Option<Arc<dyn Driver>>,
+    previous: usize,
+    /// The session belongs to this thread: the guard is not `Send`.
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl EngineHold {
+    /// Opens the session on `driver`, whose waiters may run its engine.
+    pub(crate) fn new(driver: Arc<dyn Driver>) -> Self {
+        driver.begin_session();
+        let previous = HOLDING.replace(driver_id(&driver));
+        Self {
+            driver: Some(driver),
+            previous,
+            _thread_bound: std::marker::PhantomData,
+        }
+    }
+
+    /// A hold of an engine that only its own thread runs: it changes nothing.
+    pub(crate) fn inert() -> Self {
+        Self {
+            driver: None,
+            previous: HOLDING.get(),
+            _thread_bound: std::marker::PhantomData,
+        }
+    }
+}
+
+impl std::fmt::Debug for EngineHold {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("EngineHold").finish_non_exhaustive()
+    }
+}
+
+impl Drop for EngineHold {
+    fn drop(&mut self) {
+        HOLDING.set(self.previous);
+        if let Some(driver) = &self.driver {
+            driver.end_session();
+            driver.kick();
+        }
     }
 }
 
@@ -647,6 +720,10 @@ mod loom_tests {
 
         fn end_session(&self) {
             self.handoff.end_helping();
+        }
+
+        fn begin_session(&self) {
+            self.handoff.begin_helping();
         }
 
         fn kick(&self) {

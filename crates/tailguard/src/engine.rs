@@ -1113,6 +1113,11 @@ impl Shared {
         self.backend
     }
 
+    /// Whether waiters may run the engine (see [`crate::Scheduler::hold_engine`]).
+    pub(crate) fn helpers_allowed(&self) -> bool {
+        self.helpers_allowed
+    }
+
     fn lock_engine(&self) -> MutexGuard<'_, Option<Engine>> {
         // A poisoned lock means the engine crashed; the crash guard left `None`.
         self.engine
@@ -1145,6 +1150,10 @@ impl Shared {
                     if self.handoff.try_park() {
                         break false;
                     }
+                } else if self.handoff.try_yield_to_helpers() {
+                    // A helper will run the engine in its next wait: each
+                    // completion then reaches its waiter with no thread hop.
+                    break false;
                 }
             };
             if finished {
@@ -1211,6 +1220,10 @@ impl Driver for Shared {
 
     fn end_session(&self) {
         self.handoff.end_helping();
+    }
+
+    fn begin_session(&self) {
+        self.handoff.begin_helping();
     }
 
     fn kick(&self) {

@@ -198,6 +198,23 @@ impl<T> Handoff<T> {
         queue.parked
     }
 
+    /// The engine thread, with operations in flight, parks anyway because a
+    /// helping session is open (a waiter between two runs of the engine, or a
+    /// thread holding the engine: [`crate::Scheduler::hold_engine`]): that
+    /// helper runs the engine again in its next wait, and the last one to end
+    /// its session unparks this thread, since `work_left` is set. Returns
+    /// whether it parked: not with messages queued (it takes them first), nor
+    /// once closed (the engine thread alone finishes a shutdown).
+    pub fn try_yield_to_helpers(&self) -> bool {
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        if queue.helpers == 0 || queue.closed || !queue.messages.is_empty() {
+            return false;
+        }
+        queue.parked = true;
+        queue.work_left = true;
+        true
+    }
+
     /// Blocks the parked engine thread until a kick, a push it must see, or a
     /// helper leaving work behind unparks it.
     pub fn wait_unparked(&self) {
@@ -313,6 +330,43 @@ mod tests {
         assert!(!handoff.stranded());
         handoff.wait_unparked(); // returns at once: kicked
         assert_eq!(waker.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn the_engine_thread_yields_to_an_open_session_and_gets_the_work_back() {
+        let handoff = Handoff::new();
+        let waker = Counter(Default::default());
+        assert!(
+            !handoff.try_yield_to_helpers(),
+            "nobody helps: keep running"
+        );
+        handoff.begin_helping();
+        assert_eq!(handoff.push(1, &waker), Ok(Pushed::Seen));
+        assert!(
+            !handoff.try_yield_to_helpers(),
+            "messages queued: take them first"
+        );
+        let mut taken = Vec::new();
+        handoff.take_all(&mut taken);
+        assert!(
+            handoff.try_yield_to_helpers(),
+            "a session is open: the helper runs it"
+        );
+        assert_eq!(
+            handoff.push(2, &waker),
+            Ok(Pushed::Seen),
+            "the helper will look"
+        );
+        handoff.take_all(&mut taken);
+        handoff.end_helping();
+        // Returns at once: the work in flight it left unparked it.
+        handoff.wait_unparked();
+        handoff.begin_helping();
+        handoff.close();
+        assert!(
+            !handoff.try_yield_to_helpers(),
+            "closed: the engine thread drains"
+        );
     }
 }
 
@@ -451,6 +505,68 @@ pub(crate) mod loom_tests {
             let mut received = engine.lock().unwrap().clone();
             received.sort_unstable();
             assert_eq!(received, vec![0, 1]);
+        });
+    }
+
+    /// A thread holds the engine (a session open from the start) while the
+    /// engine thread runs with one operation in flight: the engine thread
+    /// either reaps it or yields to the session; the holder runs the engine
+    /// if it is free, then ends its session. Under every interleaving the
+    /// operation is reaped, and never left in flight with the engine thread
+    /// parked once the session is over.
+    #[test]
+    fn an_engine_thread_that_yields_to_a_session_gets_the_work_back() {
+        loom::model(|| {
+            let handoff = Arc::new(Handoff::new());
+            let event = Arc::new(Event::new());
+            // The engine's lock, guarding its operations in flight.
+            let engine = Arc::new(Mutex::new(1_u32));
+            handoff.begin_helping();
+            let engine_thread = {
+                let (handoff, engine) = (handoff.clone(), engine.clone());
+                loom::thread::spawn(move || loop {
+                    {
+                        let mut in_flight = engine.lock().unwrap();
+                        let mut stop = Vec::new();
+                        handoff.take_all(&mut stop);
+                        if !stop.is_empty() {
+                            assert_eq!(*in_flight, 0, "the model stops once all is reaped");
+                            return;
+                        }
+                        if *in_flight == 0 {
+                            if !handoff.try_park() {
+                                continue;
+                            }
+                        } else if !handoff.try_yield_to_helpers() {
+                            *in_flight = 0;
+                            continue;
+                        }
+                    }
+                    handoff.wait_unparked();
+                })
+            };
+            if let Ok(mut in_flight) = engine.try_lock() {
+                *in_flight = 0;
+                drop(in_flight);
+                handoff.leave_engine(false);
+            }
+            handoff.end_helping();
+            {
+                let in_flight = *engine.lock().unwrap();
+                let parked = handoff.queue.lock().unwrap().parked;
+                assert!(
+                    in_flight == 0 || !parked,
+                    "work in flight, engine thread parked"
+                );
+            }
+            // Waits for the reap, then stops the engine thread with a message.
+            while *engine.lock().unwrap() != 0 {
+                loom::thread::yield_now();
+            }
+            if handoff.push((), &*event).unwrap() == Pushed::Deferred {
+                handoff.kick();
+            }
+            engine_thread.join().unwrap();
         });
     }
 }

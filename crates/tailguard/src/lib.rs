@@ -76,7 +76,7 @@ mod sync;
 
 pub use backend::{BackendChoice, BackendKind, DEFAULT_FILE_SLOTS as DEFAULT_REGISTERED_FILES};
 pub use buffer::AlignedBuffer;
-pub use completion::IoFuture;
+pub use completion::{EngineHold, IoFuture};
 pub use device::{DeviceInfo, DirectIoAlignment};
 pub use engine::{BufResult, ControllerChoice, CONTROLLER_TARGET};
 pub use error::{os_error_code, Error, ErrorKind, Operation};

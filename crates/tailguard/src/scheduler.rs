@@ -23,7 +23,7 @@
 
 use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, BackendOptions};
 use crate::buffer::{check_alignment, AlignedBuffer, MisalignedRequest};
-use crate::completion::{Driver, IoFuture, Responder};
+use crate::completion::{Driver, EngineHold, IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
 use crate::engine::{
     self, BufResult, ClassNumber, ControllerChoice, Engine, IoKind, IoMessage, Message, Reply,
@@ -473,6 +473,33 @@ impl Scheduler {
     /// channels): a wake-up from another thread interrupts the engine's sleep.
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         crate::completion::block_on(&self.inner.driver, future)
+    }
+
+    /// Keeps the engine with this thread between its waits, until the guard
+    /// is dropped: for a thread that drives this scheduler's requests in a
+    /// loop (submit some, [`Scheduler::block_on`] until one is done, look at
+    /// it, submit more), as an event loop or a benchmark does.
+    ///
+    /// Without it, each `block_on` that returns with requests still in
+    /// flight hands the engine to the engine thread, and the thread's next
+    /// wait finds the engine busy: it then blocks while the engine thread
+    /// reaps its completions and wakes it, a thread hop per completion.
+    /// With it, the engine thread stays parked and the holding thread runs
+    /// the engine in each of its waits.
+    ///
+    /// The price: while the guard lives, requests whose futures are awaited
+    /// elsewhere without a `block_on` (another runtime) are served only when
+    /// some thread waits in this scheduler's `block_on` or [`IoFuture::wait`];
+    /// so hold the engine only on a thread that waits on it continually.
+    /// Dropping the guard hands whatever is left to the engine thread. With
+    /// [`SchedulerBuilder::waiters_run_engine`] off the guard does nothing.
+    #[must_use = "the engine stays with this thread only while the guard lives"]
+    pub fn hold_engine(&self) -> EngineHold {
+        if self.inner.shared.helpers_allowed() {
+            EngineHold::new(self.inner.driver.clone())
+        } else {
+            EngineHold::inert()
+        }
     }
 
     /// A consistent snapshot of every counter and histogram.

@@ -16,9 +16,9 @@ use std::time::Duration;
 use tailguard::stats::BUCKET_BOUNDS_NS;
 use tailguard::{
     AlignedBuffer, BackendChoice, BackendKind, BufResult, ClassOptions, ClassStats,
-    ControllerChoice, ControllerCounters, DeviceInfo, DeviceStats, DirectIoAlignment, Error,
-    ErrorKind, File, IoClass, IoFuture, LatencyHistogram, MetricsServer, OpenOptions, Operation,
-    Profile, ProfileFile, RateLimit, Scheduler, SchedulerBuilder, StatsSnapshot,
+    ControllerChoice, ControllerCounters, DeviceInfo, DeviceStats, DirectIoAlignment, EngineHold,
+    Error, ErrorKind, File, IoClass, IoFuture, LatencyHistogram, MetricsServer, OpenOptions,
+    Operation, Profile, ProfileFile, RateLimit, Scheduler, SchedulerBuilder, StatsSnapshot,
 };
 
 #[allow(dead_code)]
@@ -46,6 +46,7 @@ fn scheduler_and_builder() {
     let _: fn(&Scheduler, PathBuf) -> io::Result<File> = Scheduler::open;
     let _: fn(&Scheduler, &IoClass) -> IoFuture<io::Result<()>> = Scheduler::nop;
     let _: fn(&Scheduler, std::future::Ready<u8>) -> u8 = Scheduler::block_on;
+    let _: fn(&Scheduler) -> EngineHold = Scheduler::hold_engine;
     let _: fn(&Scheduler) -> io::Result<StatsSnapshot> = Scheduler::stats;
     let _: fn(&Scheduler) = Scheduler::shutdown;
     let _: &str = tailguard::CONTROLLER_TARGET;

@@ -1256,7 +1256,12 @@ type Slot = (SlotFuture, Waker);
 
 /// The `tailguard` mode: requests through a [`Scheduler`].
 struct SchedulerExecutor {
-    // Futures first: they are dropped before the scheduler shuts down.
+    /// With `BlockOn`, the driver thread keeps the engine between its waits
+    /// ([`Scheduler::hold_engine`]): a write stream always in flight would
+    /// otherwise hand the engine to the engine thread at every return from
+    /// `block_on`, and each completion would cost a thread hop.
+    _hold: Option<tailguard::EngineHold>,
+    // Futures next: they are dropped before the scheduler shuts down.
     futures: HashMap<u64, Slot>,
     /// Tokens submitted and not polled yet: their first poll registers their
     /// waker, inside the wait (so, with `BlockOn`, inside `block_on`).
@@ -1436,7 +1441,9 @@ impl SchedulerExecutor {
             }
             DriverChoice::EngineThread => None,
         };
+        let hold = (driver == DriverChoice::BlockOn).then(|| scheduler.hold_engine());
         Ok(Self {
+            _hold: hold,
             futures: HashMap::new(),
             fresh: Vec::new(),
             ready,
