@@ -1518,6 +1518,16 @@ impl Executor for SchedulerExecutor {
         // Dropping a future in flight is safe: the engine keeps its buffer.
         self.futures.clear();
         self.fresh.clear();
+        // What the dispatchers hold would otherwise be served before the
+        // scheduler shuts down (a queue the size of the in-flight limits:
+        // tenths of a second under overload). On a stop signal the run is
+        // over: fail it and stop at once; after another error, fail it and
+        // keep the scheduler for the statistics.
+        if interrupted() {
+            self.scheduler.shutdown_now();
+        } else if let Err(error) = self.scheduler.cancel_pending() {
+            tracing::debug!(%error, "cancelling the scheduler's queue");
+        }
     }
 
     fn scheduler_stats(&self) -> Option<io::Result<StatsSnapshot>> {
