@@ -854,7 +854,7 @@ impl<C: LatencyController> Dispatcher<C> {
                 let request = &mut self.requests.slots[piece.request_slot as usize];
                 request.pieces_remaining -= 1;
                 let id = request.id;
-                let finished = (request.pieces_remaining == 0).then(|| Completion {
+                let finished = (request.pieces_remaining == 0).then_some(Completion {
                     request: request.id,
                     class: request.class,
                     enqueued_at: request.enqueued_at,

@@ -199,7 +199,7 @@ fn expect_short_write(stalled: Stalled, file: &TestFile, choice: BackendChoice) 
     let written = result.unwrap_or_else(|error| panic!("{choice:?}: write: {error}"));
     let pieces = stalled.pieces_held;
     assert!(
-        pieces >= 1 && pieces < WRITE_BLOCKS,
+        (1..WRITE_BLOCKS).contains(&pieces),
         "{choice:?}: the budget let part of the write go: {pieces} pieces"
     );
     assert_eq!(
