@@ -629,7 +629,8 @@ impl DemoDirectory {
 
 impl Drop for DemoDirectory {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
+        // After a stop signal, large files go in the background.
+        crate::lifecycle::remove_paths(std::slice::from_ref(&self.path));
     }
 }
 

@@ -27,6 +27,11 @@
 //!   files whose id a new `tailguard` process has taken wait for a later run.
 //!   Every run that lays out files calls it on its directory first
 //!   ([`note_leftovers`]), and `tailguard clean DIR` calls it alone.
+//! - **Removing without waiting.** A run removes what it laid out when it
+//!   ends ([`remove_paths`]). After a stop signal, files of hundreds of MiB
+//!   or more are removed by a child process the run forks, which holds every
+//!   descriptor the run had: the filesystem's work of freeing them (tenths
+//!   of a second per GiB) is the child's, not the stop's.
 //! - **Waiting for the disk.** Syncing gigabytes of dirty pages (a data
 //!   file just laid out, or a file a buffered run wrote, before the next
 //!   run) goes in steps that check for a stop ([`sync_data_interruptibly`]),
@@ -164,6 +169,127 @@ pub fn sync_data_interruptibly(file: &File, path: &Path) -> Result<(), CliError>
         return Err(CliError::interrupted());
     }
     file.sync_data().map_err(failed)
+}
+
+/// Allocated bytes from which [`remove_paths`] removes in a child process
+/// after a stop signal: freeing the extents of a large file (and waiting for
+/// its pages under writeback) takes the filesystem tenths of a second per
+/// GiB, which a stop should not wait for, while a fork costs a millisecond
+/// or two, which small files do not repay.
+const BACKGROUND_REMOVAL_BYTES_MIN: u64 = 256 << 20;
+
+/// Removes what a run laid out: files, and directories with the files in
+/// them. Normally at once. After a stop signal, when they hold at least
+/// [`BACKGROUND_REMOVAL_BYTES_MIN`], in a child process this one forks, so
+/// that the exit does not wait for the filesystem: the child holds every
+/// descriptor this process had (its data files and the owner's `flock`s among
+/// them), so the files are freed by the child's removal, never by this
+/// process's exit; and if the child is killed, the next run's
+/// [`remove_leftovers`] finds the files with a dead owner.
+pub fn remove_paths(paths: &[PathBuf]) {
+    if interrupted() && allocated_bytes(paths) >= BACKGROUND_REMOVAL_BYTES_MIN {
+        match remove_in_child(paths) {
+            Ok(_) => return,
+            Err(error) => tracing::debug!(%error, "cannot fork a remover; removing here"),
+        }
+    }
+    for path in paths {
+        let _ = if path.is_dir() {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+    }
+}
+
+/// The bytes the filesystem allocated to `paths` (a directory: to the files
+/// in it).
+fn allocated_bytes(paths: &[PathBuf]) -> u64 {
+    paths
+        .iter()
+        .map(|path| tree_allocated_bytes(path.as_path()))
+        .sum()
+}
+
+/// The bytes the filesystem allocated to `path` and, for a directory (not a
+/// link to one), to everything under it.
+fn tree_allocated_bytes(path: &Path) -> u64 {
+    let Ok(metadata) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let own = metadata.blocks() * 512;
+    if !metadata.is_dir() {
+        return own;
+    }
+    let under: u64 = std::fs::read_dir(path).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .map(|entry| tree_allocated_bytes(&entry.path()))
+            .sum()
+    });
+    own + under
+}
+
+/// Forks a child that removes `paths` (a directory with everything under
+/// it) and exits; returns its process id. The child closes
+/// its standard streams first, so that a pipe reading this process's output
+/// ends when this process does.
+fn remove_in_child(paths: &[PathBuf]) -> io::Result<libc::pid_t> {
+    // Everything the child needs is made here: between fork and exit it makes
+    // only async-signal-safe calls (close, unlink, rmdir, _exit), since
+    // another thread may have held a lock (the allocator's) at the fork.
+    let mut files = Vec::new();
+    let mut directories = Vec::new();
+    for path in paths {
+        collect_tree(path, &mut files, &mut directories);
+    }
+    // SAFETY: fork has no memory-safety preconditions; the child below only
+    // makes async-signal-safe calls on data prepared before it, then exits.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => {
+            // SAFETY: close, unlink, rmdir and _exit on valid descriptors and
+            // NUL-terminated strings owned by this (copied) address space.
+            unsafe {
+                for descriptor in 0..3 {
+                    libc::close(descriptor);
+                }
+                for file in &files {
+                    libc::unlink(file.as_ptr());
+                }
+                for directory in &directories {
+                    libc::rmdir(directory.as_ptr());
+                }
+                libc::_exit(0)
+            }
+        }
+        child => Ok(child),
+    }
+}
+
+/// Appends `path` to `files`, or, for a directory (not a link to one), every
+/// file under it to `files` and it and its subdirectories to `directories`,
+/// deepest first: the order that removes a tree.
+fn collect_tree(
+    path: &Path,
+    files: &mut Vec<std::ffi::CString>,
+    directories: &mut Vec<std::ffi::CString>,
+) {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return;
+    };
+    let is_directory = std::fs::symlink_metadata(path).is_ok_and(|metadata| metadata.is_dir());
+    if !is_directory {
+        files.push(name);
+        return;
+    }
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for entry in entries.filter_map(Result::ok) {
+            collect_tree(&entry.path(), files, directories);
+        }
+    }
+    directories.push(name);
 }
 
 /// The name of a stop signal (`SIGHUP`), for messages.
@@ -451,6 +577,38 @@ mod tests {
             .and_then(|text| text.trim().parse::<u32>().ok())
             .unwrap_or(4_194_304)
             + 1
+    }
+
+    #[test]
+    fn a_forked_remover_removes_files_and_directories() {
+        let directory = scratch("remover");
+        let demo = directory.join("tailguard-demo-1");
+        std::fs::create_dir(&demo).unwrap();
+        std::fs::write(demo.join("read.data"), vec![1u8; 64 << 10]).unwrap();
+        std::fs::write(demo.join("write.data"), vec![2u8; 4096]).unwrap();
+        std::fs::create_dir(demo.join("frontier")).unwrap();
+        std::fs::write(demo.join("frontier").join("point.data"), [4u8; 512]).unwrap();
+        let data = directory.join(".tailguard-bench-1-0.data");
+        std::fs::write(&data, vec![3u8; 64 << 10]).unwrap();
+        let held = File::open(&data).unwrap();
+        hold(&held).unwrap();
+        let paths = [demo.clone(), data.clone()];
+        assert!(
+            allocated_bytes(&paths) >= 2 * (64 << 10),
+            "the files' blocks count"
+        );
+        let child = remove_in_child(&paths).unwrap();
+        let mut status = 0;
+        // SAFETY: waits for the child this test forked; `status` is ours.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert!(
+            !demo.exists() && !data.exists(),
+            "the child removed everything"
+        );
+        drop(held);
+        assert_eq!(std::fs::read_dir(&directory).unwrap().count(), 0);
+        std::fs::remove_dir_all(&directory).unwrap();
     }
 
     #[test]

@@ -133,6 +133,22 @@ pub struct Completion {
     pub pieces: u32,
 }
 
+/// A queued piece that [`Dispatcher::cancel_queued`] dropped without
+/// dispatching it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CancelledPiece {
+    /// The request this piece belongs to.
+    pub request: RequestId,
+    /// Where the piece starts.
+    pub offset_bytes: u64,
+    /// How long the piece is.
+    pub length_bytes: u64,
+    /// The request's completion when this was its last piece (none of the
+    /// request is left queued or in flight); `None` while pieces of it are
+    /// still queued after this one or in flight (those complete as usual).
+    pub finished: Option<Completion>,
+}
+
 /// Counters of one class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassStats {
@@ -940,6 +956,47 @@ impl<C: LatencyController> Dispatcher<C> {
         completion
     }
 
+    /// Drops every queued piece without dispatching it (a shutdown that will
+    /// not serve what waits), appending each to `out` in queue order, and
+    /// returns how many it dropped. Pieces in flight are untouched: complete
+    /// them as usual, and a request with one in flight comes back from
+    /// [`Dispatcher::complete`] with its last. Each request still finishes
+    /// exactly once: through the cancelled piece that was its last
+    /// ([`CancelledPiece::finished`]) or through `complete`.
+    pub fn cancel_queued(&mut self, out: &mut Vec<CancelledPiece>) -> usize {
+        let mut dropped = 0;
+        for class_index in 0..self.classes.slots.len() {
+            if !self.classes.slots[class_index].live || self.queue.class_len(class_index) == 0 {
+                continue;
+            }
+            for piece in self.queue.drain_class(class_index) {
+                let request = &mut self.requests.slots[piece.request_slot as usize];
+                request.pieces_remaining -= 1;
+                let id = request.id;
+                let finished = (request.pieces_remaining == 0).then_some(Completion {
+                    request: request.id,
+                    class: request.class,
+                    enqueued_at: request.enqueued_at,
+                    last_dispatched_at: request.last_dispatched_at,
+                    pieces: request.pieces,
+                });
+                if finished.is_some() {
+                    self.requests.release(piece.request_slot);
+                    self.classes.slots[class_index].completed_requests += 1;
+                }
+                out.push(CancelledPiece {
+                    request: id,
+                    offset_bytes: piece.offset_bytes,
+                    length_bytes: piece.length_bytes,
+                    finished,
+                });
+                dropped += 1;
+            }
+            self.free_class_if_idle(class_index);
+        }
+        dropped
+    }
+
     /// Counters of one class.
     pub fn class_stats(&self, class: ClassId) -> Result<ClassStats, CoreError> {
         self.check_class(class)?;
@@ -1126,6 +1183,61 @@ mod tests {
             dispatcher.complete(2, token),
             Err(CoreError::UnknownToken(token))
         );
+    }
+
+    #[test]
+    fn cancelling_drops_the_queue_and_each_request_finishes_once() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(600 * NANOS_PER_MICROSECOND);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let class = dispatcher.add_class(100).unwrap();
+        // Request 1 is split into 9 pieces, of which the budget admits some;
+        // request 2 waits whole behind it.
+        dispatcher
+            .enqueue(0, request(1, class, Direction::Write, 1_048_576 + 4096))
+            .unwrap();
+        dispatcher
+            .enqueue(0, request(2, class, Direction::Read, 4096))
+            .unwrap();
+        let mut started = Vec::new();
+        dispatcher.dispatch(0, &mut started);
+        assert!(!started.is_empty() && started.len() < 9, "{started:?}");
+        let mut cancelled = Vec::new();
+        let dropped = dispatcher.cancel_queued(&mut cancelled);
+        assert_eq!(dropped, cancelled.len());
+        assert_eq!(dropped, 9 - started.len() + 1);
+        assert!(!dispatcher.has_queued());
+        // Request 2 had nothing in flight: its only piece finishes it.
+        let finished: Vec<_> = cancelled
+            .iter()
+            .filter_map(|piece| piece.finished)
+            .collect();
+        assert_eq!(finished.len(), 1);
+        assert_eq!(finished[0].request, RequestId(2));
+        // Request 1's cancelled pieces leave it to its pieces in flight.
+        assert!(cancelled
+            .iter()
+            .filter(|piece| piece.request == RequestId(1))
+            .all(|piece| piece.finished.is_none()));
+        let mut completions = Vec::new();
+        for piece in &started {
+            if let Some(done) = dispatcher.complete(1, piece.token).unwrap() {
+                completions.push(done.request);
+            }
+        }
+        assert_eq!(
+            completions,
+            [RequestId(1)],
+            "the last piece in flight finishes it"
+        );
+        assert!(dispatcher.is_idle());
+        assert_eq!(dispatcher.class_stats(class).unwrap().completed_requests, 2);
+        // The dispatcher goes on serving new work.
+        dispatcher
+            .enqueue(2, request(3, class, Direction::Read, 4096))
+            .unwrap();
+        let mut out = Vec::new();
+        assert_eq!(dispatcher.dispatch(2, &mut out), 1);
     }
 
     #[test]

@@ -47,7 +47,8 @@ pub use controller::{
     ControllerStats, FixedBudget, LatencyController, Situation,
 };
 pub use dispatcher::{
-    ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig, DispatcherStats,
+    CancelledPiece, ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
+    DispatcherStats,
 };
 pub use error::CoreError;
 pub use profile::{CostModel, DeviceProfile};

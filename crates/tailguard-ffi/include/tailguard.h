@@ -211,6 +211,19 @@ int tg_scheduler_new(const struct tg_scheduler_options *options, struct tg_sched
 // which no other thread uses any more.
 void tg_scheduler_free(struct tg_scheduler *scheduler);
 
+// Fails every request accepted so far and not yet handed to the kernel
+// with -ECANCELED (asynchronous ones through their callback or queue), and
+// keeps the scheduler running: requests made afterwards are served. A
+// request of which part is at the device already completes when that part
+// does, with the bytes transferred from its start. Call it before
+// `tg_scheduler_free` to stop without serving a backlog. Returns how many
+// requests it cancelled, whole or in part, or a negative errno. Never call
+// it from a completion callback.
+//
+// # Safety
+// `scheduler` is a live handle.
+int64_t tg_scheduler_cancel_pending(const struct tg_scheduler *scheduler);
+
 // Adds a class named `name` with `shares` (1..=10000) and stores its
 // handle in `*out`. Returns 0 or a negative errno.
 //

@@ -227,6 +227,9 @@ fn errno_of(error: &io::Error) -> c_int {
         io::ErrorKind::OutOfMemory => libc::ENOMEM,
         io::ErrorKind::AddrInUse => libc::EADDRINUSE,
         io::ErrorKind::TimedOut => libc::ETIMEDOUT,
+        // The engine's only error of this kind: a request cancelled before it
+        // reached the device (`tg_scheduler_cancel_pending`).
+        io::ErrorKind::Interrupted => libc::ECANCELED,
         _ if error.to_string().contains("shut down") => libc::ESHUTDOWN,
         _ => libc::EIO,
     }
@@ -500,6 +503,27 @@ pub unsafe extern "C" fn tg_scheduler_free(scheduler: *mut tg_scheduler) {
         drop(handle);
         Ok(0)
     });
+}
+
+/// Fails every request accepted so far and not yet handed to the kernel
+/// with -ECANCELED (asynchronous ones through their callback or queue), and
+/// keeps the scheduler running: requests made afterwards are served. A
+/// request of which part is at the device already completes when that part
+/// does, with the bytes transferred from its start. Call it before
+/// `tg_scheduler_free` to stop without serving a backlog. Returns how many
+/// requests it cancelled, whole or in part, or a negative errno. Never call
+/// it from a completion callback.
+///
+/// # Safety
+/// `scheduler` is a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn tg_scheduler_cancel_pending(scheduler: *const tg_scheduler) -> i64 {
+    guard(|| {
+        // SAFETY: a live handle by the caller's contract.
+        let scheduler = unsafe { reference(scheduler, "scheduler") }?;
+        let cancelled = scheduler.scheduler.cancel_pending()?;
+        Ok(i64::try_from(cancelled).unwrap_or(i64::MAX))
+    })
 }
 
 // --------------------------------------------------------------- classes

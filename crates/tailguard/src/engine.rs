@@ -79,6 +79,20 @@
 //! and the backend has nothing in flight: everything accepted is completed,
 //! nothing is dropped, and the thread exits only when the kernel is done.
 //!
+//! # Cancelling
+//!
+//! A shutdown that must be quick (`Scheduler::shutdown_now`, a Ctrl-C) need
+//! not serve what waits in the dispatchers: cancelling drops every queued
+//! piece ([`Dispatcher::cancel_queued`]) and answers at once each request
+//! left with nothing in flight, with an [`io::ErrorKind::Interrupted`] error
+//! that names the request. Pieces already handed to the backend are the
+//! kernel's (their buffers with them) and complete as usual; a request split
+//! into pieces of which some were in flight completes once, with the last of
+//! them: with the contiguous bytes transferred from its start, the
+//! cancellation error if there are none, or the first error its pieces met.
+//! A cancelling shutdown answers every request that arrives after it the same
+//! way. `Scheduler::cancel_pending` cancels without shutting down.
+//!
 //! Should the engine ever panic (a bug, on whichever thread runs it), nobody waits
 //! forever: while unwinding, the runner takes the engine out of `Shared` (the
 //! engine thread then exits), closes the handoff and fails every request it holds or that is still queued,
@@ -100,8 +114,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::Duration;
 use tailguard_core::{
-    ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
-    LatencyController, Nanos, RateLimit, RequestId,
+    CancelledPiece, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
+    DispatcherConfig, IoRequest, LatencyController, Nanos, RateLimit, RequestId,
 };
 
 /// The `tracing` target of budget changes ([`ControllerChoice::Adaptive`]).
@@ -200,12 +214,20 @@ pub(crate) enum Message {
         class: ClassNumber,
     },
     Stats(Responder<io::Result<StatsSnapshot>>),
+    /// Fails every request not yet handed to the backend (see "Cancelling"
+    /// in the module docs) and answers how many it failed.
+    CancelPending(Responder<io::Result<usize>>),
     /// A `File` was dropped: give up the registration of descriptor `fd` if
     /// that file is now closed (see "Registered files" in the module docs).
     FileClosed {
         fd: RawFd,
     },
-    Shutdown,
+    /// Stops taking requests and exits once everything accepted is done;
+    /// with `cancel_pending`, fails what is not yet handed to the backend
+    /// instead of serving it.
+    Shutdown {
+        cancel_pending: bool,
+    },
     /// Makes the engine panic: tests of the crash path only.
     #[cfg(test)]
     Panic,
@@ -231,6 +253,9 @@ struct RequestRecord {
     transferred: u64,
     error: Option<i32>,
     short_end: Option<u64>,
+    /// Whether pieces of it were cancelled (`short_end` is then at most the
+    /// first cancelled piece's offset).
+    cancelled: bool,
 }
 
 struct PieceRecord {
@@ -357,7 +382,10 @@ pub(crate) struct Engine {
     requests: Slab<RequestRecord>,
     pieces: Slab<PieceRecord>,
     shutting_down: bool,
+    /// A shutdown that cancels: requests arriving from now on fail at once.
+    cancelling: bool,
     inbox: Vec<Message>,
+    cancelled: Vec<CancelledPiece>,
     dispatched: Vec<DispatchedPiece>,
     ops: Vec<Op>,
     completions: Vec<OpResult>,
@@ -387,7 +415,9 @@ impl Engine {
             requests: Slab::new(),
             pieces: Slab::new(),
             shutting_down: false,
+            cancelling: false,
             inbox: Vec::new(),
+            cancelled: Vec::new(),
             dispatched: Vec::new(),
             ops: Vec::new(),
             completions: Vec::new(),
@@ -509,9 +539,17 @@ impl Engine {
             }
             #[cfg(test)]
             Message::Panic => panic!("engine panic requested by a test"),
-            Message::Shutdown => {
+            Message::CancelPending(responder) => {
+                let count = self.cancel_queued(now);
+                responder.send(Ok(count));
+            }
+            Message::Shutdown { cancel_pending } => {
                 self.handoff.close();
                 self.shutting_down = true;
+                if cancel_pending {
+                    self.cancelling = true;
+                    self.cancel_queued(now);
+                }
             }
         }
     }
@@ -591,6 +629,8 @@ impl Engine {
         Some(Duration::from_nanos(at.saturating_sub(self.now())))
     }
 
+    /// Takes a request into its device's dispatcher, or answers it at once
+    /// when its class is gone or a cancelling shutdown is under way.
     fn enqueue(&mut self, now: Nanos, message: IoMessage) {
         // The API refuses such requests before they are sent; a class
         // removed by another thread meanwhile still must not reach (and
@@ -604,6 +644,11 @@ impl Engine {
             refuse(message);
             return;
         }
+        if self.cancelling {
+            let error = cancelled_error(&message, buffer_len(&message));
+            answer(message, error);
+            return;
+        }
         if let Some(file) = &message.file {
             self.track_file(file);
         }
@@ -612,27 +657,7 @@ impl Engine {
             .iter()
             .position(|id| *id == message.device)
             .expect("a device is announced before its first request");
-        let shares = self.classes[message.class as usize].shares;
-        let device = &mut self.devices[device_slot];
-        let number = message.class as usize;
-        if device.classes.len() <= number {
-            device.classes.resize(number + 1, None);
-        }
-        let class = match device.classes[number] {
-            Some(class) => class,
-            None => {
-                let class = device
-                    .dispatcher
-                    .add_class(shares)
-                    .expect("shares were validated by the API");
-                device
-                    .dispatcher
-                    .set_rate_limit(now, class, self.rate_limits[number])
-                    .expect("the rate limit was validated by the API");
-                device.classes[number] = Some(class);
-                class
-            }
-        };
+        let class = self.class_on_device(now, device_slot, message.class);
         let (direction, length) = match message.kind {
             IoKind::Read => (Direction::Read, buffer_len(&message)),
             IoKind::Write => (Direction::Write, buffer_len(&message)),
@@ -648,6 +673,7 @@ impl Engine {
             transferred: 0,
             error: None,
             short_end: None,
+            cancelled: false,
         });
         self.devices[device_slot]
             .dispatcher
@@ -662,6 +688,67 @@ impl Engine {
                 },
             )
             .expect("the class is live on this device");
+    }
+
+    /// The dispatcher class of global class `number` on the device in
+    /// `device_slot`, created (with the class's shares and rate limit) the
+    /// first time the class uses that device.
+    fn class_on_device(&mut self, now: Nanos, device_slot: usize, number: ClassNumber) -> ClassId {
+        let shares = self.classes[number as usize].shares;
+        let rate_limit = self.rate_limits[number as usize];
+        let device = &mut self.devices[device_slot];
+        let number = number as usize;
+        if device.classes.len() <= number {
+            device.classes.resize(number + 1, None);
+        }
+        if let Some(class) = device.classes[number] {
+            return class;
+        }
+        let class = device
+            .dispatcher
+            .add_class(shares)
+            .expect("shares were validated by the API");
+        device
+            .dispatcher
+            .set_rate_limit(now, class, rate_limit)
+            .expect("the rate limit was validated by the API");
+        device.classes[number] = Some(class);
+        class
+    }
+
+    /// Fails every request not yet handed to the backend: drops every queued
+    /// piece from every dispatcher, finishes at once each request left with
+    /// nothing in flight, and leaves the others to their pieces in flight,
+    /// which finish them with the contiguous bytes done (see "Cancelling" in
+    /// the module docs). Returns how many requests it cancelled, whole or
+    /// in part.
+    fn cancel_queued(&mut self, now: Nanos) -> usize {
+        let mut cancelled = std::mem::take(&mut self.cancelled);
+        let mut requests = 0;
+        for device_slot in 0..self.devices.len() {
+            if !self.devices[device_slot].dispatcher.has_queued() {
+                continue;
+            }
+            self.devices[device_slot]
+                .dispatcher
+                .cancel_queued(&mut cancelled);
+            for piece in cancelled.drain(..) {
+                let request = piece.request.0 as usize;
+                let record = self.requests.get_mut(request);
+                requests += usize::from(!record.cancelled);
+                record.cancelled = true;
+                let end = piece.offset_bytes;
+                record.short_end = Some(record.short_end.map_or(end, |short| short.min(end)));
+                if let Some(finished) = piece.finished {
+                    self.finish_request(now, device_slot, request, finished);
+                }
+            }
+        }
+        self.cancelled = cancelled;
+        if requests > 0 {
+            tracing::debug!(requests, "tailguard engine: cancelled the queued requests");
+        }
+        requests
     }
 
     fn dispatch_all(&mut self, taken_at: Option<Nanos>) {
@@ -893,6 +980,9 @@ impl Engine {
                 &message,
                 record.length,
             )),
+            (None, Some(end)) if record.cancelled && end == message.offset => {
+                Err(cancelled_error(&message, record.length))
+            }
             (None, Some(end)) => Ok(end - message.offset),
             (None, None) => Ok(record.length),
         };
@@ -1248,22 +1338,50 @@ pub(crate) fn monotonic_ns() -> Nanos {
 
 /// Answers a request naming a class this engine does not have (removed)
 /// without running it.
-fn refuse(mut message: IoMessage) {
-    let error = || {
+fn refuse(message: IoMessage) {
+    answer(
+        message,
         io::Error::new(
             io::ErrorKind::InvalidInput,
             "the request's class was removed; add_class makes a new one",
-        )
-    };
+        ),
+    );
+}
+
+/// Answers a request that never reached a dispatcher with `error`, giving a
+/// data request its buffer back.
+fn answer(mut message: IoMessage, error: io::Error) {
     match message.reply {
         Reply::Data(responder) => {
             let buffer = message.buffer.take().expect("data requests carry a buffer");
-            responder.send((Err(error()), buffer));
+            responder.send((Err(error), buffer));
         }
         Reply::Unit(responder) => {
-            responder.send(Err(error()));
+            responder.send(Err(error));
         }
     }
+}
+
+/// The error of a request cancelled before any of its bytes were
+/// transferred: [`io::ErrorKind::Interrupted`], naming the request and the
+/// call that cancelled it.
+fn cancelled_error(message: &IoMessage, length_bytes: u64) -> io::Error {
+    let operation = match message.kind {
+        IoKind::Read => "read",
+        IoKind::Write => "write",
+        IoKind::Fsync => "fsync",
+        IoKind::Fdatasync => "fdatasync",
+        IoKind::Nop => "nop",
+    };
+    io::Error::new(
+        io::ErrorKind::Interrupted,
+        format!(
+            "{operation} of {length_bytes} bytes at offset {} cancelled before it reached the \
+             device (Scheduler::shutdown_now or cancel_pending); nothing of it was transferred: \
+             submit it again if it still matters",
+            message.offset
+        ),
+    )
 }
 
 fn engine_stopped() -> io::Error {

@@ -335,10 +335,13 @@ impl Inner {
         }
     }
 
-    fn shutdown(&self) {
+    /// Shuts the engine down and joins its thread; with `cancel_pending`,
+    /// the engine fails what it has not handed to the backend instead of
+    /// serving it.
+    fn shutdown(&self, cancel_pending: bool) {
         let thread = self.thread.lock().expect("lock poisoned").take();
         if let Some(thread) = thread {
-            let _ = self.send(Message::Shutdown);
+            let _ = self.send(Message::Shutdown { cancel_pending });
             if thread.join().is_err() {
                 tracing::error!("the tailguard engine thread had panicked");
             }
@@ -348,7 +351,7 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.shutdown();
+        self.shutdown(false);
     }
 }
 
@@ -520,7 +523,49 @@ impl Scheduler {
     /// joins the engine thread. Other handles get errors afterwards. Dropping
     /// the last handle does the same.
     pub fn shutdown(&self) {
-        self.inner.shutdown();
+        self.inner.shutdown(false);
+    }
+
+    /// Stops at once: stops accepting requests, fails every accepted request
+    /// not yet handed to the kernel with an [`io::ErrorKind::Interrupted`]
+    /// error (its message names the request and says nothing of it was
+    /// transferred), waits for the pieces the kernel holds, and joins the
+    /// engine thread. Each request still completes exactly once: one split
+    /// into pieces, some of them in flight, completes with its last piece,
+    /// with the count of contiguous bytes transferred from its start (short),
+    /// the cancellation error if none were, or the first error its pieces
+    /// met. For a stop signal: the time to stop is that of the requests
+    /// already at the device, not of the queue behind them. After a plain
+    /// [`Scheduler::shutdown`] (or a second call) it does nothing.
+    ///
+    /// ```no_run
+    /// # fn main() -> std::io::Result<()> {
+    /// let scheduler = tailguard::Scheduler::builder().build()?;
+    /// // ... on Ctrl-C:
+    /// scheduler.shutdown_now();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn shutdown_now(&self) {
+        self.inner.shutdown(true);
+    }
+
+    /// Fails every request accepted so far and not yet handed to the kernel,
+    /// as [`Scheduler::shutdown_now`] does, and keeps running: requests
+    /// submitted afterwards are served as usual. Returns how many requests it
+    /// cancelled, whole or in part (a partly cancelled one completes when its
+    /// pieces in flight do, with a short count).
+    pub fn cancel_pending(&self) -> io::Result<usize> {
+        let (responder, mut future) = Responder::new(engine::stopped);
+        match self
+            .inner
+            .handoff()
+            .push(Message::CancelPending(responder), &self.inner.shared.waker)
+        {
+            Ok(pushed) => future.attach(self.inner.driver.clone(), pushed == Pushed::Deferred),
+            Err(_) => return Err(shut_down()),
+        }
+        future.wait()
     }
 
     fn announce_device(

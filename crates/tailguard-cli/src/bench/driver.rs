@@ -48,6 +48,7 @@
 //! for (their buffers belong to the kernel until then), queued ones dropped.
 
 use crate::bench::job::{JobOptions, SyncKind};
+use crate::bench::kernel_error::{KernelError, Operation};
 use crate::bench::limit::{InFlight, InFlightLimits, JobOverload};
 use crate::bench::report::{BenchRun, DirectionStats};
 use crate::bench::shape::{check_verified, fill_verified, is_verified_block, reshape, ShapeState};
@@ -1525,6 +1526,16 @@ impl Executor for SchedulerExecutor {
         // Dropping a future in flight is safe: the engine keeps its buffer.
         self.futures.clear();
         self.fresh.clear();
+        // What the dispatchers hold would otherwise be served before the
+        // scheduler shuts down (a queue the size of the in-flight limits:
+        // tenths of a second under overload). On a stop signal the run is
+        // over: fail it and stop at once; after another error, fail it and
+        // keep the scheduler for the statistics.
+        if interrupted() {
+            self.scheduler.shutdown_now();
+        } else if let Err(error) = self.scheduler.cancel_pending() {
+            tracing::debug!(%error, "cancelling the scheduler's queue");
+        }
     }
 
     fn scheduler_stats(&self) -> Option<io::Result<StatsSnapshot>> {
@@ -1622,12 +1633,24 @@ struct BackendExecutor {
     backlog: VecDeque<Op>,
     /// Ops pushed or in the backlog, with their buffers (none for syncs):
     /// the kernel's until reaped.
-    buffers: HashMap<u64, Option<AlignedBuffer>>,
+    buffers: HashMap<u64, KernelOp>,
+    /// Whether writes (and syncs) go with O_DIRECT: kernel-direct.
+    direct: bool,
     /// Per file: the descriptor for writes (O_DIRECT in kernel-direct only).
     files: Vec<std::fs::File>,
     /// Per file: the descriptor for reads (always O_DIRECT where it opens).
     read_files: Vec<std::fs::File>,
+    /// Per file: whether its reads go with O_DIRECT.
+    read_direct: Vec<bool>,
     results: Vec<backend::OpResult>,
+}
+
+/// A kernel-mode op until it is reaped: its buffer (none for syncs), and
+/// what the error names if it fails.
+struct KernelOp {
+    buffer: Option<AlignedBuffer>,
+    operation: Operation,
+    direct: bool,
 }
 
 /// Opens `path` for reading and writing, with O_DIRECT when `direct`.
@@ -1668,7 +1691,9 @@ impl BackendExecutor {
             .collect::<io::Result<Vec<_>>>()
             .map_err(failed)?;
         let mut read_files = Vec::with_capacity(files.len());
+        let mut read_direct = Vec::with_capacity(files.len());
         for (path, file) in plan.files.iter().zip(&files) {
+            read_direct.push(true);
             let reader = match open_plain(path, true) {
                 Ok(reader) => reader,
                 // `open_plain` keeps the kind, not the errno: EINVAL is InvalidInput.
@@ -1677,6 +1702,7 @@ impl BackendExecutor {
                         "note: {name}: {} refuses O_DIRECT; its reads go through the page cache",
                         path.display()
                     );
+                    *read_direct.last_mut().expect("pushed above") = false;
                     file.try_clone().map_err(failed)?
                 }
                 Err(error) => return Err(failed(error)),
@@ -1690,8 +1716,10 @@ impl BackendExecutor {
             alarm,
             backlog: VecDeque::new(),
             buffers: HashMap::new(),
+            direct,
             files,
             read_files,
+            read_direct,
             results: Vec::new(),
         })
     }
@@ -1753,14 +1781,36 @@ impl Executor for BackendExecutor {
             length,
             offset: request.offset,
         };
+        let (operation, direct) = match request.kind {
+            RequestKind::Read => (Operation::Read, self.read_direct[request.file]),
+            RequestKind::Write => (Operation::Write, self.direct),
+            RequestKind::Sync(_) => (Operation::Sync, self.direct),
+        };
         // Moving the buffer moves its handle, not the memory the op points to.
-        self.buffers.insert(request.token, request.buffer);
+        self.buffers.insert(
+            request.token,
+            KernelOp {
+                buffer: request.buffer,
+                operation,
+                direct,
+            },
+        );
         self.backlog.push_back(op);
         Ok(())
     }
 
     fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
-        let failed = |error: io::Error| CliError::usage(format!("backend: {error}"));
+        let mode = if self.direct {
+            Mode::KernelDirect
+        } else {
+            Mode::KernelBuffered
+        };
+        let failed = |error: io::Error| {
+            CliError::usage(format!(
+                "{}: handing requests to the kernel failed: {error}",
+                mode.name()
+            ))
+        };
         self.flush().map_err(failed)?;
         self.results.clear();
         self.backend.reap(&mut self.results);
@@ -1775,17 +1825,22 @@ impl Executor for BackendExecutor {
         }
         let at = Instant::now();
         for result in self.results.drain(..) {
-            let Some(buffer) = self.buffers.remove(&result.user_data) else {
+            let Some(op) = self.buffers.remove(&result.user_data) else {
                 continue; // not ours
             };
             out.push(Done {
                 token: result.user_data,
                 result: if result.result < 0 {
-                    Err(io::Error::from_raw_os_error(-result.result))
+                    Err(KernelError {
+                        errno: -result.result,
+                        operation: op.operation,
+                        direct: op.direct,
+                    }
+                    .into_io_error())
                 } else {
                     Ok(result.result as usize)
                 },
-                buffer,
+                buffer: op.buffer,
                 at,
             });
         }
@@ -1813,8 +1868,8 @@ impl Drop for BackendExecutor {
             if self.backend.submit(true).is_err() {
                 // Cannot wait: leak the buffers rather than free memory the
                 // kernel may still write.
-                for (_, buffer) in self.buffers.drain() {
-                    std::mem::forget(buffer);
+                for (_, op) in self.buffers.drain() {
+                    std::mem::forget(op.buffer);
                 }
                 return;
             }

@@ -27,6 +27,7 @@ pub mod fio;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod job;
+pub mod kernel_error;
 pub mod limit;
 pub mod report;
 pub mod shape;

@@ -55,9 +55,8 @@ pub struct Layout {
 
 impl Drop for Layout {
     fn drop(&mut self) {
-        for path in &self.created {
-            let _ = std::fs::remove_file(path);
-        }
+        // After a stop signal, large files go in the background.
+        crate::lifecycle::remove_paths(&self.created);
     }
 }
 

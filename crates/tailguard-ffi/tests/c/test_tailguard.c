@@ -377,6 +377,60 @@ static int test_freeing_the_scheduler_delivers_every_completion(void) {
     return 0;
 }
 
+static atomic_int cancel_callbacks, cancelled_callbacks, unexpected_results;
+
+static void cancel_callback(void *user_data, int64_t result, tg_buffer *buffer) {
+    (void)user_data;
+    tg_buffer_free(buffer);
+    if (result == -ECANCELED) {
+        atomic_fetch_add(&cancelled_callbacks, 1);
+    } else if (result != BLOCK) {
+        atomic_fetch_add(&unexpected_results, 1);
+    }
+    atomic_fetch_add(&cancel_callbacks, 1);
+}
+
+static int test_cancelling_fails_the_queue_and_completes_each_request_once(void) {
+    struct setup setup;
+    if (open_setup(&setup, TG_BACKEND_AUTO) != 0) {
+        return 1;
+    }
+    atomic_init(&cancel_callbacks, 0);
+    atomic_init(&cancelled_callbacks, 0);
+    atomic_init(&unexpected_results, 0);
+    for (int block = 0; block < 8; block++) {
+        tg_buffer *data = tg_buffer_new(BLOCK, BLOCK);
+        fill(data, 9, block, 0);
+        CHECK(tg_write(setup.file, setup.writes, data, (uint64_t)block * BLOCK) == BLOCK,
+              "write");
+        tg_buffer_free(data);
+    }
+    tg_notify notify = {.callback = cancel_callback, .queue = NULL, .user_data = NULL};
+    enum { REQUESTS = 256 };
+    for (int i = 0; i < REQUESTS; i++) {
+        tg_buffer *buffer = tg_buffer_new(BLOCK, BLOCK);
+        CHECK(tg_read_async(setup.file, setup.reads, buffer, (uint64_t)(i % 8) * BLOCK,
+                            &notify) == 0,
+              "read_async");
+    }
+    int64_t cancelled = tg_scheduler_cancel_pending(setup.scheduler);
+    CHECK(cancelled >= 0 && cancelled <= REQUESTS, "cancelled %lld", (long long)cancelled);
+    /* The scheduler goes on serving. */
+    tg_buffer *buffer = tg_buffer_new(BLOCK, BLOCK);
+    CHECK(tg_read(setup.file, setup.reads, buffer, 0) == BLOCK, "a read after the cancel");
+    tg_buffer_free(buffer);
+    CHECK(tg_scheduler_cancel_pending(NULL) == -EINVAL, "NULL");
+    close_setup(&setup);
+    /* Freeing delivered every completion: each once, served or cancelled. */
+    CHECK(atomic_load(&cancel_callbacks) == REQUESTS, "%d of %d callbacks",
+          atomic_load(&cancel_callbacks), REQUESTS);
+    CHECK(atomic_load(&cancelled_callbacks) == cancelled, "%d cancelled callbacks, %lld counted",
+          atomic_load(&cancelled_callbacks), (long long)cancelled);
+    CHECK(atomic_load(&unexpected_results) == 0, "%d unexpected results",
+          atomic_load(&unexpected_results));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIRECTORY\n", argv[0]);
@@ -404,6 +458,8 @@ int main(int argc, char **argv) {
     run("classes_change_shares_and_are_removed", test_classes_change_shares_and_are_removed);
     run("freeing_the_scheduler_delivers_every_completion",
         test_freeing_the_scheduler_delivers_every_completion);
+    run("cancelling_fails_the_queue_and_completes_each_request_once",
+        test_cancelling_fails_the_queue_and_completes_each_request_once);
     unlink(path);
     printf("%d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

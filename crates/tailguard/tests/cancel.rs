@@ -1,0 +1,309 @@
+//! Stopping fast: `Scheduler::shutdown_now` and `Scheduler::cancel_pending`
+//! on both backends, with requests queued in the dispatcher behind pieces a
+//! stalled device holds (the fault-injecting backend,
+//! `tailguard::backend::fault`, without privileges).
+//!
+//! The invariants checked: every request completes exactly once; what was
+//! queued fails with `ErrorKind::Interrupted` and never reaches the device
+//! (its blocks keep their old content); a request split into pieces of which
+//! some were in flight completes with the contiguous bytes they transferred,
+//! and those bytes are on the device; the cancellation is answered while the
+//! device still stalls (the stall ends only after the test saw the answers,
+//! so a cancel that waited for the device would hang, and the watchdog
+//! fails it); and a scheduler whose queue was cancelled goes on serving.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+use tailguard::backend::fault::{FaultInjector, FaultPlan};
+use tailguard::{
+    AlignedBuffer, BackendChoice, BufResult, ControllerChoice, IoFuture, Profile, Scheduler,
+};
+
+const BLOCK: usize = 4096;
+/// Blocks in each test file.
+const BLOCKS: u64 = 64;
+/// Blocks of the large write, split into one piece per block.
+const WRITE_BLOCKS: u64 = 16;
+/// Reads queued behind the large write.
+const READS: u64 = 24;
+/// The most time one case may take before it counts as a hang.
+const WATCHDOG: Duration = Duration::from_secs(60);
+/// Far longer than any case: the test ends the stall itself.
+const STALL: Duration = Duration::from_secs(3_600);
+
+const BACKENDS: [BackendChoice; 2] = [BackendChoice::IoUring, BackendChoice::Threads];
+
+fn scratch(name: &str) -> PathBuf {
+    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cancel-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    directory.join(format!("{name}-{}", std::process::id()))
+}
+
+/// Block `index`'s content for generation `salt`.
+fn pattern(index: u64, salt: u64, length: usize) -> AlignedBuffer {
+    let mut buffer = AlignedBuffer::new(length, BLOCK).unwrap();
+    for (word, chunk) in buffer.chunks_mut(8).enumerate() {
+        let value = index * 1_000_003 + salt * 7919 + word as u64;
+        chunk.copy_from_slice(&value.to_le_bytes());
+    }
+    buffer
+}
+
+/// A file of [`BLOCKS`] blocks of generation 0, removed on drop.
+struct TestFile {
+    path: PathBuf,
+}
+
+impl TestFile {
+    fn create(name: &str) -> Self {
+        let path = scratch(name);
+        let content: Vec<u8> = (0..BLOCKS)
+            .flat_map(|index| pattern(index, 0, BLOCK).to_vec())
+            .collect();
+        std::fs::write(&path, content).unwrap();
+        Self { path }
+    }
+
+    fn block(&self, index: u64) -> Vec<u8> {
+        let data = std::fs::read(&self.path).unwrap();
+        data[index as usize * BLOCK..(index as usize + 1) * BLOCK].to_vec()
+    }
+}
+
+impl Drop for TestFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Runs `case` on its own thread; a case that does not finish within
+/// [`WATCHDOG`] fails as a hang instead of blocking the run.
+fn bounded<T: Send + 'static>(case: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(case)));
+    });
+    match receiver.recv_timeout(WATCHDOG) {
+        Ok(Ok(value)) => value,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        Err(_) => panic!("hang: the case did not finish within {WATCHDOG:?}"),
+    }
+}
+
+/// A scheduler whose budget admits a few 4 KiB pieces (a profile of 100
+/// IOPS, pieces of at most one block, a fixed budget), so that work queues
+/// in the dispatcher behind them; `None` (reason printed) where io_uring is
+/// refused.
+fn scheduler(choice: BackendChoice, injector: &FaultInjector) -> Option<Scheduler> {
+    let profile = Profile {
+        read_iops: 100.0,
+        write_iops: 100.0,
+        read_bandwidth: 1e9,
+        write_bandwidth: 1e9,
+        max_request_bytes: BLOCK as u64,
+        latency_target_us: 10,
+    };
+    match Scheduler::builder()
+        .backend(choice)
+        .threads(2)
+        .controller(ControllerChoice::Fixed)
+        .default_profile(profile)
+        .fault_injection(injector.clone())
+        .build()
+    {
+        Ok(scheduler) => Some(scheduler),
+        Err(error) if choice == BackendChoice::IoUring => {
+            println!("skipping io_uring: {error}");
+            None
+        }
+        Err(error) => panic!("{choice:?}: {error}"),
+    }
+}
+
+/// What a case left to check: the large write, the reads and the sync
+/// queued behind it, and how many of the write's pieces the device held.
+struct Stalled {
+    write: IoFuture<BufResult>,
+    reads: Vec<IoFuture<BufResult>>,
+    sync: Option<IoFuture<io::Result<()>>>,
+    pieces_held: u64,
+}
+
+/// Stalls the device, writes [`WRITE_BLOCKS`] blocks of generation 1 from
+/// block 0 in one request, waits until the device holds its first pieces,
+/// then queues [`READS`] reads and an fdatasync behind it in the same class.
+fn stall_and_queue(scheduler: &Scheduler, injector: &FaultInjector, file: &TestFile) -> Stalled {
+    let handle = scheduler.open(&file.path).unwrap();
+    let class = scheduler.add_class("c", 100).unwrap();
+    injector.stall_for(STALL);
+    let length = WRITE_BLOCKS as usize * BLOCK;
+    let mut data = AlignedBuffer::new(length, BLOCK).unwrap();
+    for block in 0..WRITE_BLOCKS as usize {
+        data[block * BLOCK..(block + 1) * BLOCK].copy_from_slice(&pattern(block as u64, 1, BLOCK));
+    }
+    let write = handle.write_at(&class, data, 0);
+    // A request's push may leave the engine's wake-up to its future's first
+    // wait; a stats call (answered after the write was taken) makes sure the
+    // engine took it.
+    scheduler.stats().unwrap();
+    while injector.counts().ops_stalled == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let reads = (0..READS)
+        .map(|index| {
+            let block = WRITE_BLOCKS + index;
+            let buffer = AlignedBuffer::new(BLOCK, BLOCK).unwrap();
+            handle.read_at(&class, buffer, block * BLOCK as u64)
+        })
+        .collect();
+    let sync = handle.fdatasync(&class);
+    Stalled {
+        write,
+        reads,
+        sync: Some(sync),
+        pieces_held: 0,
+    }
+}
+
+fn assert_cancelled(error: &io::Error, what: &str) {
+    assert_eq!(error.kind(), io::ErrorKind::Interrupted, "{what}: {error}");
+    assert!(
+        error
+            .to_string()
+            .contains("cancelled before it reached the device"),
+        "{what}: the message says what happened: {error}"
+    );
+}
+
+/// Waits for the queued reads and the sync, which must come back cancelled
+/// while the device still stalls; returns how many reads there were.
+fn expect_queue_cancelled(stalled: &mut Stalled, choice: BackendChoice) -> usize {
+    let reads = std::mem::take(&mut stalled.reads);
+    let count = reads.len();
+    for (index, read) in reads.into_iter().enumerate() {
+        let (result, buffer) = read.wait();
+        assert_eq!(buffer.len(), BLOCK, "the buffer comes back");
+        assert_cancelled(&result.unwrap_err(), &format!("{choice:?}: read {index}"));
+    }
+    let sync = stalled.sync.take().expect("one sync per case");
+    assert_cancelled(&sync.wait().unwrap_err(), &format!("{choice:?}: sync"));
+    count
+}
+
+/// Checks the large write's outcome against the device: the pieces the
+/// device held were written, the cancelled ones never reached it.
+fn expect_short_write(stalled: Stalled, file: &TestFile, choice: BackendChoice) {
+    let (result, _) = stalled.write.wait();
+    let written = result.unwrap_or_else(|error| panic!("{choice:?}: write: {error}"));
+    let pieces = stalled.pieces_held;
+    assert!(
+        (1..WRITE_BLOCKS).contains(&pieces),
+        "{choice:?}: the budget let part of the write go: {pieces} pieces"
+    );
+    assert_eq!(
+        written,
+        pieces as usize * BLOCK,
+        "{choice:?}: a short count of the pieces the device held"
+    );
+    for block in 0..BLOCKS {
+        let generation = u64::from(block < pieces);
+        assert_eq!(
+            file.block(block),
+            pattern(block, generation, BLOCK).to_vec(),
+            "{choice:?}: block {block} is of generation {generation}"
+        );
+    }
+}
+
+#[test]
+fn shutdown_now_fails_the_queue_at_once_and_finishes_what_the_device_holds() {
+    for choice in BACKENDS {
+        bounded(move || {
+            let injector = FaultInjector::new(FaultPlan::default());
+            let Some(scheduler) = scheduler(choice, &injector) else {
+                return;
+            };
+            let file = TestFile::create(&format!("shutdown-now-{choice:?}"));
+            let mut stalled = stall_and_queue(&scheduler, &injector, &file);
+            let stopper = {
+                let scheduler = scheduler.clone();
+                std::thread::spawn(move || scheduler.shutdown_now())
+            };
+            // Answered while the device stalls: the stall ends only after.
+            expect_queue_cancelled(&mut stalled, choice);
+            let counts = injector.counts();
+            assert!(
+                counts.ops_held_now >= 1,
+                "{choice:?}: still stalled: {counts:?}"
+            );
+            stalled.pieces_held = counts.ops_stalled;
+            injector.heal();
+            stopper.join().unwrap();
+            let counts = injector.counts();
+            assert_eq!(
+                counts.ops_held_now, 0,
+                "{choice:?}: shutdown drained the stall"
+            );
+            assert_eq!(counts.ops_pushed, counts.ops_completed, "{choice:?}");
+            assert_eq!(
+                counts.ops_pushed, stalled.pieces_held,
+                "{choice:?}: nothing cancelled reached the backend"
+            );
+            expect_short_write(stalled, &file, choice);
+            // Stopped: new requests are refused, and a second stop is a no-op.
+            assert!(scheduler.add_class("late", 1).is_err());
+            scheduler.shutdown_now();
+        });
+    }
+}
+
+#[test]
+fn cancel_pending_fails_the_queue_and_the_scheduler_goes_on() {
+    for choice in BACKENDS {
+        bounded(move || {
+            let injector = FaultInjector::new(FaultPlan::default());
+            let Some(scheduler) = scheduler(choice, &injector) else {
+                return;
+            };
+            let file = TestFile::create(&format!("cancel-pending-{choice:?}"));
+            let mut stalled = stall_and_queue(&scheduler, &injector, &file);
+            let cancelled = scheduler.cancel_pending().unwrap();
+            let reads = expect_queue_cancelled(&mut stalled, choice);
+            assert_eq!(
+                cancelled,
+                reads + 2,
+                "{choice:?}: the reads, the sync and the write, counted once each"
+            );
+            stalled.pieces_held = injector.counts().ops_stalled;
+            injector.heal();
+            expect_short_write(stalled, &file, choice);
+            // The scheduler serves new work after the cancel.
+            let handle = scheduler.open(&file.path).unwrap();
+            let class = scheduler.add_class("after", 100).unwrap();
+            let block = BLOCKS - 1;
+            let (result, buffer) = handle
+                .read_at(
+                    &class,
+                    AlignedBuffer::new(BLOCK, BLOCK).unwrap(),
+                    block * BLOCK as u64,
+                )
+                .wait();
+            assert_eq!(result.unwrap(), BLOCK);
+            assert_eq!(buffer.to_vec(), pattern(block, 0, BLOCK).to_vec());
+            assert_eq!(scheduler.cancel_pending().unwrap(), 0, "nothing queued");
+            let stats = scheduler.stats().unwrap();
+            let class_stats = stats.class("c").unwrap();
+            assert_eq!(
+                class_stats.ops,
+                reads as u64 + 2,
+                "each request counted once"
+            );
+            assert_eq!(class_stats.errors, reads as u64 + 1);
+            scheduler.shutdown();
+            let counts = injector.counts();
+            assert_eq!(counts.ops_pushed, counts.ops_completed, "{choice:?}");
+        });
+    }
+}
