@@ -25,7 +25,6 @@
 use std::alloc::{self, Layout};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::path::PathBuf;
 use std::ptr::NonNull;
 
 use crate::device::DirectIoAlignment;
@@ -226,19 +225,6 @@ unsafe impl Send for AlignedBuffer {}
 // `*const u8`; all mutation requires `&mut self`, so sharing between
 // threads is as safe as sharing a `&[u8]`.
 unsafe impl Sync for AlignedBuffer {}
-
-/// Gives a misaligned request's [`Error`] the path of its file; what
-/// `scheduler.rs` calls when [`check_alignment`] refuses a request.
-pub(crate) struct MisalignedRequest;
-
-impl MisalignedRequest {
-    /// `error` about the file at `path`. Named `new` for its call site; it
-    /// returns the library's [`Error`], which is the point.
-    #[allow(clippy::new_ret_no_self)]
-    pub(crate) fn new(path: PathBuf, error: Error) -> Error {
-        error.with_path(path)
-    }
-}
 
 /// Checks a direct-I/O request against a device's alignment: `pointer` must
 /// be a multiple of `memory_bytes`, and `offset` and `length` multiples of

@@ -444,10 +444,7 @@ fn statfs_type(path: &Path) -> io::Result<i64> {
     // A path with an interior NUL byte cannot name a file: refuse it with the
     // message this function has always given, before rustix converts it.
     if path.as_os_str().as_bytes().contains(&0) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "path contains a NUL byte",
-        ));
+        return Err(crate::Error::invalid_config("path contains a NUL byte").into());
     }
     Ok(f_type_of(&rustix::fs::statfs(path)?))
 }

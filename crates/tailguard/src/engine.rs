@@ -1341,10 +1341,8 @@ pub(crate) fn monotonic_ns() -> Nanos {
 fn refuse(message: IoMessage) {
     answer(
         message,
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the request's class was removed; add_class makes a new one",
-        ),
+        crate::Error::invalid_config("the request's class was removed; add_class makes a new one")
+            .into(),
     );
 }
 

@@ -311,14 +311,12 @@ impl MetricsServer {
         source: impl Fn() -> io::Result<String> + Send + 'static,
     ) -> io::Result<Self> {
         if !address.ip().is_loopback() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "metrics address {address} is not a loopback address: the endpoint has no \
+            return Err(crate::Error::invalid_config(format!(
+                "metrics address {address} is not a loopback address: the endpoint has no \
                      authentication, so it listens on 127.0.0.1 or [::1] only (put a proxy in \
                      front of it to scrape it from elsewhere)"
-                ),
-            ));
+            ))
+            .into());
         }
         let listener = TcpListener::bind(address).map_err(|error| {
             io::Error::new(

@@ -22,7 +22,7 @@
 //! refuses O_DIRECT says so and how to open the file instead.
 
 use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, BackendOptions};
-use crate::buffer::{check_alignment, AlignedBuffer, MisalignedRequest};
+use crate::buffer::{check_alignment, AlignedBuffer};
 use crate::completion::{Driver, EngineHold, IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
 use crate::engine::{
@@ -696,7 +696,7 @@ fn shut_down() -> io::Error {
 }
 
 fn invalid_input(message: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, message)
+    crate::Error::invalid_config(message).into()
 }
 
 /// An I/O class: a name and shares. Requests name their class.
@@ -914,25 +914,19 @@ impl OpenOptions {
 
 fn open_error(path: &Path, direct: bool, error: io::Error) -> io::Error {
     if let Some(kind) = unschedulable_kind(path) {
-        return io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{}: {error}: it is {kind}, not a file on a disk; tailguard schedules I/O to \
+        return io::Error::from(crate::Error::invalid_config(format!(
+            "{}: {error}: it is {kind}, not a file on a disk; tailguard schedules I/O to \
                  regular files and block devices: open one of those",
-                path.display()
-            ),
-        );
+            path.display()
+        )));
     }
     if direct && error.raw_os_error() == Some(libc::EINVAL) {
-        return io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{}: the filesystem refuses O_DIRECT (tmpfs and overlayfs do); put the file \
+        return io::Error::from(crate::Error::invalid_config(format!(
+            "{}: the filesystem refuses O_DIRECT (tmpfs and overlayfs do); put the file \
                  on a filesystem that supports it, or open it with OpenOptions::direct(false) \
                  for buffered I/O",
-                path.display()
-            ),
-        );
+            path.display()
+        )));
     }
     io::Error::new(error.kind(), format!("{}: {error}", path.display()))
 }
@@ -1080,10 +1074,7 @@ impl File {
             offset,
             self.alignment,
         ) {
-            let error = io::Error::new(
-                io::ErrorKind::InvalidInput,
-                MisalignedRequest::new(self.path.clone(), error),
-            );
+            let error = io::Error::from(error.with_path(self.path.clone()));
             return IoFuture::ready((Err(error), buffer));
         }
         let (responder, mut future) = Responder::new(engine::stopped_data);
