@@ -141,6 +141,31 @@ impl<T> Handoff<T> {
         Ok(pushed)
     }
 
+    /// Appends a message only the engine thread may finish (a shutdown):
+    /// wakes the runner if it sleeps in the backend, and unparks the engine
+    /// thread even while a helping session is open, since a thread holding
+    /// the engine ([`crate::Scheduler::hold_engine`]) need not wait again.
+    pub fn push_to_engine_thread(&self, message: T, waker: &dyn Wake) -> Result<(), Closed<T>> {
+        let (was_sleeping, was_parked) = {
+            let mut queue = self.queue.lock().expect("handoff lock poisoned");
+            if queue.closed {
+                return Err(Closed(message));
+            }
+            queue.messages.push(message);
+            (
+                std::mem::replace(&mut queue.sleeping, false),
+                std::mem::replace(&mut queue.parked, false),
+            )
+        };
+        if was_sleeping {
+            waker.wake();
+        }
+        if was_parked {
+            self.unparked.notify_one();
+        }
+        Ok(())
+    }
+
     /// Pays a deferred push: unparks the engine thread if messages wait and
     /// nobody runs the engine. Cheap (one uncontended lock) when there is
     /// nothing to do.

@@ -341,7 +341,11 @@ impl Inner {
     fn shutdown(&self, cancel_pending: bool) {
         let thread = self.thread.lock().expect("lock poisoned").take();
         if let Some(thread) = thread {
-            let _ = self.send(Message::Shutdown { cancel_pending });
+            // Not `send`: with a thread holding the engine the push would
+            // be left for that thread's next wait, which may never come.
+            let _ = self
+                .handoff()
+                .push_to_engine_thread(Message::Shutdown { cancel_pending }, &self.shared.waker);
             if thread.join().is_err() {
                 tracing::error!("the tailguard engine thread had panicked");
             }

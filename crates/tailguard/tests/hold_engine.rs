@@ -177,3 +177,68 @@ fn a_held_engine_delivers_completions_on_the_holding_thread() {
         .recv_timeout(Duration::from_secs(120))
         .expect("the test finishes (no lost wake-up)");
 }
+
+/// A thread holding the engine shuts the scheduler down with writes queued
+/// and in flight: the engine thread must finish the shutdown although the
+/// holder will not wait again, and every write completes once.
+fn shutdown_while_held(choice: BackendChoice, now: bool) -> Option<()> {
+    let scheduler = match Scheduler::builder().backend(choice).build() {
+        Ok(scheduler) => scheduler,
+        Err(error) if choice == BackendChoice::IoUring => {
+            println!("skipping io_uring: {error}");
+            return None;
+        }
+        Err(error) => panic!("{choice:?}: {error}"),
+    };
+    let path = scratch(&format!("shutdown-{choice:?}-{now}"));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&scheduler, &path)
+        .unwrap();
+    let writes = scheduler.add_class("writes", 100).unwrap();
+    let hold = scheduler.hold_engine();
+    let futures: Vec<_> = (0..32_u64)
+        .map(|index| {
+            let buffer = AlignedBuffer::new(WRITE_BYTES, 4096).unwrap();
+            file.write_at(&writes, buffer, index * WRITE_BYTES as u64)
+        })
+        .collect();
+    // Some may be in flight: poll one to completion through the hold.
+    let mut futures = futures.into_iter();
+    let (first, _) = scheduler.block_on(futures.next().unwrap());
+    assert_eq!(first.unwrap(), WRITE_BYTES);
+    if now {
+        scheduler.shutdown_now();
+    } else {
+        scheduler.shutdown();
+    }
+    for (index, write) in futures.enumerate() {
+        match write.wait().0 {
+            Ok(bytes) => assert_eq!(bytes, WRITE_BYTES, "write {index}"),
+            Err(error) => assert!(now, "write {index} failed in a draining shutdown: {error}"),
+        }
+    }
+    drop(hold);
+    drop(file);
+    std::fs::remove_file(&path).unwrap();
+    Some(())
+}
+
+#[test]
+fn a_thread_holding_the_engine_can_shut_it_down() {
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
+            for now in [false, true] {
+                shutdown_while_held(choice, now);
+            }
+        }
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("shutdown returns with the engine held");
+}
