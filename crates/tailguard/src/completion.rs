@@ -193,7 +193,7 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
 /// thread's waits (see [`crate::Scheduler::hold_engine`]).
 ///
 /// It is one helping session (see [`crate::handoff`]) spanning every
-/// [`block_on`] of the thread: while it is open, a `block_on` returning does
+/// [`crate::Scheduler::block_on`] of the thread: while it is open, a `block_on` returning does
 /// not hand work left in flight to the engine thread, so the next wait of
 /// this thread finds the engine free and runs it, instead of blocking while
 /// the engine thread reaps its completions and wakes it (a thread hop per
