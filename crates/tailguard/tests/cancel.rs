@@ -12,16 +12,15 @@
 //! so a cancel that waited for the device would hang, and the watchdog
 //! fails it); and a scheduler whose queue was cancelled goes on serving.
 
+mod common;
+use common::{pattern, BlockFile, BLOCK};
 use std::io;
-use std::path::PathBuf;
-use std::sync::mpsc;
 use std::time::Duration;
 use tailguard::backend::fault::{FaultInjector, FaultPlan};
 use tailguard::{
     AlignedBuffer, BackendChoice, BufResult, ControllerChoice, IoFuture, Profile, Scheduler,
 };
 
-const BLOCK: usize = 4096;
 /// Blocks in each test file.
 const BLOCKS: u64 = 64;
 /// Blocks of the large write, split into one piece per block.
@@ -34,63 +33,6 @@ const WATCHDOG: Duration = Duration::from_secs(60);
 const STALL: Duration = Duration::from_secs(3_600);
 
 const BACKENDS: [BackendChoice; 2] = [BackendChoice::IoUring, BackendChoice::Threads];
-
-fn scratch(name: &str) -> PathBuf {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cancel-tests");
-    std::fs::create_dir_all(&directory).unwrap();
-    directory.join(format!("{name}-{}", std::process::id()))
-}
-
-/// Block `index`'s content for generation `salt`.
-fn pattern(index: u64, salt: u64, length: usize) -> AlignedBuffer {
-    let mut buffer = AlignedBuffer::new(length, BLOCK).unwrap();
-    for (word, chunk) in buffer.chunks_mut(8).enumerate() {
-        let value = index * 1_000_003 + salt * 7919 + word as u64;
-        chunk.copy_from_slice(&value.to_le_bytes());
-    }
-    buffer
-}
-
-/// A file of [`BLOCKS`] blocks of generation 0, removed on drop.
-struct TestFile {
-    path: PathBuf,
-}
-
-impl TestFile {
-    fn create(name: &str) -> Self {
-        let path = scratch(name);
-        let content: Vec<u8> = (0..BLOCKS)
-            .flat_map(|index| pattern(index, 0, BLOCK).to_vec())
-            .collect();
-        std::fs::write(&path, content).unwrap();
-        Self { path }
-    }
-
-    fn block(&self, index: u64) -> Vec<u8> {
-        let data = std::fs::read(&self.path).unwrap();
-        data[index as usize * BLOCK..(index as usize + 1) * BLOCK].to_vec()
-    }
-}
-
-impl Drop for TestFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Runs `case` on its own thread; a case that does not finish within
-/// [`WATCHDOG`] fails as a hang instead of blocking the run.
-fn bounded<T: Send + 'static>(case: impl FnOnce() -> T + Send + 'static) -> T {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(case)));
-    });
-    match receiver.recv_timeout(WATCHDOG) {
-        Ok(Ok(value)) => value,
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("hang: the case did not finish within {WATCHDOG:?}"),
-    }
-}
 
 /// A scheduler whose budget admits a few 4 KiB pieces (a profile of 100
 /// IOPS, pieces of at most one block, a fixed budget), so that work queues
@@ -105,21 +47,12 @@ fn scheduler(choice: BackendChoice, injector: &FaultInjector) -> Option<Schedule
         max_request_bytes: BLOCK as u64,
         latency_target_us: 10,
     };
-    match Scheduler::builder()
-        .backend(choice)
+    let builder = Scheduler::builder()
         .threads(2)
         .controller(ControllerChoice::Fixed)
         .default_profile(profile)
-        .fault_injection(injector.clone())
-        .build()
-    {
-        Ok(scheduler) => Some(scheduler),
-        Err(error) if choice == BackendChoice::IoUring => {
-            println!("skipping io_uring: {error}");
-            None
-        }
-        Err(error) => panic!("{choice:?}: {error}"),
-    }
+        .fault_injection(injector.clone());
+    common::build_on(choice, builder)
 }
 
 /// What a case left to check: the large write, the reads and the sync
@@ -134,14 +67,14 @@ struct Stalled {
 /// Stalls the device, writes [`WRITE_BLOCKS`] blocks of generation 1 from
 /// block 0 in one request, waits until the device holds its first pieces,
 /// then queues [`READS`] reads and an fdatasync behind it in the same class.
-fn stall_and_queue(scheduler: &Scheduler, injector: &FaultInjector, file: &TestFile) -> Stalled {
+fn stall_and_queue(scheduler: &Scheduler, injector: &FaultInjector, file: &BlockFile) -> Stalled {
     let handle = scheduler.open(&file.path).unwrap();
     let class = scheduler.add_class("c", 100).unwrap();
     injector.stall_for(STALL);
     let length = WRITE_BLOCKS as usize * BLOCK;
     let mut data = AlignedBuffer::new(length, BLOCK).unwrap();
     for block in 0..WRITE_BLOCKS as usize {
-        data[block * BLOCK..(block + 1) * BLOCK].copy_from_slice(&pattern(block as u64, 1, BLOCK));
+        data[block * BLOCK..(block + 1) * BLOCK].copy_from_slice(&pattern(block as u64, 1));
     }
     let write = handle.write_at(&class, data, 0);
     // A request's push may leave the engine's wake-up to its future's first
@@ -194,7 +127,7 @@ fn expect_queue_cancelled(stalled: &mut Stalled, choice: BackendChoice) -> usize
 
 /// Checks the large write's outcome against the device: the pieces the
 /// device held were written, the cancelled ones never reached it.
-fn expect_short_write(stalled: Stalled, file: &TestFile, choice: BackendChoice) {
+fn expect_short_write(stalled: Stalled, file: &BlockFile, choice: BackendChoice) {
     let (result, _) = stalled.write.wait();
     let written = result.unwrap_or_else(|error| panic!("{choice:?}: write: {error}"));
     let pieces = stalled.pieces_held;
@@ -211,7 +144,7 @@ fn expect_short_write(stalled: Stalled, file: &TestFile, choice: BackendChoice) 
         let generation = u64::from(block < pieces);
         assert_eq!(
             file.block(block),
-            pattern(block, generation, BLOCK).to_vec(),
+            pattern(block, generation).to_vec(),
             "{choice:?}: block {block} is of generation {generation}"
         );
     }
@@ -220,12 +153,13 @@ fn expect_short_write(stalled: Stalled, file: &TestFile, choice: BackendChoice) 
 #[test]
 fn shutdown_now_fails_the_queue_at_once_and_finishes_what_the_device_holds() {
     for choice in BACKENDS {
-        bounded(move || {
+        common::watched(WATCHDOG, move || {
             let injector = FaultInjector::new(FaultPlan::default());
             let Some(scheduler) = scheduler(choice, &injector) else {
                 return;
             };
-            let file = TestFile::create(&format!("shutdown-now-{choice:?}"));
+            let file =
+                BlockFile::create("cancel-tests", &format!("shutdown-now-{choice:?}"), BLOCKS);
             let mut stalled = stall_and_queue(&scheduler, &injector, &file);
             let stopper = {
                 let scheduler = scheduler.clone();
@@ -262,12 +196,16 @@ fn shutdown_now_fails_the_queue_at_once_and_finishes_what_the_device_holds() {
 #[test]
 fn cancel_pending_fails_the_queue_and_the_scheduler_goes_on() {
     for choice in BACKENDS {
-        bounded(move || {
+        common::watched(WATCHDOG, move || {
             let injector = FaultInjector::new(FaultPlan::default());
             let Some(scheduler) = scheduler(choice, &injector) else {
                 return;
             };
-            let file = TestFile::create(&format!("cancel-pending-{choice:?}"));
+            let file = BlockFile::create(
+                "cancel-tests",
+                &format!("cancel-pending-{choice:?}"),
+                BLOCKS,
+            );
             let mut stalled = stall_and_queue(&scheduler, &injector, &file);
             let cancelled = scheduler.cancel_pending().unwrap();
             let reads = expect_queue_cancelled(&mut stalled, choice);
@@ -291,7 +229,7 @@ fn cancel_pending_fails_the_queue_and_the_scheduler_goes_on() {
                 )
                 .wait();
             assert_eq!(result.unwrap(), BLOCK);
-            assert_eq!(buffer.to_vec(), pattern(block, 0, BLOCK).to_vec());
+            assert_eq!(buffer.to_vec(), pattern(block, 0).to_vec());
             assert_eq!(scheduler.cancel_pending().unwrap(), 0, "nothing queued");
             let stats = scheduler.stats().unwrap();
             let class_stats = stats.class("c").unwrap();

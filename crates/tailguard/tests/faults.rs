@@ -16,54 +16,17 @@
 //! O_DIRECT; io_uring cases skip with a printed reason where it is refused.
 
 mod common;
+use common::{pattern, BlockFile, BLOCK};
 use proptest::prelude::*;
 use std::io;
-use std::path::PathBuf;
 use std::time::Duration;
 use tailguard::backend::fault::{FaultInjector, FaultPlan, FaultRule, OpFilter};
 use tailguard::{AlignedBuffer, BackendChoice, OpenOptions, Scheduler};
 
-const BLOCK: usize = 4096;
 /// Blocks in each test file: reads go to the first half, writes to the second.
 const BLOCKS: u64 = 64;
 /// The most time one case may take before it counts as a hang.
 const WATCHDOG: Duration = Duration::from_secs(60);
-
-/// Block `index`'s content for generation `salt`.
-fn pattern(index: u64, salt: u64) -> AlignedBuffer {
-    let mut buffer = AlignedBuffer::new(BLOCK, BLOCK).unwrap();
-    for (word, chunk) in buffer.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&(index * 1_000_003 + salt * 7919 + word as u64).to_le_bytes());
-    }
-    buffer
-}
-
-/// A file of [`BLOCKS`] blocks of generation 0, removed on drop.
-struct TestFile {
-    path: PathBuf,
-}
-
-impl TestFile {
-    fn create(name: &str) -> Self {
-        let path = common::scratch("fault-tests", name);
-        let content: Vec<u8> = (0..BLOCKS)
-            .flat_map(|index| pattern(index, 0).to_vec())
-            .collect();
-        std::fs::write(&path, content).unwrap();
-        Self { path }
-    }
-
-    fn block(&self, index: u64) -> Vec<u8> {
-        let data = std::fs::read(&self.path).unwrap();
-        data[index as usize * BLOCK..(index as usize + 1) * BLOCK].to_vec()
-    }
-}
-
-impl Drop for TestFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
 
 /// A scheduler on `choice` with `injector`, or `None` (reason printed) where
 /// io_uring is refused.
@@ -81,20 +44,20 @@ fn scheduler(
 
 /// Runs `case` on its own thread, under the [`WATCHDOG`], on `choice` with a
 /// ring of `ring_depth` whose backend injects `plan`'s faults, and a fresh
-/// [`TestFile`] named `name`; skips (printed) where io_uring is refused.
+/// [`BlockFile`] named `name`; skips (printed) where io_uring is refused.
 fn with_faults(
     choice: BackendChoice,
     plan: FaultPlan,
     ring_depth: u32,
     name: String,
-    case: impl FnOnce(&FaultInjector, &Scheduler, &TestFile) + Send + 'static,
+    case: impl FnOnce(&FaultInjector, &Scheduler, &BlockFile) + Send + 'static,
 ) {
     common::watched(WATCHDOG, move || {
         let injector = FaultInjector::new(plan);
         let Some(scheduler) = scheduler(choice, &injector, ring_depth) else {
             return;
         };
-        let file = TestFile::create(&name);
+        let file = BlockFile::create("fault-tests", &name, BLOCKS);
         case(&injector, &scheduler, &file);
     });
 }
@@ -104,7 +67,7 @@ fn with_faults(
 fn on_each_backend(
     name: &str,
     plan: FaultPlan,
-    case: impl Fn(BackendChoice, &FaultInjector, &Scheduler, &TestFile) + Clone + Send + 'static,
+    case: impl Fn(BackendChoice, &FaultInjector, &Scheduler, &BlockFile) + Clone + Send + 'static,
 ) {
     for choice in BACKENDS {
         let case = case.clone();
@@ -141,7 +104,7 @@ fn errno_of(error: &io::Error) -> i32 {
 
 /// Submits every request of `workload` at once, then waits for each; returns
 /// each one's outcome, checking read data on the way.
-fn run_workload(scheduler: &Scheduler, file: &TestFile, workload: &[Request]) -> Vec<Outcome> {
+fn run_workload(scheduler: &Scheduler, file: &BlockFile, workload: &[Request]) -> Vec<Outcome> {
     let handle = OpenOptions::new()
         .read(true)
         .write(true)

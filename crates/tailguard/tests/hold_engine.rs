@@ -3,21 +3,24 @@
 //! thread (no hop through the engine thread) while a write stream is always in
 //! flight, and every request still completes exactly once with its result.
 
+mod common;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::ThreadId;
 use std::time::Duration;
-use tailguard::{AlignedBuffer, BackendChoice, IoFuture, OpenOptions, Scheduler};
+use tailguard::{AlignedBuffer, BackendChoice, IoFuture, Scheduler};
 
 const FILE_BYTES: u64 = 8 << 20;
 const WRITE_BYTES: usize = 256 << 10;
 const WRITES_IN_FLIGHT: usize = 8;
 const READS: u64 = 300;
+/// The most a test may take before it counts as hung (a lost wake-up).
+const WATCHDOG: Duration = Duration::from_secs(120);
 
 /// Which threads delivered the completions' wake-ups.
 #[derive(Default)]
@@ -79,31 +82,22 @@ fn poll_once<T>(future: &mut IoFuture<T>) -> Option<T> {
     }
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hold-engine-tests");
-    std::fs::create_dir_all(&directory).unwrap();
-    directory.join(format!("{name}-{}", std::process::id()))
+/// A scheduler on `choice` (`None`, reason printed, where io_uring is
+/// refused) with a fresh scratch file `name` open on it.
+fn scheduler_and_file(
+    choice: BackendChoice,
+    name: &str,
+) -> Option<(Scheduler, tailguard::File, PathBuf)> {
+    let scheduler = common::build_on(choice, Scheduler::builder())?;
+    let path = common::scratch("hold-engine-tests", name);
+    let file = common::open_read_write(&scheduler, &path);
+    Some((scheduler, file, path))
 }
 
 /// Reads waited on one at a time beside a stream of writes kept in flight,
 /// with the engine held by this thread. Returns the wake counts of the reads.
 fn reads_beside_a_write_stream(choice: BackendChoice) -> Option<WakeCounts> {
-    let scheduler = match Scheduler::builder().backend(choice).build() {
-        Ok(scheduler) => scheduler,
-        Err(error) if choice == BackendChoice::IoUring => {
-            println!("skipping io_uring: {error}");
-            return None;
-        }
-        Err(error) => panic!("{choice:?}: {error}"),
-    };
-    let path = scratch(&format!("{choice:?}"));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&scheduler, &path)
-        .unwrap();
+    let (scheduler, file, path) = scheduler_and_file(choice, &format!("{choice:?}"))?;
     std::fs::File::options()
         .write(true)
         .open(&path)
@@ -155,8 +149,7 @@ fn reads_beside_a_write_stream(choice: BackendChoice) -> Option<WakeCounts> {
 
 #[test]
 fn a_held_engine_delivers_completions_on_the_holding_thread() {
-    let (done, finished) = mpsc::channel();
-    std::thread::spawn(move || {
+    common::watched(WATCHDOG, || {
         for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
             if let Some(counts) = reads_beside_a_write_stream(choice) {
                 let on_holder = counts.on_holder.load(Ordering::Relaxed);
@@ -171,33 +164,15 @@ fn a_held_engine_delivers_completions_on_the_holding_thread() {
                 );
             }
         }
-        done.send(()).unwrap();
     });
-    finished
-        .recv_timeout(Duration::from_secs(120))
-        .expect("the test finishes (no lost wake-up)");
 }
 
 /// A thread holding the engine shuts the scheduler down with writes queued
 /// and in flight: the engine thread must finish the shutdown although the
 /// holder will not wait again, and every write completes once.
 fn shutdown_while_held(choice: BackendChoice, now: bool) -> Option<()> {
-    let scheduler = match Scheduler::builder().backend(choice).build() {
-        Ok(scheduler) => scheduler,
-        Err(error) if choice == BackendChoice::IoUring => {
-            println!("skipping io_uring: {error}");
-            return None;
-        }
-        Err(error) => panic!("{choice:?}: {error}"),
-    };
-    let path = scratch(&format!("shutdown-{choice:?}-{now}"));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&scheduler, &path)
-        .unwrap();
+    let (scheduler, file, path) =
+        scheduler_and_file(choice, &format!("shutdown-{choice:?}-{now}"))?;
     let writes = scheduler.add_class("writes", 100).unwrap();
     let hold = scheduler.hold_engine();
     let futures: Vec<_> = (0..32_u64)
@@ -229,16 +204,11 @@ fn shutdown_while_held(choice: BackendChoice, now: bool) -> Option<()> {
 
 #[test]
 fn a_thread_holding_the_engine_can_shut_it_down() {
-    let (done, finished) = mpsc::channel();
-    std::thread::spawn(move || {
+    common::watched(WATCHDOG, || {
         for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
             for now in [false, true] {
                 shutdown_while_held(choice, now);
             }
         }
-        done.send(()).unwrap();
     });
-    finished
-        .recv_timeout(Duration::from_secs(120))
-        .expect("shutdown returns with the engine held");
 }

@@ -1,5 +1,6 @@
-//! Helpers shared by this crate's integration tests: scratch files, schedulers
-//! on each backend (io_uring skipped, with the reason printed, where this
+//! Helpers shared by this crate's integration tests: scratch files, files of
+//! numbered blocks whose content names the block and its generation,
+//! schedulers on each backend (io_uring skipped, with the reason printed, where this
 //! machine refuses it), a watchdog against hangs, and the io_uring rings'
 //! registered files.
 //!
@@ -11,7 +12,7 @@
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
-use tailguard::{BackendChoice, OpenOptions, Scheduler, SchedulerBuilder};
+use tailguard::{AlignedBuffer, BackendChoice, OpenOptions, Scheduler, SchedulerBuilder};
 
 /// A path for the scratch file `name` (suffixed with the process id) in
 /// `directory` under cargo's per-test temporary directory, which is on a disk
@@ -23,6 +24,48 @@ pub fn scratch(directory: &str, name: &str) -> PathBuf {
     let path = directory.join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
     path
+}
+
+/// The block of the block-pattern files ([`pattern`], [`BlockFile`]).
+pub const BLOCK: usize = 4096;
+
+/// Block `index`'s content for generation `salt`: 8-byte words that name
+/// both, so a block read back shows which write (if any) reached it.
+pub fn pattern(index: u64, salt: u64) -> AlignedBuffer {
+    let mut buffer = AlignedBuffer::new(BLOCK, BLOCK).unwrap();
+    for (word, chunk) in buffer.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&(index * 1_000_003 + salt * 7919 + word as u64).to_le_bytes());
+    }
+    buffer
+}
+
+/// A scratch file of blocks of generation 0 ([`pattern`]), removed on drop.
+pub struct BlockFile {
+    pub path: PathBuf,
+}
+
+impl BlockFile {
+    /// The file `name` of `blocks` blocks in the scratch `directory`.
+    pub fn create(directory: &str, name: &str, blocks: u64) -> Self {
+        let path = scratch(directory, name);
+        let content: Vec<u8> = (0..blocks)
+            .flat_map(|index| pattern(index, 0).to_vec())
+            .collect();
+        std::fs::write(&path, content).unwrap();
+        Self { path }
+    }
+
+    /// Block `index` as the file holds it now.
+    pub fn block(&self, index: u64) -> Vec<u8> {
+        let data = std::fs::read(&self.path).unwrap();
+        data[index as usize * BLOCK..(index as usize + 1) * BLOCK].to_vec()
+    }
+}
+
+impl Drop for BlockFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Opens (creating) `path` read-write through `scheduler`, with O_DIRECT.
