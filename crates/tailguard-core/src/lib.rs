@@ -37,6 +37,7 @@ pub mod controller;
 pub mod dispatcher;
 pub mod error;
 pub mod fair_queue;
+pub mod histogram;
 pub mod profile;
 pub mod rate_limit;
 pub mod request;

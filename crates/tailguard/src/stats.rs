@@ -36,8 +36,8 @@
 //! [`crate::Scheduler::stats`] asks the engine for a [`StatsSnapshot`]; the
 //! engine answers between two loop iterations, so a snapshot is consistent.
 
-use hdrhistogram::Histogram;
 use serde::ser::{Serialize, SerializeStruct, Serializer};
+use tailguard_core::histogram::LazyHistogram;
 
 /// Largest value a histogram holds: one hour in nanoseconds.
 const HISTOGRAM_MAX_NS: u64 = 3_600 * 1_000_000_000;
@@ -70,41 +70,17 @@ pub const BUCKET_BOUNDS_NS: [u64; 22] = [
     10_000_000_000,
 ];
 
-/// How many counts an auto-resizing 3-digit HDR histogram holds once it
-/// covers `max_ns` (hdrhistogram's layout: a bucket per doubling of the
-/// range beyond the first 2,048 nanoseconds, 1,024 counts each, plus 1,024).
-fn counts_len(max_ns: u64) -> usize {
-    const SUB_BUCKET_COUNT: u64 = 2048;
-    let mut buckets = 1;
-    let mut smallest_untrackable = SUB_BUCKET_COUNT;
-    while smallest_untrackable <= max_ns {
-        smallest_untrackable <<= 1;
-        buckets += 1;
-    }
-    (buckets + 1) * (SUB_BUCKET_COUNT / 2) as usize
-}
-
 /// A histogram of times in nanoseconds: percentiles (exact while it holds
 /// the times themselves, see [`LatencyHistogram::is_exact`], else to 3
 /// significant digits), the exact count and sum, and exact counts in the
 /// fixed buckets of [`BUCKET_BOUNDS_NS`].
 #[derive(Clone, Debug)]
 pub struct LatencyHistogram {
-    percentiles: PercentileStore,
+    /// The (clamped) times for the percentiles, min and max.
+    percentiles: LazyHistogram,
     sum_ns: u64,
     /// Per bucket of [`BUCKET_BOUNDS_NS`], then one for everything above.
     bucket_counts: [u64; BUCKET_BOUNDS_NS.len() + 1],
-}
-
-/// What a [`LatencyHistogram`] keeps for its percentiles.
-#[derive(Clone, Debug)]
-enum PercentileStore {
-    /// Every value recorded (clamped to 1 ns .. 1 hour), unsorted.
-    Samples(Vec<u64>),
-    /// Counts, once the values would take more memory than they (boxed: a
-    /// class that never gets there keeps the HDR struct's hundred-odd bytes
-    /// out of its statistics).
-    Counts(Box<Histogram<u64>>),
 }
 
 impl Default for LatencyHistogram {
@@ -113,32 +89,11 @@ impl Default for LatencyHistogram {
     }
 }
 
-/// Records `nanoseconds` in an auto-resizing histogram, keeping its counts at
-/// the length they need: a resize grows them as a `Vec` grows (up to twice
-/// their length), so after one the histogram is replaced by its clone, which
-/// holds exactly their length. It happens once per doubling of the range.
-fn record_in_counts(histogram: &mut Histogram<u64>, nanoseconds: u64) {
-    let length = histogram.distinct_values();
-    histogram
-        .record(nanoseconds)
-        .expect("an auto-resizing histogram takes any value up to an hour");
-    if histogram.distinct_values() != length {
-        *histogram = histogram.clone();
-    }
-}
-
-/// The samples, sorted.
-fn sorted(samples: &[u64]) -> Vec<u64> {
-    let mut sorted = samples.to_vec();
-    sorted.sort_unstable();
-    sorted
-}
-
 impl LatencyHistogram {
     /// An empty histogram.
     pub fn new() -> Self {
         Self {
-            percentiles: PercentileStore::Samples(Vec::new()),
+            percentiles: LazyHistogram::new(),
             sum_ns: 0,
             bucket_counts: [0; BUCKET_BOUNDS_NS.len() + 1],
         }
@@ -147,50 +102,22 @@ impl LatencyHistogram {
     /// Records one time. Values are clamped to 1 ns .. 1 hour for the
     /// percentiles; the sum and the buckets take the value as it is.
     pub fn record(&mut self, nanoseconds: u64) {
-        self.record_for_percentiles(nanoseconds.clamp(1, HISTOGRAM_MAX_NS));
+        self.percentiles
+            .record(nanoseconds.clamp(1, HISTOGRAM_MAX_NS));
         self.sum_ns = self.sum_ns.saturating_add(nanoseconds);
         let bucket = BUCKET_BOUNDS_NS.partition_point(|&bound| bound < nanoseconds);
         self.bucket_counts[bucket] += 1;
     }
 
-    /// Keeps one (clamped) value for the percentiles. When the samples are
-    /// full, they double their room only if twice their number stays within
-    /// the counts their range would take; else they become those counts.
-    fn record_for_percentiles(&mut self, nanoseconds: u64) {
-        match &mut self.percentiles {
-            PercentileStore::Samples(samples) => {
-                if samples.len() == samples.capacity() && !samples.is_empty() {
-                    let max_ns = samples.iter().copied().max().unwrap_or(0).max(nanoseconds);
-                    if 2 * samples.len() > counts_len(max_ns) {
-                        let mut histogram =
-                            Histogram::new(3).expect("3 significant digits are valid");
-                        for &sample in samples.iter() {
-                            record_in_counts(&mut histogram, sample);
-                        }
-                        record_in_counts(&mut histogram, nanoseconds);
-                        self.percentiles = PercentileStore::Counts(Box::new(histogram));
-                        return;
-                    }
-                    samples.reserve_exact(samples.len());
-                }
-                samples.push(nanoseconds);
-            }
-            PercentileStore::Counts(histogram) => record_in_counts(histogram, nanoseconds),
-        }
-    }
-
     /// Whether it holds the times themselves, so that its percentiles, min
     /// and max are exact (else they are to 3 significant digits).
     pub fn is_exact(&self) -> bool {
-        matches!(self.percentiles, PercentileStore::Samples(_))
+        self.percentiles.is_exact()
     }
 
     /// How many times were recorded.
     pub fn len(&self) -> u64 {
-        match &self.percentiles {
-            PercentileStore::Samples(samples) => samples.len() as u64,
-            PercentileStore::Counts(histogram) => histogram.len(),
-        }
+        self.percentiles.len()
     }
 
     /// Whether nothing was recorded.
@@ -208,33 +135,19 @@ impl LatencyHistogram {
     /// histogram [`is_exact`](LatencyHistogram::is_exact), else to 3
     /// significant digits; 0 when empty.
     pub fn value_at_quantile(&self, quantile: f64) -> u64 {
-        match &self.percentiles {
-            PercentileStore::Samples(samples) if samples.is_empty() => 0,
-            PercentileStore::Samples(samples) => {
-                let sorted = sorted(samples);
-                let rank = (quantile.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
-                sorted[rank.clamp(1, sorted.len()) - 1]
-            }
-            PercentileStore::Counts(histogram) => histogram.value_at_quantile(quantile),
-        }
+        self.percentiles.value_at_quantile(quantile)
     }
 
     /// The smallest recorded time (exact, or to 3 significant digits as
     /// [`LatencyHistogram::value_at_quantile`]); 0 when empty.
     pub fn min(&self) -> u64 {
-        match &self.percentiles {
-            PercentileStore::Samples(samples) => samples.iter().copied().min().unwrap_or(0),
-            PercentileStore::Counts(histogram) => histogram.min(),
-        }
+        self.percentiles.min()
     }
 
     /// The largest recorded time (exact, or to 3 significant digits as
     /// [`LatencyHistogram::value_at_quantile`]); 0 when empty.
     pub fn max(&self) -> u64 {
-        match &self.percentiles {
-            PercentileStore::Samples(samples) => samples.iter().copied().max().unwrap_or(0),
-            PercentileStore::Counts(histogram) => histogram.max(),
-        }
+        self.percentiles.max()
     }
 
     /// The exact mean (from the exact sum); 0.0 when empty.
@@ -260,34 +173,12 @@ impl LatencyHistogram {
     /// The bytes it holds on the heap for its percentiles (the room for its
     /// samples, or its HDR counts; the fixed buckets are inline).
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<u64>()
-            * match &self.percentiles {
-                PercentileStore::Samples(samples) => samples.capacity(),
-                PercentileStore::Counts(histogram) => histogram.distinct_values(),
-            }
+        self.percentiles.heap_bytes()
     }
 
     /// Adds every time recorded in `other`.
     pub fn add(&mut self, other: &LatencyHistogram) {
-        match &other.percentiles {
-            PercentileStore::Samples(samples) => {
-                for &sample in samples {
-                    self.record_for_percentiles(sample);
-                }
-            }
-            PercentileStore::Counts(theirs) => {
-                if let PercentileStore::Samples(samples) = &self.percentiles {
-                    let mut mine = theirs.clone();
-                    for &sample in samples {
-                        record_in_counts(&mut mine, sample);
-                    }
-                    self.percentiles = PercentileStore::Counts(mine);
-                } else if let PercentileStore::Counts(mine) = &mut self.percentiles {
-                    // Auto-resizing: `add` grows this one to the other's range.
-                    let _ = mine.add(&**theirs);
-                }
-            }
-        }
+        self.percentiles.add(&other.percentiles);
         self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
         for (mine, theirs) in self.bucket_counts.iter_mut().zip(other.bucket_counts) {
             *mine += theirs;

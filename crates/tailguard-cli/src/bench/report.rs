@@ -120,7 +120,7 @@ pub struct BenchRun {
 /// The driver's own histograms of a direction's times, in nanoseconds (fio's
 /// output needs the standard deviation, which the scheduler's histograms do
 /// not keep).
-pub type DirectionHistogram = LazyHistogram;
+pub type DirectionHistogram = LazyHistogram<2>;
 
 /// What one class did in one direction during a run, as fio reports a job's
 /// `read` or `write` section.
@@ -157,7 +157,7 @@ impl DirectionStats {
     /// memory of 3 digits (the table's percentiles come from the run
     /// report's 3-digit histogram).
     pub fn new(class: &str, write: bool) -> Self {
-        let histogram = || DirectionHistogram::with_significant_digits(2);
+        let histogram = || DirectionHistogram::new();
         Self {
             class: class.to_string(),
             write,
