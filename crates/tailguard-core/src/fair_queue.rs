@@ -336,6 +336,9 @@ impl<T> FairQueue<T> {
         &mut self,
         mut may_bypass: impl FnMut(usize, u64, u64) -> bool,
     ) -> Option<(usize, u64, T)> {
+        if self.backlogged.len() < 2 {
+            return None;
+        }
         let head = self.backlogged.pop()?;
         let Reverse((head_key, _)) = head;
         self.skipped.push(head);

@@ -146,21 +146,11 @@ impl<T> Handoff<T> {
     /// thread even while a helping session is open, since a thread holding
     /// the engine ([`crate::Scheduler::hold_engine`]) need not wait again.
     pub fn push_to_engine_thread(&self, message: T, waker: &dyn Wake) -> Result<(), Closed<T>> {
-        let (was_sleeping, was_parked) = {
-            let mut queue = self.queue.lock().expect("handoff lock poisoned");
-            if queue.closed {
-                return Err(Closed(message));
-            }
-            queue.messages.push(message);
-            (
-                std::mem::replace(&mut queue.sleeping, false),
-                std::mem::replace(&mut queue.parked, false),
-            )
-        };
-        if was_sleeping {
-            waker.wake();
-        }
-        if was_parked {
+        // Deferred or not, the unpark below makes the engine thread look.
+        let _ = self.push(message, waker)?;
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        if std::mem::replace(&mut queue.parked, false) {
+            drop(queue);
             self.unparked.notify_one();
         }
         Ok(())
