@@ -13,10 +13,9 @@ use common::{json_stdout, scratch_with_file, tailguard_ok};
 const JOBS: usize = 2000;
 
 /// Far above what the run needs (the binary, the parsed jobs, a 4 KiB
-/// buffer and a few KiB of statistics per job), far below what it took when
-/// every job's histograms held counts for their range from its first
-/// request (over 500 MB straight to the kernel, 1.4 GB through the
-/// scheduler).
+/// buffer and a few KiB of statistics per job), far below what histograms
+/// holding counts for their range from a job's first request would take
+/// (hundreds of kilobytes a job: half a gigabyte and more for these jobs).
 const PEAK_RSS_BYTES_MAX: u64 = 160 << 20;
 
 /// The largest resident set of any child this process has waited for.
