@@ -48,10 +48,14 @@ pub const WRITE_CLASS: &str = "writes";
 pub const READ_SHARES: u32 = 400;
 /// The write class's shares in tailguard points: the background class.
 pub const WRITE_SHARES: u32 = 100;
-/// Writes the writer keeps in flight in tailguard points: more than any budget
-/// lets through, so the scheduler sets the write depth, as a bulk writer that
-/// always has writes queued needs.
-pub const TAILGUARD_WRITE_QUEUE_DEPTH: u32 = 16;
+/// Writes the writer keeps queued in tailguard points: more than any budget
+/// fixed from a built-in profile lets through at targets up to 4 ms, so the
+/// scheduler, not the writer, sets the write depth. No more than that: the
+/// writer's buffers are memory the device (or a virtual disk's host) reads
+/// for every write, and a larger set of them than the static points use
+/// slows reads and writes alike, which would measure the buffers, not the
+/// scheduling.
+pub const TAILGUARD_WRITE_QUEUE_DEPTH: u32 = 4;
 /// The writer's request size in tailguard points (the scheduler splits it into
 /// pieces as its budget says).
 pub const TAILGUARD_WRITE_BYTES: u64 = 1 << 20;
