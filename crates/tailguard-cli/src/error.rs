@@ -32,7 +32,8 @@ impl CliError {
         let signal = crate::lifecycle::interrupt_signal().unwrap_or(libc::SIGINT);
         Self {
             message: format!(
-                "interrupted ({}); the data files laid out were removed",
+                "interrupted ({}); the data files laid out are removed (large ones by a \
+                 background process that may finish after this one exits)",
                 crate::lifecycle::signal_name(signal)
             ),
             status: (128 + signal) as u8,
