@@ -27,11 +27,11 @@
 //!    On a rotational device ([`DispatcherConfig::slice_ns`] set), two
 //!    classes that both have a backlog are served in *slices*: the class
 //!    served last goes on while it is at most the slice of its own device
-//!    time ahead of the head in virtual time, then its pieces drain from the
-//!    device before the next class starts. A disk then serves one class's
-//!    region at a time instead of seeking between two regions per piece, and
-//!    shares hold over a few slices. A class with less than a budget queued
-//!    and in flight (a latency class) is never held back by a slice.
+//!    time ahead of the head in virtual time, then the head class takes over
+//!    and runs its own slice. A disk then serves one class's region at a
+//!    time instead of seeking between two regions per piece, and shares hold
+//!    over a few slices. A class with less than a budget queued and in
+//!    flight (a latency class) is never held back by a slice.
 //! 3. [`Dispatcher::complete`] a token when the device is done with the piece. The
 //!    budget is released, the latency controller sees the sample, and when the last
 //!    piece of a request is done the request's [`Completion`] comes back.
@@ -259,17 +259,6 @@ struct InFlightPiece {
     /// having been dispatched since: it is not overdue yet (see
     /// `end_alone_exemption`).
     alone: bool,
-}
-
-/// Where a rotational device's slice stands; see `Dispatcher::running_slice`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Slice {
-    /// No slice applies: serve by virtual time.
-    None,
-    /// The class's slice runs, with this lead.
-    Running(usize, Nanos),
-    /// The slice ended; its class's pieces are still at the device.
-    Draining,
 }
 
 fn direction_index(direction: Direction) -> usize {
@@ -714,19 +703,14 @@ impl<C: LatencyController> Dispatcher<C> {
                 classes.slots[index].in_flight_pieces == 0 || (!overdue && budget.admits(cost_ns))
             };
             let mut in_slice = None;
-            match slice {
-                Slice::None => {}
-                // The slice ended: the next class starts on an empty device.
-                Slice::Draining => break,
-                Slice::Running(slice_class, slice_ns) => {
-                    let slice_cost_ns = self.queue.front_cost_ns(slice_class).unwrap_or(0);
-                    if !may_go(slice_class, slice_cost_ns) {
-                        // The running slice waits for room rather than hand
-                        // the device to the other class's region.
-                        break;
-                    }
-                    in_slice = self.queue.pop_class_within(slice_class, slice_ns);
+            if let Some((slice_class, slice_ns)) = slice {
+                let slice_cost_ns = self.queue.front_cost_ns(slice_class).unwrap_or(0);
+                if !may_go(slice_class, slice_cost_ns) {
+                    // The running slice waits for room rather than hand the
+                    // device to the other class's region.
+                    break;
                 }
+                in_slice = self.queue.pop_class_within(slice_class, slice_ns);
             }
             let popped = if in_slice.is_some() {
                 in_slice
@@ -766,28 +750,18 @@ impl<C: LatencyController> Dispatcher<C> {
     /// a class asking for less is a latency class, which a slice never
     /// delays and which never holds the device for itself. The
     /// slice runs while the class served last has work queued within its
-    /// lead over the head class; once it ended, the head class waits until
-    /// the last class's pieces have left the device, so that its pieces find
-    /// no other class's work ahead (which the latency controller would read
-    /// as a budget too large).
-    fn running_slice(&self, head_class: usize) -> Slice {
-        let (Some(slice_ns), Some(slice_class)) = (self.slice_ns, self.slice_class) else {
-            return Slice::None;
-        };
+    /// lead over the head class. Returns the slice's class and lead.
+    fn running_slice(&self, head_class: usize) -> Option<(usize, Nanos)> {
+        let (slice_ns, slice_class) = (self.slice_ns?, self.slice_class?);
         let backlog = |index: usize| {
             self.queue.queued_ns(index) + self.classes.slots[index].in_flight_ns
                 >= self.budget.limit_ns()
         };
-        if slice_class == head_class || !backlog(head_class) || !backlog(slice_class) {
-            return Slice::None;
-        }
-        if self.queue.is_within_lead(slice_class, slice_ns) {
-            Slice::Running(slice_class, slice_ns)
-        } else if self.classes.slots[slice_class].in_flight_pieces > 0 {
-            Slice::Draining
-        } else {
-            Slice::None
-        }
+        let running = slice_class != head_class
+            && backlog(head_class)
+            && backlog(slice_class)
+            && self.queue.is_within_lead(slice_class, slice_ns);
+        running.then_some((slice_class, slice_ns))
     }
 
     /// Cuts the next piece to the current split size if it was split at a larger
