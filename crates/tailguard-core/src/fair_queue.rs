@@ -334,6 +334,46 @@ impl<T> FairQueue<T> {
     /// changed) when no class among the first [`BYPASS_SCAN_MAX`] qualifies.
     pub fn pop_bypassing(
         &mut self,
+        may_bypass: impl FnMut(usize, u64, u64) -> bool,
+    ) -> Option<(usize, u64, T)> {
+        self.pop_after_head(self.credit_ns, may_bypass)
+    }
+
+    /// Removes and charges the head item of class `index`, served out of
+    /// virtual-time order, if it is backlogged, not the head, and its key is
+    /// at most `lead_ns` of its own device time above the head's: the
+    /// dispatcher's slice on a rotational device (see [`crate::dispatcher`]).
+    /// `None` (nothing changed) otherwise.
+    pub fn pop_class_within(&mut self, index: usize, lead_ns: u64) -> Option<(usize, u64, T)> {
+        self.pop_after_head(lead_ns, |candidate, _, _| candidate == index)
+    }
+
+    /// Whether class `index` has items, is not held, and its key is at most
+    /// `lead_ns` of its own device time above the head's.
+    pub fn is_within_lead(&self, index: usize, lead_ns: u64) -> bool {
+        let Some(&Reverse((head_key, _))) = self.backlogged.peek() else {
+            return false;
+        };
+        let class = &self.classes[index];
+        let lead = lead_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
+        class.live && !class.held && !class.items.is_empty() && class.vtime <= head_key + lead
+    }
+
+    /// The cost of class `index`'s head item, if it has one.
+    pub fn front_cost_ns(&self, index: usize) -> Option<u64> {
+        self.classes[index]
+            .items
+            .front()
+            .map(|(cost_ns, _)| *cost_ns)
+    }
+
+    /// The scan behind [`FairQueue::pop_bypassing`] and
+    /// [`FairQueue::pop_class_within`]: the first class after the head,
+    /// among [`BYPASS_SCAN_MAX`], that `may_bypass` accepts and whose key is
+    /// at most `lead_ns` of its own device time above the head's.
+    fn pop_after_head(
+        &mut self,
+        lead_ns: u64,
         mut may_bypass: impl FnMut(usize, u64, u64) -> bool,
     ) -> Option<(usize, u64, T)> {
         if self.backlogged.len() < 2 {
@@ -348,7 +388,7 @@ impl<T> FairQueue<T> {
                 break;
             };
             let class = &self.classes[index];
-            let lead = self.credit_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
+            let lead = lead_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
             let (cost_ns, _) = class.items.front().expect("backlogged class is empty");
             if key <= head_key.saturating_add(lead) && may_bypass(index, *cost_ns, class.queued_ns)
             {

@@ -495,6 +495,7 @@ impl Scenario {
                 .map(|device| DeviceInfo {
                     name: device.name.clone(),
                     profile: device.profile.clone(),
+                    rotational: device.model == device::ModelName::Hdd,
                 })
                 .collect(),
             classes: self

@@ -16,6 +16,9 @@
 //!   little concurrency for a disk), and, with a few reads beside them, read
 //!   p99 within target or floor while writes keep 90%, over a run long enough
 //!   for p99 to rest on dozens of reads. The latency criterion is the same.
+//! - Every check runs on several seeds ([`SEEDS`]), not one. Where read p99
+//!   is judged against the floor (the floor above the target), it may exceed
+//!   it by [`FLOOR_NOISE`]: floor and check are two random draws.
 //! - `hdd` with reads is judged over 2 s windows, not 1 s: each read costs the
 //!   stream a seek, so a 1 s window that happens to hold many of the Poisson
 //!   reads falls under 90% for any scheduler that serves each read on time,
@@ -126,6 +129,8 @@ struct Check {
     /// Device parameters (TOML lines) for the runs convergence is judged on;
     /// empty: the same runs as the rest of the check.
     converge_with: &'static str,
+    /// The seed of every run of the check.
+    seed: u64,
 }
 
 /// The tailguard policy settings of the controller under test.
@@ -137,12 +142,13 @@ fn model_scenario(check: Check, tailguard: &str, writer_depth: u32, device: &str
         block,
         read_iops,
         duration_s,
+        seed,
         ..
     } = check;
     let mut scenario = Scenario::from_toml(&format!(
         r#"
 duration_s = {duration_s}
-seed = 5
+seed = {seed}
 
 [[device]]
 name = "dev"
@@ -205,6 +211,11 @@ fn alone_and_ours(
     )
 }
 
+/// How far over the floor read p99 may lie: the floor is itself one random
+/// draw, a p99 resting on dozens of reads, so two runs of the same device
+/// with different request streams differ by about this much.
+const FLOOR_NOISE: f64 = 1.02;
+
 /// What one configuration achieved against a check.
 struct Verdict {
     model: &'static str,
@@ -223,7 +234,7 @@ impl Verdict {
     fn failures(&self) -> Vec<String> {
         let mut failures = Vec::new();
         if let Some((p99, _, target_us, floor_us)) = self.reads {
-            let allowed = target_us.max(floor_us);
+            let allowed = target_us.max(floor_us * FLOOR_NOISE);
             if p99 > allowed {
                 failures.push(format!("read p99 {p99:.0} µs > {allowed:.0} µs"));
             }
@@ -312,11 +323,29 @@ fn judge(check: Check, tailguard: &str) -> Verdict {
     }
 }
 
-fn converges_on(check: Check) {
-    let verdict = judge(check, ADAPTIVE);
-    verdict.print();
-    let failures = verdict.failures();
+/// The seeds every check runs with.
+const SEEDS: [u64; 5] = [1, 2, 3, 4, 5];
+
+/// Judges the adaptive controller against `check` on each of `seeds`; fails
+/// naming every seed and why.
+fn converges_on_seeds(check: Check, seeds: &[u64]) {
+    let mut failures = Vec::new();
+    for &seed in seeds {
+        let verdict = judge(Check { seed, ..check }, ADAPTIVE);
+        print!("seed {seed}: ");
+        verdict.print();
+        failures.extend(
+            verdict
+                .failures()
+                .into_iter()
+                .map(|f| format!("seed {seed}: {f}")),
+        );
+    }
     assert!(failures.is_empty(), "{}: {failures:?}", check.model);
+}
+
+fn converges_on(check: Check) {
+    converges_on_seeds(check, &SEEDS);
 }
 
 const NVME: Check = Check {
@@ -327,6 +356,7 @@ const NVME: Check = Check {
     judge_ms: 500,
     floor: Floor::SmallPieces,
     converge_with: "",
+    seed: 5,
 };
 
 const SATA_SSD: Check = Check {
@@ -348,6 +378,7 @@ const HDD: Check = Check {
     judge_ms: 2000,
     floor: Floor::SmallPieces,
     converge_with: "",
+    seed: 5,
 };
 
 const USB_FLASH: Check = Check {
@@ -358,6 +389,7 @@ const USB_FLASH: Check = Check {
     judge_ms: 2000,
     floor: Floor::OneWriteAtATime,
     converge_with: "stall_max_us = 0",
+    seed: 5,
 };
 
 #[test]
@@ -410,10 +442,21 @@ fn the_disk_and_stick_checks_fail_without_the_controller() {
 
 #[test]
 fn slowdown_scenario_reaction_and_recovery() {
-    let scenario = Scenario::from_file(
+    let failures: Vec<String> = SEEDS
+        .iter()
+        .filter_map(|&seed| slowdown_reaction_and_recovery_on(seed).err())
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// The slowdown scenario's reaction and recovery with its random draws made
+/// from `seed`; why it fails, if it does.
+fn slowdown_reaction_and_recovery_on(seed: u64) -> Result<(), String> {
+    let mut scenario = Scenario::from_file(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/controller-slowdown.toml"),
     )
     .unwrap_or_else(|error| panic!("{error}"));
+    scenario.seed = seed;
     let target_us = scenario.devices[0].profile.latency_target_us as f64;
     let (reads, writes) = (
         class_index(&scenario, "reads"),
@@ -450,9 +493,13 @@ fn slowdown_scenario_reaction_and_recovery() {
         .unwrap_or(70);
     let recovery_s = (recovered - 50) as f64 * 0.1;
     println!(
-        "before {:.1} MB/s; reaction {reaction_s:.1} s, recovery {recovery_s:.1} s",
+        "seed {seed}: before {:.1} MB/s; reaction {reaction_s:.1} s, recovery {recovery_s:.1} s",
         before / 1e6
     );
-    assert!(reaction_s <= 1.0, "reaction {reaction_s} s");
-    assert!(recovery_s <= 1.0, "recovery {recovery_s} s");
+    if reaction_s > 1.0 || recovery_s > 1.0 {
+        return Err(format!(
+            "seed {seed}: reaction {reaction_s} s, recovery {recovery_s} s"
+        ));
+    }
+    Ok(())
 }

@@ -96,6 +96,7 @@ fn every_policy_parameter_is_documented() {
             "`tailguard`",
             keys_of(&tailguard::TailguardParameters {
                 budget_us: Some(1),
+                slice_us: Some(1),
                 ..Default::default()
             }),
         ),

@@ -5,6 +5,10 @@
 //! policies, and asserts the relations the scenario's header comment states.
 //! Baselines that need "the same workload without the antagonist" drop that job
 //! from the parsed scenario and run again with the same seed.
+//!
+//! Each relation must hold on every seed of [`SEEDS`], not only on the one
+//! the scenario file names: a relation that holds by the luck of one random
+//! draw is not the scenario's property.
 
 use std::path::{Path, PathBuf};
 use tailguard_core::{CostModel, Direction, NANOS_PER_SECOND_F64};
@@ -19,8 +23,27 @@ fn scenario_path(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn load(name: &str) -> Scenario {
-    Scenario::from_file(&scenario_path(name)).unwrap_or_else(|error| panic!("{error}"))
+/// The seeds every scenario runs with.
+const SEEDS: [u64; 5] = [1, 2, 3, 4, 5];
+
+/// Runs `check` on every seed of [`SEEDS`] and fails naming the seeds it
+/// failed on (each failure's message is printed as it happens).
+fn on_every_seed(check: fn(u64)) {
+    let failed: Vec<u64> = SEEDS
+        .iter()
+        .copied()
+        .filter(|&seed| std::panic::catch_unwind(|| check(seed)).is_err())
+        .collect();
+    assert!(failed.is_empty(), "failed on seeds {failed:?} of {SEEDS:?}");
+}
+
+/// The scenario file `name`, its random draws made from `seed`.
+fn load(name: &str, seed: u64) -> Scenario {
+    let mut scenario =
+        Scenario::from_file(&scenario_path(name)).unwrap_or_else(|error| panic!("{error}"));
+    scenario.seed = seed;
+    println!("{name}, seed {seed}");
+    scenario
 }
 
 fn without_job(mut scenario: Scenario, job: &str) -> Scenario {
@@ -42,7 +65,11 @@ fn row<'a>(report: &'a RunReport, class: &str, device: &str) -> &'a ClassReport 
 
 #[test]
 fn seed_000_writeback_hurts_reads_under_fifo_but_not_under_tailguard() {
-    let scenario = load("seed-000-writeback.toml");
+    on_every_seed(seed_000_writeback_hurts_reads_under_fifo_but_not_under_tailguard_on);
+}
+
+fn seed_000_writeback_hurts_reads_under_fifo_but_not_under_tailguard_on(seed: u64) {
+    let scenario = load("seed-000-writeback.toml", seed);
     let read_only = simulate(
         &without_job(scenario.clone(), "writeback"),
         PolicyName::Tailguard,
@@ -86,7 +113,11 @@ fn seed_000_writeback_hurts_reads_under_fifo_but_not_under_tailguard() {
 
 #[test]
 fn seed_001_a_slow_device_throttles_a_fast_one_only_under_a_global_cap() {
-    let scenario = load("seed-001-slow-device.toml");
+    on_every_seed(seed_001_a_slow_device_throttles_a_fast_one_only_under_a_global_cap_on);
+}
+
+fn seed_001_a_slow_device_throttles_a_fast_one_only_under_a_global_cap_on(seed: u64) {
+    let scenario = load("seed-001-slow-device.toml", seed);
     let alone = without_job(scenario.clone(), "stick-writer");
     for policy in [PolicyName::GlobalCap, PolicyName::Tailguard] {
         let alone_mb_per_s = row(&simulate(&alone, policy), "copy", "disk").mb_per_s;
@@ -117,7 +148,11 @@ fn device_time_s(cost_model: &CostModel, row: &ClassReport, direction: Direction
 
 #[test]
 fn seed_002_cfq_starves_async_writes_and_the_fixes_bound_their_wait() {
-    let scenario = load("seed-002-starvation.toml");
+    on_every_seed(seed_002_cfq_starves_async_writes_and_the_fixes_bound_their_wait_on);
+}
+
+fn seed_002_cfq_starves_async_writes_and_the_fixes_bound_their_wait_on(seed: u64) {
+    let scenario = load("seed-002-starvation.toml", seed);
     let profile = scenario.devices[0].profile.clone();
     let cost_model = CostModel::new(&profile);
 
@@ -173,7 +208,11 @@ fn seed_002_cfq_starves_async_writes_and_the_fixes_bound_their_wait() {
 
 #[test]
 fn seed_003_queued_sync_writes_reach_the_media_rate_through_tailguard() {
-    let scenario = load("seed-003-hdd-sync-writes.toml");
+    on_every_seed(seed_003_queued_sync_writes_reach_the_media_rate_through_tailguard_on);
+}
+
+fn seed_003_queued_sync_writes_reach_the_media_rate_through_tailguard_on(seed: u64) {
+    let scenario = load("seed-003-hdd-sync-writes.toml", seed);
     let media_rate = scenario.devices[0].profile.write_bandwidth;
     let revolution_s = 60.0 / 7200.0;
     for policy in [PolicyName::Fifo, PolicyName::Tailguard] {

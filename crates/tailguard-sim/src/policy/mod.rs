@@ -69,6 +69,9 @@ pub struct DeviceInfo {
     pub name: String,
     /// What calibration would measure on it.
     pub profile: DeviceProfile,
+    /// Whether it seeks (a disk): what a host learns from the kernel's
+    /// `queue/rotational` flag.
+    pub rotational: bool,
 }
 
 /// A class as policies see it.

@@ -20,6 +20,7 @@
 //! |---|---|---|
 //! | `budget_us` | derived | overrides every device's (starting) in-flight budget, in µs of device time |
 //! | `controller` | `adaptive` | `adaptive`: [`tailguard_core::AdaptiveBudget`] resizes each budget from completions; `fixed`: the budget never changes |
+//! | `slice_us` | derived | on a rotational device, the slice (see [`DispatcherConfig::slice_ns`]) in µs of device time; `0` turns it off; default: [`SLICE_LATENCY_TARGETS`] latency targets. Devices without seeks never slice |
 //! | `profile` | `model` | `model`: each dispatcher starts from the device's profile; `none`: from [`DeviceProfile::uncalibrated`] (keeping the device's `max_request_bytes` and latency target), as a device nobody calibrated |
 
 use super::{Policy, PolicyContext, SimRequest, Submission};
@@ -39,6 +40,11 @@ pub use tailguard_core::ControllerChoice;
 fn default_controller() -> ControllerChoice {
     ControllerChoice::Adaptive
 }
+
+/// A rotational device's default slice, in latency targets: long enough
+/// that a disk's command queue fills with one class's region and the seeks
+/// between two regions are a small part of the slice.
+pub const SLICE_LATENCY_TARGETS: u64 = 10;
 
 /// Which profile each dispatcher starts from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -62,6 +68,8 @@ pub struct TailguardParameters {
     pub controller: ControllerChoice,
     /// The profile dispatchers start from.
     pub profile: ProfileChoice,
+    /// Overrides a rotational device's slice, in microseconds (0: none).
+    pub slice_us: Option<u64>,
 }
 
 impl Default for TailguardParameters {
@@ -70,6 +78,7 @@ impl Default for TailguardParameters {
             budget_us: None,
             controller: default_controller(),
             profile: ProfileChoice::default(),
+            slice_us: None,
         }
     }
 }
@@ -109,6 +118,15 @@ impl TailguardPolicy {
                 config.budget_ns = parameters
                     .budget_us
                     .map(|budget_us| budget_us * NANOS_PER_MICROSECOND);
+                config.slice_ns = device
+                    .rotational
+                    .then(|| {
+                        parameters.slice_us.map_or(
+                            SLICE_LATENCY_TARGETS * config.profile.latency_target_ns(),
+                            |slice_us| slice_us * NANOS_PER_MICROSECOND,
+                        )
+                    })
+                    .filter(|&slice_ns| slice_ns > 0);
                 let mut dispatcher = Dispatcher::with_controller(config, controller)
                     .map_err(ConfigError::from_profile)?;
                 let classes = context
