@@ -41,6 +41,18 @@
 //! The rules for who wakes whom live in [`crate::handoff`]; the engine thread
 //! alone finishes a shutdown and drops the engine.
 //!
+//! The engine thread waits for completions *beside* the engine where the
+//! backend allows it ([`crate::backend::CompletionWait`]): its turns never
+//! sleep, and when one finds nothing to do with operations in flight, it
+//! leaves the engine and waits in the ring. A thread that submits meanwhile
+//! (a future polled on another runtime, whose results the engine thread
+//! delivers) finds the engine free and runs it itself: it submits its request
+//! and reaps what completed, without waking the engine thread; the engine
+//! thread wakes at the next completion and takes the engine again (the rules:
+//! "Waiting in the ring" in [`crate::handoff`]). Without such a backend (the
+//! thread pool, a single-issuer ring) the engine thread sleeps in the backend
+//! holding the engine, woken by submitters.
+//!
 //! Helping needs a backend any thread may drive: an io_uring ring set up without
 //! `SINGLE_ISSUER`/`DEFER_TASKRUN` (see [`crate::backend::uring`]). With
 //! helpers off (`SchedulerBuilder::waiters_run_engine(false)`), the engine
@@ -99,8 +111,8 @@
 //! and it *leaks* the buffers of requests it had accepted, since the kernel may
 //! still be writing into them.
 
-use crate::backend::EngineWaker;
 use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult, MAX_REGISTERED_FD};
+use crate::backend::{CompletionWait, EngineWaker};
 use crate::buffer::AlignedBuffer;
 use crate::completion::Responder;
 use crate::completion::{drive_until_notified_helping, Driver, Parker};
@@ -460,7 +472,55 @@ impl Engine {
         if announced {
             self.handoff.awake();
         }
-        self.reap();
+        let _ = self.reap();
+    }
+
+    /// A turn that never sleeps: take the queue, dispatch, submit what was
+    /// pushed, reap. Returns whether it made progress (took messages or
+    /// reaped completions, after which another turn may dispatch more).
+    fn turn_awake(&mut self) -> bool {
+        let taken_at = self.take_messages();
+        self.dispatch_all(taken_at);
+        if std::mem::take(&mut self.unsubmitted) {
+            if let Err(error) = self.backend.submit(false) {
+                tracing::error!(%error, "tailguard engine: submit failed");
+                self.fail_unsubmitted(&error);
+                // Retried by the next submit: a ring wait is refused meanwhile.
+                self.unsubmitted = true;
+            }
+        }
+        let reaped = self.reap();
+        taken_at.is_some() || reaped
+    }
+
+    /// Before the engine thread leaves the engine to wait in the ring beside
+    /// other runners (see "Waiting in the ring" in [`crate::handoff`]):
+    /// re-arms the backend's wake and announces the wait.
+    fn prepare_ring_wait(&mut self) -> RingWait {
+        if self.unsubmitted || self.backend.rearm_wake().is_err() {
+            return RingWait::Unavailable;
+        }
+        if !self.handoff.prepare_ring_wait() {
+            return RingWait::MessagesQueued;
+        }
+        RingWait::Go(self.rate_limit_wait())
+    }
+
+    /// Runs the engine for a thread other than the engine thread, which waits
+    /// in the ring: turns until one makes no progress, then re-arms the
+    /// backend's wake ([`Engine::ready_to_leave`]).
+    fn run_beside_ring_wait(&mut self) -> bool {
+        while self.turn_awake() {}
+        self.ready_to_leave()
+    }
+
+    /// Re-arms the backend's wake before a thread other than the engine
+    /// thread releases the engine. Returns whether the engine thread must
+    /// look (work held by a rate limit, or pushes left unsubmitted: its wait
+    /// may be too long now).
+    fn ready_to_leave(&mut self) -> bool {
+        let rearmed = self.backend.rearm_wake().is_ok();
+        !rearmed || self.unsubmitted || self.rate_limit_wait().is_some()
     }
 
     /// Whether shutdown has drained everything: the engine may be dropped.
@@ -853,7 +913,7 @@ impl Engine {
                     if let Err(error) = self.backend.submit(waiting) {
                         tracing::error!(%error, "tailguard engine: submit failed while full");
                     }
-                    self.reap();
+                    let _ = self.reap();
                     wait = true;
                 }
             }
@@ -870,10 +930,11 @@ impl Engine {
         }
     }
 
-    fn reap(&mut self) {
+    /// Reaps every available completion; returns whether there were any.
+    fn reap(&mut self) -> bool {
         self.backend.reap(&mut self.completions);
         if self.completions.is_empty() {
-            return;
+            return false;
         }
         let now = self.now();
         // Drain a swapped-out vector and swap it back, so reaping reuses one
@@ -884,6 +945,7 @@ impl Engine {
         }
         self.completions = completions;
         self.log_controller_decisions();
+        true
     }
 
     /// Traces the controllers: one event per device whose budget changed since the
@@ -1169,6 +1231,32 @@ pub(crate) struct Shared {
     /// engine thread).
     helpers_allowed: bool,
     backend: BackendKind,
+    /// Whether the engine thread waits in the ring without the engine (see
+    /// "Waiting in the ring" in [`crate::handoff`]).
+    waits_in_ring: bool,
+    /// The engine thread's handle for that wait, until it takes it.
+    ring_wait: Mutex<Option<Arc<dyn CompletionWait>>>,
+}
+
+/// Why the engine thread leaves the engine.
+enum Leave {
+    /// Shutdown drained everything: drop the engine and exit.
+    Exit,
+    /// Nothing to do, or a helper runs the engine: park.
+    Park,
+    /// Operations in flight: wait in the ring, at most this long.
+    RingWait(Option<Duration>),
+}
+
+/// What [`Engine::prepare_ring_wait`] found.
+enum RingWait {
+    /// Wait, at most this long.
+    Go(Option<Duration>),
+    /// Messages arrived: turn again.
+    MessagesQueued,
+    /// Pushes left unsubmitted, or the wake cannot be re-armed: sleep in the
+    /// backend with the engine instead.
+    Unavailable,
 }
 
 /// Drops the engine if the thread running it panics, so that its `Drop` fails
@@ -1190,7 +1278,12 @@ impl Drop for CrashGuard<'_, '_> {
 
 impl Shared {
     pub(crate) fn new(engine: Engine, helpers_allowed: bool) -> Arc<Self> {
+        let ring_wait = helpers_allowed
+            .then(|| engine.backend.completion_wait())
+            .flatten();
         Arc::new(Self {
+            waits_in_ring: ring_wait.is_some(),
+            ring_wait: Mutex::new(ring_wait),
             handoff: engine.handoff.clone(),
             waker: BackendWaker(engine.backend.waker()),
             backend: engine.backend_kind,
@@ -1215,10 +1308,16 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The engine thread's body: run the loop while there is work, park when
-    /// there is none, exit when shutdown has drained everything (or after a
-    /// crash).
+    /// The engine thread's body: run the loop while there is work, wait in
+    /// the ring (or sleep in the backend) while operations are in flight,
+    /// park when there is nothing to do, exit when shutdown has drained
+    /// everything (or after a crash).
     pub(crate) fn run_engine_thread(&self) {
+        let ring_wait = self
+            .ring_wait
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         loop {
             let mut guard = self.lock_engine();
             let crash = CrashGuard {
@@ -1228,25 +1327,8 @@ impl Shared {
             let Some(engine) = crash.engine.as_mut() else {
                 return;
             };
-            let finished = loop {
-                engine.turn(&|| false);
-                if engine.finished() {
-                    break true;
-                }
-                if engine.drained() {
-                    // Parked, the engine would not see files closed meanwhile
-                    // until its next request: release those closed already.
-                    engine.sweep_closed_files(engine.now());
-                    if self.handoff.try_park() {
-                        break false;
-                    }
-                } else if self.handoff.try_yield_to_helpers() {
-                    // A helper will run the engine in its next wait: each
-                    // completion then reaches its waiter with no thread hop.
-                    break false;
-                }
-            };
-            if finished {
+            let leave = self.run_until_leaving(engine, ring_wait.is_some());
+            if let Leave::Exit = leave {
                 // Everything is drained: dropping the engine closes the backend.
                 drop(crash.engine.take());
                 tracing::debug!("tailguard engine: drained, exiting");
@@ -1254,8 +1336,82 @@ impl Shared {
             }
             drop(crash);
             drop(guard);
-            self.handoff.wait_unparked();
+            match (leave, &ring_wait) {
+                (Leave::RingWait(timeout), Some(ring_wait)) => {
+                    ring_wait.wait(timeout);
+                    self.handoff.end_ring_wait();
+                }
+                _ => self.handoff.wait_unparked(),
+            }
         }
+    }
+
+    /// Runs the loop on the engine thread until it leaves the engine. With
+    /// `waits_in_ring`, turns never sleep: with operations in flight and a
+    /// turn that found nothing to do, the thread leaves to wait in the ring,
+    /// so that a submitter may run the engine meanwhile.
+    fn run_until_leaving(&self, engine: &mut Engine, waits_in_ring: bool) -> Leave {
+        loop {
+            let progress = if waits_in_ring {
+                engine.turn_awake()
+            } else {
+                engine.turn(&|| false);
+                true
+            };
+            if engine.finished() {
+                return Leave::Exit;
+            }
+            if engine.drained() {
+                // Parked, the engine would not see files closed meanwhile
+                // until its next request: release those closed already.
+                engine.sweep_closed_files(engine.now());
+                if self.handoff.try_park() {
+                    return Leave::Park;
+                }
+            } else if self.handoff.try_yield_to_helpers() {
+                // A helper will run the engine in its next wait: each
+                // completion then reaches its waiter with no thread hop.
+                return Leave::Park;
+            } else if !progress {
+                match engine.prepare_ring_wait() {
+                    RingWait::Go(timeout) => return Leave::RingWait(timeout),
+                    RingWait::MessagesQueued => {}
+                    RingWait::Unavailable => engine.turn(&|| false),
+                }
+            }
+        }
+    }
+
+    /// Submits `message` on this thread while the engine thread waits in the
+    /// ring and the engine is free: takes the engine, pushes without a wake,
+    /// and runs the engine until it has nothing to do (see "Waiting in the
+    /// ring" in [`crate::handoff`]), so the engine thread is not woken to
+    /// submit it. Hands the message back where that does not apply.
+    pub(crate) fn try_submit_beside_ring_wait(&self, message: Message) -> Result<(), Message> {
+        if !self.waits_in_ring {
+            return Err(message);
+        }
+        let Ok(mut guard) = self.engine.try_lock() else {
+            return Err(message);
+        };
+        let Some(engine) = guard.as_mut() else {
+            return Err(message);
+        };
+        self.handoff.try_push_beside_ring_wait(message)?;
+        // A panic in the engine's code crashes the engine, as in `help`.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            engine.run_beside_ring_wait()
+        }));
+        let must_look = outcome.unwrap_or_else(|_| {
+            if let Some(mut engine) = guard.take() {
+                engine.crash();
+            }
+            true
+        });
+        drop(guard);
+        self.handoff
+            .leave_engine_beside_ring_wait(must_look, &self.waker);
+        Ok(())
     }
 
     /// Runs the loop on this waiting thread until `parker` is notified or there
@@ -1288,14 +1444,24 @@ impl Shared {
             !engine.drained() || engine.shutting_down
         }));
         parker.set_running_engine(false);
-        match outcome {
-            Ok(work_left) => self.handoff.leave_engine(work_left),
+        let must_look = match outcome {
+            Ok(work_left) => {
+                self.handoff.leave_engine(work_left);
+                self.waits_in_ring && guard.as_mut().is_some_and(Engine::ready_to_leave)
+            }
             Err(_) => {
                 if let Some(mut engine) = guard.take() {
                     engine.crash();
                 }
                 self.handoff.leave_engine(false);
+                true
             }
+        };
+        drop(guard);
+        if self.waits_in_ring {
+            // The engine thread may wait in the ring meanwhile.
+            self.handoff
+                .leave_engine_beside_ring_wait(must_look, &self.waker);
         }
         true
     }

@@ -322,6 +322,17 @@ impl Inner {
     /// engine is shut down, hands the request back so its buffer returns to
     /// the caller.
     fn send_io<T>(&self, message: IoMessage, future: &mut IoFuture<T>) -> Result<(), IoMessage> {
+        let message = match self
+            .shared
+            .try_submit_beside_ring_wait(Message::Io(message))
+        {
+            Ok(()) => {
+                future.attach(self.driver.clone(), false);
+                return Ok(());
+            }
+            Err(Message::Io(message)) => message,
+            Err(_) => unreachable!("the engine returns the message it did not take"),
+        };
         match self
             .handoff()
             .push(Message::Io(message), &self.shared.waker)

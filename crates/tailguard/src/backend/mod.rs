@@ -91,6 +91,15 @@ pub trait EngineWaker: Send + Sync {
     fn wake(&self);
 }
 
+/// Waits for a backend's next completion without borrowing the backend, so
+/// that other threads may drive it meanwhile ([`Backend::completion_wait`]).
+pub trait CompletionWait: Send + Sync {
+    /// Blocks until a completion is available (one already posted ends the
+    /// wait at once, whoever reaps it afterwards), the backend's
+    /// [`EngineWaker`] is woken, or `timeout` has passed. May return early.
+    fn wait(&self, timeout: Option<Duration>);
+}
+
 /// Which backend to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -154,6 +163,21 @@ pub trait Backend: Send {
 
     /// Ops pushed and not yet reaped.
     fn in_flight(&self) -> usize;
+
+    /// A handle that waits for completions while other threads push, submit
+    /// and reap ([`CompletionWait`]), where this backend has one (io_uring on
+    /// a ring any thread may enter, with timed waits). `None` (the default):
+    /// only [`Backend::submit`] waits.
+    fn completion_wait(&self) -> Option<Arc<dyn CompletionWait>> {
+        None
+    }
+
+    /// Makes sure a wake through [`Backend::waker`] ends a
+    /// [`CompletionWait::wait`] begun after this call (io_uring: re-arms the
+    /// wake read if a reap took its completion). The default does nothing.
+    fn rearm_wake(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 
     /// Whether [`Backend::register_file`] can succeed at all here (false for
     /// the thread pool, and for a ring without a registered-file table), so

@@ -64,6 +64,20 @@
 //! waker's `write` of 1 could only block if the counter reached `u64::MAX - 1`,
 //! which 2^64 wakes without a single read would take.
 //!
+//! # Waiting beside the driver
+//!
+//! On a shared ring, [`Backend::completion_wait`] gives a handle that waits for
+//! the next completion through a duplicate of the ring's descriptor, touching
+//! neither queue (it submits nothing and reaps nothing): the kernel's wait ends
+//! when a completion is posted after it began, or at once if one is already
+//! there. So one thread (the engine thread) can wait there while another
+//! pushes, submits and reaps; whoever reaps a completion handles it, and the
+//! waiter only learns that it should look. A wake through [`EngineWaker`] ends
+//! such a wait as it ends `submit`'s, provided the wake read is armed:
+//! [`Backend::rearm_wake`] re-arms it after a reap took its completion. The
+//! handle keeps the wake read's buffer and the eventfd alive for as long as its
+//! descriptor keeps the ring alive.
+//!
 //! # Timed waits
 //!
 //! [`Backend::submit_wait_timeout`] passes the timeout to the same
@@ -120,7 +134,9 @@
 //! its buffer and the eventfd are declared after the ring in [`Uring`] and are
 //! therefore dropped after it.
 
-use super::{Backend, BackendKind, EngineWaker, Op, OpKind, OpResult, MAX_REGISTERED_FD};
+use super::{
+    Backend, BackendKind, CompletionWait, EngineWaker, Op, OpKind, OpResult, MAX_REGISTERED_FD,
+};
 use io_uring::{opcode, types, EnterFlags, IoUring};
 use std::cell::UnsafeCell;
 use std::io;
@@ -363,7 +379,7 @@ pub struct Uring {
     ring: IoUring,
     /// Where the wake read writes the eventfd's counter. Boxed: its address must
     /// not move while the read is in flight, which is always.
-    wake_buffer: Box<UnsafeCell<u64>>,
+    wake_buffer: Arc<WakeBuffer>,
     /// Owns the eventfd; shared with submitters.
     waker: Arc<EventFdWaker>,
     /// Whether the wake read is in the ring (queued or in flight).
@@ -417,7 +433,7 @@ impl Uring {
         let waker = Arc::new(EventFdWaker::new()?);
         let mut uring = Self {
             ring,
-            wake_buffer: Box::new(UnsafeCell::new(0)),
+            wake_buffer: Arc::new(WakeBuffer(UnsafeCell::new(0))),
             waker,
             wake_armed: false,
             features,
@@ -561,7 +577,7 @@ impl Uring {
         }
         let entry = opcode::Read::new(
             types::Fd(self.waker.fd.as_raw_fd()),
-            self.wake_buffer.get().cast::<u8>(),
+            self.wake_buffer.0.get().cast::<u8>(),
             8,
         )
         .build()
@@ -827,6 +843,40 @@ impl Backend for Uring {
         self.in_flight
     }
 
+    /// On a shared ring with timed waits (`IORING_FEAT_EXT_ARG`): see "Waiting
+    /// beside the driver" in the module docs.
+    fn completion_wait(&self) -> Option<Arc<dyn CompletionWait>> {
+        let features = self.features;
+        if features.single_issuer || features.defer_taskrun || features.coop_taskrun {
+            return None;
+        }
+        if !self.ring.params().is_feature_ext_arg() {
+            return None;
+        }
+        // SAFETY: duplicates our own open ring descriptor; the result is checked.
+        let raw = unsafe { libc::fcntl(self.ring.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if raw < 0 {
+            tracing::debug!(
+                error = %io::Error::last_os_error(),
+                "tailguard io_uring: no descriptor for waiting beside the driver"
+            );
+            return None;
+        }
+        Some(Arc::new(RingWait {
+            // SAFETY: `raw` is a fresh duplicate nobody else owns.
+            ring: unsafe { OwnedFd::from_raw_fd(raw) },
+            _wake_buffer: self.wake_buffer.clone(),
+            _waker: self.waker.clone(),
+        }))
+    }
+
+    fn rearm_wake(&mut self) -> io::Result<()> {
+        if self.wake_armed {
+            return Ok(());
+        }
+        self.submit_until(false, None)
+    }
+
     fn registers_files(&self) -> bool {
         self.files.enabled
     }
@@ -883,6 +933,84 @@ impl Drop for Uring {
         if self.files.slots.taken() > 0 {
             if let Err(error) = self.ring.submitter().unregister_files() {
                 tracing::debug!(%error, "tailguard io_uring: unregistering the files failed");
+            }
+        }
+    }
+}
+
+/// The 8 bytes the wake read writes the eventfd's counter into. Shared with
+/// [`RingWait`], whose duplicate of the ring's descriptor can keep the ring,
+/// and so the read in flight, alive after the [`Uring`] is dropped.
+struct WakeBuffer(UnsafeCell<u64>);
+
+// SAFETY: only the kernel writes the buffer (the wake read); no thread reads
+// or writes it, so sharing the handle between threads shares no data.
+unsafe impl Sync for WakeBuffer {}
+// SAFETY: as above; the buffer is plain memory with no thread affinity.
+unsafe impl Send for WakeBuffer {}
+
+/// Waits on the ring through its own descriptor (see "Waiting beside the
+/// driver" in the module docs). Field order is drop order: the descriptor
+/// goes first, as the ring does in [`Uring`].
+struct RingWait {
+    ring: OwnedFd,
+    _wake_buffer: Arc<WakeBuffer>,
+    _waker: Arc<EventFdWaker>,
+}
+
+/// `struct io_uring_getevents_arg` of `<linux/io_uring.h>`.
+#[repr(C)]
+struct GeteventsArg {
+    sigmask: u64,
+    sigmask_size: u32,
+    min_wait_usec: u32,
+    timespec: u64,
+}
+
+/// `struct __kernel_timespec`.
+#[repr(C)]
+struct KernelTimespec {
+    seconds: i64,
+    nanoseconds: i64,
+}
+
+impl CompletionWait for RingWait {
+    fn wait(&self, timeout: Option<Duration>) {
+        let timespec = timeout.map(|timeout| KernelTimespec {
+            seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            nanoseconds: i64::from(timeout.subsec_nanos()),
+        });
+        let argument = GeteventsArg {
+            sigmask: 0,
+            sigmask_size: 0,
+            min_wait_usec: 0,
+            timespec: timespec
+                .as_ref()
+                .map_or(0, |timespec| std::ptr::from_ref(timespec) as u64),
+        };
+        let flags = EnterFlags::GETEVENTS.bits() | EnterFlags::EXT_ARG.bits();
+        // SAFETY: io_uring_enter on a descriptor of our ring, submitting
+        // nothing (the submission queue stays the driver's), waiting for one
+        // completion; EXT_ARG's argument and its timespec are locals alive for
+        // the call, and the size passed is the argument's.
+        let entered = unsafe {
+            libc::syscall(
+                libc::SYS_io_uring_enter,
+                self.ring.as_raw_fd(),
+                0_u32,
+                1_u32,
+                flags,
+                std::ptr::from_ref(&argument),
+                std::mem::size_of::<GeteventsArg>(),
+            )
+        };
+        if entered < 0 {
+            let error = io::Error::last_os_error();
+            // ETIME: the timeout passed; EINTR: a signal. Either way the
+            // caller looks again; anything else is logged, and the caller's
+            // next look finds what there is.
+            if !matches!(error.raw_os_error(), Some(libc::ETIME | libc::EINTR)) {
+                tracing::debug!(%error, "tailguard io_uring: waiting beside the driver failed");
             }
         }
     }
