@@ -365,8 +365,10 @@ struct Driver<'a> {
     /// Per accumulator row: when its requests begin to count (after ramp).
     measure_from_ns: Vec<Nanos>,
     timers: BinaryHeap<Timer>,
-    /// Free buffers by length.
-    buffers: HashMap<usize, Vec<AlignedBuffer>>,
+    /// Free buffers by length, the least recently used first: a job that
+    /// asks for a set of write buffers larger than its depth cycles through
+    /// all of them.
+    buffers: HashMap<usize, VecDeque<AlignedBuffer>>,
     pending: HashMap<u64, Pending>,
     next_token: u64,
     generated: Vec<RequestTemplate>,
@@ -721,7 +723,7 @@ impl<'a> Driver<'a> {
         token: u64,
     ) -> Result<AlignedBuffer, CliError> {
         let length = length_bytes as usize;
-        let mut buffer = match self.buffers.get_mut(&length).and_then(Vec::pop) {
+        let mut buffer = match self.buffers.get_mut(&length).and_then(VecDeque::pop_front) {
             Some(buffer) => buffer,
             None => {
                 self.buffers_allocated += 1;
@@ -801,7 +803,10 @@ impl<'a> Driver<'a> {
         if request.measured {
             self.measure(&request, completed_ns, bytes as u64);
         }
-        self.buffers.entry(buffer.len()).or_default().push(buffer);
+        self.buffers
+            .entry(buffer.len())
+            .or_default()
+            .push_back(buffer);
         let think_ns = self.job_options[template.job].think_ns;
         let closed = matches!(
             self.scenario.jobs[template.job].arrival,
@@ -1196,8 +1201,8 @@ fn buffers(
     scenario: &Scenario,
     job_options: &[JobOptions],
     in_flight: &InFlight,
-) -> Result<(HashMap<usize, Vec<AlignedBuffer>>, u64), CliError> {
-    let mut buffers: HashMap<usize, Vec<AlignedBuffer>> = HashMap::new();
+) -> Result<(HashMap<usize, VecDeque<AlignedBuffer>>, u64), CliError> {
+    let mut buffers: HashMap<usize, VecDeque<AlignedBuffer>> = HashMap::new();
     let mut allocated = 0;
     let mut allocated_bytes = 0;
     let run_bytes_max = in_flight.limits().run_bytes_max;
@@ -1207,16 +1212,23 @@ fn buffers(
             Arrival::Burst { burst_bytes } => burst_bytes.div_ceil(job.block_size_bytes),
             Arrival::OpenLoop { .. } => 4,
         };
-        let count = (per_instance * u64::from(job.numjobs)).min(in_flight.job_limit(index));
+        let in_flight_count =
+            (per_instance * u64::from(job.numjobs)).min(in_flight.job_limit(index));
+        let writes = job.pattern.direction() == tailguard_core::Direction::Write;
         for length in options.shape.sizes(job.block_size_bytes) {
+            let ring_count = if writes {
+                options.write_buffer_bytes.div_ceil(length)
+            } else {
+                0
+            };
             let length = length as usize;
-            for _ in 0..count {
+            for _ in 0..in_flight_count.max(ring_count) {
                 if allocated_bytes + length as u64 > run_bytes_max {
                     break;
                 }
                 allocated_bytes += length as u64;
                 let buffer = new_buffer(length)?;
-                buffers.entry(length).or_default().push(buffer);
+                buffers.entry(length).or_default().push_back(buffer);
                 allocated += 1;
             }
         }
@@ -1888,6 +1900,8 @@ mod tests {
         held: Vec<Request>,
         held_max: usize,
         serve_from: Instant,
+        /// The address of each submitted request's buffer, in order.
+        buffer_addresses: Vec<usize>,
     }
 
     impl CountingDevice {
@@ -1896,12 +1910,16 @@ mod tests {
                 held: Vec::new(),
                 held_max: 0,
                 serve_from: Instant::now() + stall,
+                buffer_addresses: Vec::new(),
             }
         }
     }
 
     impl Executor for CountingDevice {
         fn submit(&mut self, request: Request) -> Result<(), CliError> {
+            if let Some(buffer) = &request.buffer {
+                self.buffer_addresses.push(buffer.as_ptr() as usize);
+            }
             self.held.push(request);
             self.held_max = self.held_max.max(self.held.len());
             Ok(())
@@ -1951,10 +1969,54 @@ mod tests {
     }
 
     fn drive(scenario: &Scenario, limits: InFlightLimits, device: &mut CountingDevice) -> Outcome {
+        drive_with(scenario, &[], limits, device)
+    }
+
+    fn drive_with(
+        scenario: &Scenario,
+        options: &[JobOptions],
+        limits: InFlightLimits,
+        device: &mut CountingDevice,
+    ) -> Outcome {
         let plan = plan(scenario.jobs.len());
-        Driver::new(scenario, &plan, Mode::KernelDirect, 1, &[], limits)
+        Driver::new(scenario, &plan, Mode::KernelDirect, 1, options, limits)
             .and_then(|driver| driver.drive(device, &mut |_| {}))
             .unwrap()
+    }
+
+    #[test]
+    fn a_writer_cycles_through_the_write_buffers_it_asks_for() {
+        let scenario = scenario(
+            "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"seqwrite\"\n\
+             block_size = \"64k\"\nqueue_depth = 1\n",
+            0.05,
+        );
+        let ring = JobOptions {
+            write_buffer_bytes: 1 << 20,
+            ..JobOptions::default()
+        };
+        let mut device = CountingDevice::stalled_for(Duration::ZERO);
+        let outcome = drive_with(&scenario, &[ring], InFlightLimits::default(), &mut device);
+        assert_eq!(outcome.buffers_allocated, 16);
+        let addresses = &device.buffer_addresses;
+        assert!(addresses.len() > 32, "{} writes", addresses.len());
+        let first: std::collections::HashSet<usize> = addresses[..16].iter().copied().collect();
+        assert_eq!(first.len(), 16, "the first 16 writes use 16 buffers");
+        for (index, address) in addresses.iter().enumerate().skip(16) {
+            assert_eq!(
+                *address,
+                addresses[index - 16],
+                "write {index} reuses the oldest"
+            );
+        }
+
+        let mut device = CountingDevice::stalled_for(Duration::ZERO);
+        let outcome = drive(&scenario, InFlightLimits::default(), &mut device);
+        assert_eq!(outcome.buffers_allocated, 1);
+        assert!(device
+            .buffer_addresses
+            .windows(2)
+            .all(|pair| pair[0] == pair[1]));
     }
 
     fn small_limits() -> InFlightLimits {

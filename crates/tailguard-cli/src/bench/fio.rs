@@ -1896,6 +1896,8 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
                 sync_kind: job.sync_kind,
                 end_fsync: job.end_fsync,
                 even_arrivals: job.even_arrivals,
+                // fio's own buffers: one per request in flight.
+                write_buffer_bytes: 0,
             };
             planned.push(Planned {
                 table,

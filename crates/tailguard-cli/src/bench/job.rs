@@ -41,7 +41,7 @@ use tailguard_sim::ConfigError;
 const TOP_KEYS: [&str; 5] = ["duration_s", "seed", "target", "class", "job"];
 
 /// Keys a `[[job]]` table may have (those of a sim job).
-const JOB_KEYS: [&str; 17] = [
+const JOB_KEYS: [&str; 18] = [
     "name",
     "class",
     "device",
@@ -59,6 +59,7 @@ const JOB_KEYS: [&str; 17] = [
     "io_size",
     "group",
     "target",
+    "write_buffers",
 ];
 
 /// What bench adds to a scenario job: how much it moves, when it runs, where.
@@ -97,6 +98,13 @@ pub struct JobOptions {
     /// Whether an open-loop job's arrivals are evenly spaced at its rate
     /// (fio's default `rate_process=linear`) rather than Poisson.
     pub even_arrivals: bool,
+    /// The bytes of buffers a writing job's requests cycle through, each
+    /// used again only after all the others (0: one per request in flight,
+    /// as fio). A writer that streams new data reads fresh memory for every
+    /// write; one that rewrites a single hot buffer makes the device (or a
+    /// virtual disk's host copying it) read cached memory, which writers of
+    /// different depths would then not pay alike.
+    pub write_buffer_bytes: u64,
 }
 
 /// A request that makes written data durable.
@@ -348,10 +356,21 @@ fn take_job_options(job: &mut toml::Table) -> Result<JobOptions, (&'static str, 
             ))
         }
     };
+    let write_buffer_bytes = match job.remove("write_buffers") {
+        None => 0,
+        Some(value) => bytes_value(&value).ok_or((
+            "write_buffers",
+            format!(
+                "`{value}` is not a size; give the bytes of buffers the job's writes cycle \
+                 through, e.g. write_buffers = \"8m\""
+            ),
+        ))?,
+    };
     Ok(JobOptions {
         io_bytes_per_instance,
         group,
         target,
+        write_buffer_bytes,
         ..JobOptions::default()
     })
 }

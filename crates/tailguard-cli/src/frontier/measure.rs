@@ -9,7 +9,8 @@
 //! size; a tailguard point runs everything through the scheduler with the
 //! writer at [`TAILGUARD_WRITE_QUEUE_DEPTH`] requests of
 //! [`TAILGUARD_WRITE_BYTES`], so the scheduler, not the writer, decides how
-//! much of it is in flight. Each run is [`driver::run`] on the caller's
+//! much of it is in flight. Every writer cycles through
+//! [`WRITE_BUFFER_BYTES`] of buffers, whatever its depth. Each run is [`driver::run`] on the caller's
 //! [`Plan`] (the read file first, the write file second), after
 //! [`target::settle`], exactly as `tailguard bench` runs one mode.
 //!
@@ -50,12 +51,16 @@ pub const READ_SHARES: u32 = 400;
 pub const WRITE_SHARES: u32 = 100;
 /// Writes the writer keeps queued in tailguard points: more than any budget
 /// fixed from a built-in profile lets through at targets up to 4 ms, so the
-/// scheduler, not the writer, sets the write depth. No more than that: the
-/// writer's buffers are memory the device (or a virtual disk's host) reads
-/// for every write, and a larger set of them than the static points use
-/// slows reads and writes alike, which would measure the buffers, not the
-/// scheduling.
+/// scheduler, not the writer, sets the write depth.
 pub const TAILGUARD_WRITE_QUEUE_DEPTH: u32 = 4;
+/// The bytes of buffers every point's writer cycles through (bench's
+/// `write_buffers`): what the default grid's deepest static writer holds in
+/// flight (8 × 1 MiB). A streaming writer sends fresh memory with each
+/// write; a shallow one rewriting one hot buffer would let the device (or a
+/// virtual disk's host, copying it) read cached memory, which the deep
+/// writers, tailguard's among them, do not get: the points would differ in
+/// their buffers, not in their scheduling.
+pub const WRITE_BUFFER_BYTES: u64 = 8 << 20;
 /// The writer's request size in tailguard points (the scheduler splits it into
 /// pieces as its budget says).
 pub const TAILGUARD_WRITE_BYTES: u64 = 1 << 20;
@@ -130,7 +135,8 @@ impl Workload {
                 text,
                 "[[class]]\nname = \"{WRITE_CLASS}\"\nshares = {WRITE_SHARES}\n\
                  [[job]]\nname = \"writer\"\nclass = \"{WRITE_CLASS}\"\npattern = \"seqwrite\"\n\
-                 block_size = {request_bytes}\nqueue_depth = {queue_depth}\nsize = {}\n",
+                 block_size = {request_bytes}\nqueue_depth = {queue_depth}\nsize = {}\n\
+                 write_buffers = {WRITE_BUFFER_BYTES}\n",
                 self.write_bytes
             );
         }
@@ -343,9 +349,15 @@ mod tests {
         assert_eq!(scenario.jobs[1].block_size_bytes, 256 << 10);
         assert_eq!(scenario.jobs[1].region_bytes, 16 << 20);
         assert_eq!(mode(&fixed), Mode::KernelDirect);
+        let buffers = |setting: &Setting| {
+            let job = workload.job(setting).unwrap();
+            job.options_of(1).write_buffer_bytes
+        };
+        assert_eq!(buffers(&fixed), WRITE_BUFFER_BYTES);
         let guarded = Setting::Tailguard(Variant::LatencyTarget { target_us: 500 });
         let scenario = workload.job(&guarded).unwrap().scenario;
         assert_eq!(scenario.jobs[1].block_size_bytes, TAILGUARD_WRITE_BYTES);
+        assert_eq!(buffers(&guarded), WRITE_BUFFER_BYTES);
         assert_eq!(mode(&guarded), Mode::Tailguard);
         let base = SchedulerSettings::default();
         assert_eq!(
