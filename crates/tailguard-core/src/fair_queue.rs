@@ -154,6 +154,12 @@ pub struct FairQueue<T> {
     skipped: Vec<Reverse<(u64, usize)>>,
 }
 
+/// `device_ns` of a class's own device time in virtual time: what it moves
+/// the class's key, given its shares.
+fn virtual_ns(device_ns: u64, shares: u32) -> u64 {
+    device_ns.saturating_mul(SHARES_SCALE) / u64::from(shares)
+}
+
 impl<T> FairQueue<T> {
     /// An empty queue whose waking classes get `credit_ns` of device time ahead.
     pub fn new(credit_ns: u64) -> Self {
@@ -271,7 +277,7 @@ impl<T> FairQueue<T> {
     /// Raises a class's virtual time to at least `virtual_now − credit`.
     fn raise_to_credit(&mut self, index: usize) {
         let class = &mut self.classes[index];
-        let credit = self.credit_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
+        let credit = virtual_ns(self.credit_ns, class.shares);
         class.vtime = class.vtime.max(self.virtual_now.saturating_sub(credit));
     }
 
@@ -355,8 +361,11 @@ impl<T> FairQueue<T> {
             return false;
         };
         let class = &self.classes[index];
-        let lead = lead_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
-        class.live && !class.held && !class.items.is_empty() && class.vtime <= head_key + lead
+        let lead = virtual_ns(lead_ns, class.shares);
+        class.live
+            && !class.held
+            && !class.items.is_empty()
+            && class.vtime <= head_key.saturating_add(lead)
     }
 
     /// The cost of class `index`'s head item, if it has one.
@@ -388,7 +397,7 @@ impl<T> FairQueue<T> {
                 break;
             };
             let class = &self.classes[index];
-            let lead = lead_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
+            let lead = virtual_ns(lead_ns, class.shares);
             let (cost_ns, _) = class.items.front().expect("backlogged class is empty");
             if key <= head_key.saturating_add(lead) && may_bypass(index, *cost_ns, class.queued_ns)
             {
@@ -413,7 +422,7 @@ impl<T> FairQueue<T> {
         class.queued_ns -= cost_ns;
         debug_assert_eq!(key, class.vtime);
         self.virtual_now = self.virtual_now.max(served_key);
-        class.vtime = key + cost_ns.saturating_mul(SHARES_SCALE) / u64::from(class.shares);
+        class.vtime = key + virtual_ns(cost_ns, class.shares);
         class.charged_ns += cost_ns;
         if !class.items.is_empty() {
             self.backlogged.push(Reverse((class.vtime, index)));

@@ -465,10 +465,7 @@ impl Engine {
             Some(timeout) => self.backend.submit_wait_timeout(timeout),
             None => self.backend.submit(sleep),
         };
-        if let Err(error) = submitted {
-            tracing::error!(%error, "tailguard engine: submit failed");
-            self.fail_unsubmitted(&error);
-        }
+        self.fail_if_refused(submitted);
         if announced {
             self.handoff.awake();
         }
@@ -482,15 +479,23 @@ impl Engine {
         let taken_at = self.take_messages();
         self.dispatch_all(taken_at);
         if std::mem::take(&mut self.unsubmitted) {
-            if let Err(error) = self.backend.submit(false) {
-                tracing::error!(%error, "tailguard engine: submit failed");
-                self.fail_unsubmitted(&error);
-                // Retried by the next submit: a ring wait is refused meanwhile.
-                self.unsubmitted = true;
-            }
+            let submitted = self.backend.submit(false);
+            // Retried by the next submit: a ring wait is refused meanwhile.
+            self.unsubmitted = self.fail_if_refused(submitted);
         }
         let reaped = self.reap();
         taken_at.is_some() || reaped
+    }
+
+    /// Logs a refused submission and fails what it held; returns whether it
+    /// was refused.
+    fn fail_if_refused(&mut self, submitted: std::io::Result<()>) -> bool {
+        let Err(error) = submitted else {
+            return false;
+        };
+        tracing::error!(%error, "tailguard engine: submit failed");
+        self.fail_unsubmitted(&error);
+        true
     }
 
     /// Before the engine thread leaves the engine to wait in the ring beside

@@ -100,10 +100,10 @@ pub struct JobOptions {
     pub even_arrivals: bool,
     /// The bytes of buffers a writing job's requests cycle through, each
     /// used again only after all the others (0: one per request in flight,
-    /// as fio). A writer that streams new data reads fresh memory for every
-    /// write; one that rewrites a single hot buffer makes the device (or a
-    /// virtual disk's host copying it) read cached memory, which writers of
-    /// different depths would then not pay alike.
+    /// as fio). A writer that streams new data sends fresh memory with every
+    /// write; one that rewrites a single buffer sends memory still in the
+    /// caches of whatever copies it, which writers of different depths would
+    /// then not pay alike.
     pub write_buffer_bytes: u64,
 }
 

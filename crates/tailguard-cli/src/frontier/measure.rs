@@ -56,10 +56,10 @@ pub const TAILGUARD_WRITE_QUEUE_DEPTH: u32 = 4;
 /// The bytes of buffers every point's writer cycles through (bench's
 /// `write_buffers`): what the default grid's deepest static writer holds in
 /// flight (8 × 1 MiB). A streaming writer sends fresh memory with each
-/// write; a shallow one rewriting one hot buffer would let the device (or a
-/// virtual disk's host, copying it) read cached memory, which the deep
-/// writers, tailguard's among them, do not get: the points would differ in
-/// their buffers, not in their scheduling.
+/// write; a shallow one rewriting one buffer would send memory still in the
+/// caches of whatever copies it, which the deep writers, tailguard's among
+/// them, do not get: the points would differ in their buffers, not in their
+/// scheduling.
 pub const WRITE_BUFFER_BYTES: u64 = 8 << 20;
 /// The writer's request size in tailguard points (the scheduler splits it into
 /// pieces as its budget says).
