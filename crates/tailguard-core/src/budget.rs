@@ -105,7 +105,14 @@ impl Budget {
 
     /// Whether a piece of `cost_ns` may be dispatched now.
     pub fn admits(&self, cost_ns: Nanos) -> bool {
-        self.in_flight_ns == 0 || self.in_flight_ns + cost_ns <= self.limit_ns
+        self.admits_scaled(cost_ns, 1)
+    }
+
+    /// Whether a piece of `cost_ns` may be dispatched now with `limit_factor`
+    /// times the limit (the quiet-reads rule, [`crate::quiet_reads`]).
+    pub fn admits_scaled(&self, cost_ns: Nanos, limit_factor: u64) -> bool {
+        self.in_flight_ns == 0
+            || self.in_flight_ns + cost_ns <= self.limit_ns.saturating_mul(limit_factor)
     }
 
     /// Records a dispatched piece: one [`Budget::admits`], or one that goes
@@ -154,6 +161,16 @@ mod tests {
         budget.take(40);
         budget.release(100);
         assert_eq!(budget.in_flight_ns(), 0);
+    }
+
+    #[test]
+    fn a_scaled_limit_admits_that_many_budgets() {
+        let mut budget = Budget::new(100);
+        budget.take(100);
+        assert!(!budget.admits(1));
+        assert!(budget.admits_scaled(300, 4));
+        assert!(!budget.admits_scaled(301, 4));
+        assert!(!budget.admits_scaled(1, 1));
     }
 
     #[test]

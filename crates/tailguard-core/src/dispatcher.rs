@@ -13,6 +13,9 @@
 //! 2. [`Dispatcher::dispatch`]: while the fair queue's next piece fits the
 //!    [`Budget`], or its class has nothing in flight (the progress rule, see
 //!    [`crate::budget`]), pop it, charge its class and hand it out with a token.
+//!    While no read is queued or in flight, and none was for a while, the
+//!    budget admits [`QuietReads::limit_factor`] times its limit
+//!    ([`DispatcherConfig::quiet_reads`], see [`crate::quiet_reads`]).
 //!    When the head piece may not go, a piece of another class that fits and
 //!    costs at most a [`BYPASS_COST_RATIO`]th of the head may go past it, if
 //!    that class has less than a budget queued (a latency class, not a backlog) and is at most its wake credit ahead of the head
@@ -61,6 +64,7 @@ use crate::controller::{CompletionSample, ControllerStats, FixedBudget, LatencyC
 use crate::error::CoreError;
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
 use crate::profile::{CostModel, DeviceProfile};
+use crate::quiet_reads::{QuietReads, ReadWatch};
 use crate::rate_limit::{ClassLimiter, RateLimit};
 use crate::request::{Direction, IoRequest, Nanos, RequestId};
 use std::collections::VecDeque;
@@ -100,6 +104,11 @@ pub struct DispatcherConfig {
     /// `None` (the default, right for any device without seeks) serves
     /// strictly by virtual time.
     pub slice_ns: Option<Nanos>,
+    /// Whether, and how far, the budget deepens while no one reads (the
+    /// quiet-reads rule, [`crate::quiet_reads`]): `None` (the default) keeps
+    /// one budget always. The engine turns it on with the fixed budget; the
+    /// adaptive controller grows the budget itself while no one reads.
+    pub quiet_reads: Option<QuietReads>,
 }
 
 impl DispatcherConfig {
@@ -109,6 +118,7 @@ impl DispatcherConfig {
             profile,
             budget_ns: None,
             slice_ns: None,
+            quiet_reads: None,
         }
     }
 }
@@ -316,6 +326,9 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     budget: Budget,
     /// Split size for reads and writes, derived from the budget.
     split_bytes: [u64; 2],
+    /// Split size for reads and writes during a quiet (see
+    /// [`crate::quiet_reads`]), derived from the budget it admits then.
+    quiet_split_bytes: [u64; 2],
     controller: C,
     budget_changes: u64,
     queue: FairQueue<QueuedPiece>,
@@ -338,6 +351,8 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     slice_ns: Option<Nanos>,
     /// The class served last: the one whose slice runs.
     slice_class: Option<usize>,
+    /// Read pieces outstanding, for the quiet-reads rule.
+    reads: ReadWatch,
 }
 
 impl<C: LatencyController> fmt::Debug for Dispatcher<C> {
@@ -374,6 +389,7 @@ impl<C: LatencyController> Dispatcher<C> {
             cost_model,
             budget,
             split_bytes: [0; 2],
+            quiet_split_bytes: [0; 2],
             controller,
             budget_changes: 0,
             queue: FairQueue::new(budget.limit_ns()),
@@ -387,24 +403,39 @@ impl<C: LatencyController> Dispatcher<C> {
             alone_class: 0,
             slice_ns: config.slice_ns,
             slice_class: None,
+            reads: ReadWatch::new(config.quiet_reads),
         };
         dispatcher.derive_split_bytes();
         Ok(dispatcher)
     }
 
     fn derive_split_bytes(&mut self) {
+        let limit_ns = self.budget.limit_ns();
+        let quiet_limit_ns = limit_ns.saturating_mul(self.reads.quiet_limit_factor());
         for direction in [Direction::Read, Direction::Write] {
-            self.split_bytes[direction_index(direction)] = budget::split_bytes(
-                self.budget.limit_ns(),
-                self.profile.max_request_bytes,
-                |bytes| self.cost_model.cost_ns(direction, bytes),
-            );
+            let split = |limit_ns| {
+                budget::split_bytes(limit_ns, self.profile.max_request_bytes, |bytes| {
+                    self.cost_model.cost_ns(direction, bytes)
+                })
+            };
+            self.split_bytes[direction_index(direction)] = split(limit_ns);
+            self.quiet_split_bytes[direction_index(direction)] = split(quiet_limit_ns);
         }
     }
 
-    /// The size pieces of `direction` are split to now.
+    /// The size pieces of `direction` are split to while reads come.
     pub fn split_bytes(&self, direction: Direction) -> u64 {
         self.split_bytes[direction_index(direction)]
+    }
+
+    /// The size pieces of `direction` are split to when the dispatcher
+    /// admits `limit_factor` budgets (see [`crate::quiet_reads`]).
+    fn split_bytes_at(&self, direction: Direction, limit_factor: u64) -> u64 {
+        if limit_factor > 1 {
+            self.quiet_split_bytes[direction_index(direction)]
+        } else {
+            self.split_bytes(direction)
+        }
     }
 
     /// The profile this dispatcher was built with.
@@ -434,23 +465,28 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// The largest cost one piece can have now: the split size of the more
-    /// expensive direction. Used by the wait bound.
+    /// expensive direction, during a quiet if the quiet-reads rule is on.
+    /// Used by the wait bound.
     pub fn max_piece_cost_ns(&self) -> Nanos {
+        let limit_factor = self.reads.quiet_limit_factor();
         [Direction::Read, Direction::Write]
             .into_iter()
             .map(|direction| {
                 self.cost_model
-                    .cost_ns(direction, self.split_bytes(direction))
+                    .cost_ns(direction, self.split_bytes_at(direction, limit_factor))
             })
             .max()
             .expect("two directions")
     }
 
     /// The most cost that can be in flight ahead of a class's piece while
-    /// `other_classes` exist: the limit plus one piece per other class that went
-    /// by the progress rule (see [`crate::budget`]).
+    /// `other_classes` exist: the limit (times the quiet-reads factor, if the
+    /// rule is on) plus one piece per other class that went by the progress
+    /// rule (see [`crate::budget`]).
     pub fn in_flight_bound_ns(&self, other_classes: usize) -> Nanos {
-        self.budget.limit_ns() + other_classes as Nanos * self.max_piece_cost_ns()
+        let limit_ns = self.budget.limit_ns();
+        limit_ns.saturating_mul(self.reads.quiet_limit_factor())
+            + other_classes as Nanos * self.max_piece_cost_ns()
     }
 
     /// The longest a backlogged `class` waits between dispatches, with the
@@ -657,7 +693,12 @@ impl<C: LatencyController> Dispatcher<C> {
         if self.classes.slots[request.class.index()].retiring {
             return Err(CoreError::Retiring(request.class));
         }
-        let max_bytes = self.split_bytes(request.direction);
+        // A read ends a quiet, so only writes are split to its larger size.
+        let limit_factor = match request.direction {
+            Direction::Read => 1,
+            Direction::Write => self.reads.limit_factor(now),
+        };
+        let max_bytes = self.split_bytes_at(request.direction, limit_factor);
         let pieces = request.length_bytes.div_ceil(max_bytes).max(1);
         let pieces = u32::try_from(pieces).expect("request of more than 2^32 pieces");
         let request_slot = self.requests.insert_with(|_| RequestSlot {
@@ -684,6 +725,9 @@ impl<C: LatencyController> Dispatcher<C> {
             offset_bytes += length_bytes;
             remaining_bytes -= length_bytes;
         }
+        if request.direction == Direction::Read {
+            self.reads.queued(now, u64::from(pieces));
+        }
         Ok(pieces)
     }
 
@@ -692,15 +736,17 @@ impl<C: LatencyController> Dispatcher<C> {
     pub fn dispatch(&mut self, now: Nanos, out: &mut Vec<DispatchedPiece>) -> usize {
         let mut moved = 0;
         let overdue = self.oldest_is_overdue(now);
+        let limit_factor = self.reads.limit_factor(now);
         if !self.held_classes.is_empty() {
             self.release_paid_classes(now);
         }
-        self.cut_head_to_split_size();
+        self.cut_head_to_split_size(limit_factor);
         while let Some((class_index, cost_ns)) = self.queue.peek() {
             let slice = self.running_slice(class_index);
             let (classes, budget) = (&self.classes, &self.budget);
             let may_go = |index: usize, cost_ns: Nanos| {
-                classes.slots[index].in_flight_pieces == 0 || (!overdue && budget.admits(cost_ns))
+                classes.slots[index].in_flight_pieces == 0
+                    || (!overdue && budget.admits_scaled(cost_ns, limit_factor))
             };
             let mut in_slice = None;
             if let Some((slice_class, slice_ns)) = slice {
@@ -738,7 +784,7 @@ impl<C: LatencyController> Dispatcher<C> {
             self.charge_rate_limit(now, class_index, piece.length_bytes, starts_request);
             out.push(self.start_piece(now, class_index, cost_ns, piece));
             moved += 1;
-            self.cut_head_to_split_size();
+            self.cut_head_to_split_size(limit_factor);
         }
         moved
     }
@@ -769,14 +815,14 @@ impl<C: LatencyController> Dispatcher<C> {
     /// size may not fit the smaller budget, so the device would get them one at a
     /// time: a disk then loses a revolution per piece, for as long as the queue
     /// holds such pieces (a deep writer's queue: hundreds of milliseconds).
-    fn cut_head_to_split_size(&mut self) {
+    fn cut_head_to_split_size(&mut self, limit_factor: u64) {
         let Some((class_index, _, piece)) = self.queue.peek_item() else {
             return;
         };
         let piece = *piece;
         let request = &self.requests.slots[piece.request_slot as usize];
         let direction = request.direction;
-        let split_bytes = self.split_bytes(direction);
+        let split_bytes = self.split_bytes_at(direction, limit_factor);
         if piece.length_bytes <= split_bytes {
             return;
         }
@@ -982,6 +1028,9 @@ impl<C: LatencyController> Dispatcher<C> {
             overtaken_ns: Nanos::try_from(overtaken_ns).unwrap_or(Nanos::MAX),
         };
         self.budget.release(piece.cost_ns);
+        if sample.direction == Direction::Read {
+            self.reads.finished(now);
+        }
         if let Some(limit_ns) = self
             .controller
             .on_completion(&sample, self.budget.limit_ns())
@@ -1032,6 +1081,9 @@ impl<C: LatencyController> Dispatcher<C> {
             for piece in self.queue.drain_class(class_index) {
                 let request = &mut self.requests.slots[piece.request_slot as usize];
                 request.pieces_remaining -= 1;
+                if request.direction == Direction::Read {
+                    self.reads.cancelled();
+                }
                 let id = request.id;
                 let finished = (request.pieces_remaining == 0).then_some(Completion {
                     request: request.id,
@@ -1154,6 +1206,92 @@ mod tests {
             dispatcher.complete(now, piece.token).unwrap();
         }
         (order, waited)
+    }
+
+    /// A dispatcher with a 1 ms budget, requests of up to 1 MiB and the
+    /// quiet-reads rule `rule`, a write class with 64 writes of 1 MiB queued
+    /// at 0, and a read class.
+    fn writer_beside_a_read_class(rule: Option<QuietReads>) -> (Dispatcher, ClassId) {
+        let mut config = DispatcherConfig::new(DeviceProfile {
+            max_request_bytes: 1 << 20,
+            ..profile()
+        });
+        config.budget_ns = Some(1_000 * NANOS_PER_MICROSECOND);
+        config.quiet_reads = rule;
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let (writes, reads) = (
+            dispatcher.add_class(100).unwrap(),
+            dispatcher.add_class(400).unwrap(),
+        );
+        for id in 0..64 {
+            let write = request(id, writes, Direction::Write, 1 << 20);
+            dispatcher.enqueue(0, write).unwrap();
+        }
+        (dispatcher, reads)
+    }
+
+    #[test]
+    fn writes_deepen_while_no_one_reads_and_a_read_ends_the_quiet_at_once() {
+        let rule = QuietReads::default();
+        let limit_ns = 1_000 * NANOS_PER_MICROSECOND;
+        let (mut dispatcher, reads) = writer_beside_a_read_class(Some(rule));
+        let (mut out, mut in_flight) = (Vec::new(), VecDeque::new());
+        dispatcher.dispatch(0, &mut out);
+        // 128 KiB pieces while reads come; 512 KiB in a quiet, as the four
+        // budgets it admits split.
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 128 * 1024);
+        assert!(out.iter().all(|piece| piece.length_bytes == 512 * 1024));
+        let deep_ns = dispatcher.budget().in_flight_ns();
+        assert!(
+            deep_ns > 3 * limit_ns && deep_ns <= rule.limit_factor * limit_ns,
+            "a quiet device holds up to {} budgets of writes, not {deep_ns} ns",
+            rule.limit_factor
+        );
+        in_flight.extend(out.drain(..));
+        // A read ends the quiet: it goes at once, and no write goes until
+        // the work in flight has drained below one budget.
+        let read = request(1_000, reads, Direction::Read, 4096);
+        dispatcher.enqueue(10, read).unwrap();
+        dispatcher.dispatch(10, &mut out);
+        assert_eq!(out.len(), 1, "only the read goes");
+        assert_eq!(out[0].class, reads);
+        let read_token = out.pop().unwrap().token;
+        let mut now = 10;
+        loop {
+            let piece = in_flight
+                .pop_front()
+                .expect("a write resumes before all drain");
+            now += piece.cost_ns;
+            dispatcher.complete(now, piece.token).unwrap();
+            dispatcher.dispatch(now, &mut out);
+            if !out.is_empty() {
+                break;
+            }
+        }
+        let resumed_ns = dispatcher.budget().in_flight_ns();
+        assert!(
+            resumed_ns <= limit_ns,
+            "a write went beside the read with {resumed_ns} ns in flight"
+        );
+        assert!(
+            out.iter().all(|piece| piece.length_bytes == 128 * 1024),
+            "queued writes are cut back to the split size while reads come"
+        );
+        // The read done, the device is quiet again only after the quiet time.
+        dispatcher.complete(now, read_token).unwrap();
+        dispatcher.dispatch(now + rule.quiet_ns - 1, &mut out);
+        assert!(dispatcher.budget().in_flight_ns() <= limit_ns);
+        dispatcher.dispatch(now + rule.quiet_ns, &mut out);
+        assert!(dispatcher.budget().in_flight_ns() > 3 * limit_ns);
+    }
+
+    #[test]
+    fn without_the_rule_writes_keep_to_one_budget() {
+        let (mut dispatcher, _) = writer_beside_a_read_class(None);
+        let mut out = Vec::new();
+        dispatcher.dispatch(0, &mut out);
+        assert!(dispatcher.budget().in_flight_ns() <= 1_000 * NANOS_PER_MICROSECOND);
+        assert!(!out.is_empty());
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub mod error;
 pub mod fair_queue;
 pub mod histogram;
 pub mod profile;
+pub mod quiet_reads;
 pub mod rate_limit;
 pub mod request;
 
@@ -53,6 +54,7 @@ pub use dispatcher::{
 };
 pub use error::CoreError;
 pub use profile::{CostModel, DeviceProfile};
+pub use quiet_reads::QuietReads;
 pub use rate_limit::{RateLimit, DEFAULT_BURST_NS};
 pub use request::{
     Direction, IoRequest, Nanos, RequestId, NANOS_PER_MICROSECOND, NANOS_PER_MILLISECOND,

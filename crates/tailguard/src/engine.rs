@@ -127,7 +127,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::time::Duration;
 use tailguard_core::{
     CancelledPiece, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
-    DispatcherConfig, IoRequest, LatencyController, Nanos, RateLimit, RequestId,
+    DispatcherConfig, IoRequest, LatencyController, Nanos, QuietReads, RateLimit, RequestId,
 };
 
 /// The `tracing` target of budget changes ([`ControllerChoice::Adaptive`]).
@@ -379,6 +379,8 @@ pub(crate) struct Engine {
     backend: Box<dyn Backend>,
     backend_kind: BackendKind,
     controller: ControllerChoice,
+    /// The quiet-reads rule for each device's dispatcher (fixed budget only).
+    quiet_reads: Option<QuietReads>,
     handoff: Arc<Handoff<Message>>,
     /// The engine's time zero, in [`monotonic_ns`].
     epoch_ns: Nanos,
@@ -409,7 +411,7 @@ impl Engine {
     pub(crate) fn new(
         backend: Box<dyn Backend>,
         handoff: Arc<Handoff<Message>>,
-        controller: ControllerChoice,
+        (controller, quiet_reads): (ControllerChoice, Option<QuietReads>),
         eager_submit: bool,
     ) -> Self {
         Self {
@@ -417,6 +419,7 @@ impl Engine {
             unsubmitted: false,
             backend_kind: backend.kind(),
             controller,
+            quiet_reads: quiet_reads.filter(|_| controller == ControllerChoice::Fixed),
             handoff,
             epoch_ns: monotonic_ns(),
             devices: Vec::new(),
@@ -625,7 +628,10 @@ impl Engine {
         }
         let build = |profile: &DeviceProfile| {
             Dispatcher::with_controller(
-                DispatcherConfig::new(profile.clone()),
+                DispatcherConfig {
+                    quiet_reads: self.quiet_reads,
+                    ..DispatcherConfig::new(profile.clone())
+                },
                 self.controller.build(profile),
             )
         };

@@ -85,6 +85,7 @@ pub use profile_file::ProfileFile;
 pub use scheduler::{ClassOptions, File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
 pub use stats::{ClassStats, ControllerCounters, DeviceStats, LatencyHistogram, StatsSnapshot};
 pub use tailguard_core::DeviceProfile as Profile;
+pub use tailguard_core::QuietReads;
 pub use tailguard_core::RateLimit;
 
 /// The profile of a non-rotational (or virtual) device before calibration:

@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tailguard_core::fair_queue::{SHARES_MAX, SHARES_MIN};
-use tailguard_core::{DeviceProfile, RateLimit};
+use tailguard_core::{DeviceProfile, QuietReads, RateLimit};
 
 /// The device that [`Scheduler::nop`] requests go to: it does nothing.
 const NULL_DEVICE: DeviceId = DeviceId(u64::MAX);
@@ -57,6 +57,7 @@ pub struct SchedulerBuilder {
     profiles: HashMap<String, DeviceProfile>,
     default_profile: Option<DeviceProfile>,
     controller: ControllerChoice,
+    quiet_reads: Option<QuietReads>,
     waiters_run_engine: bool,
     eager_submit: bool,
     registered_files: u32,
@@ -74,6 +75,7 @@ impl Default for SchedulerBuilder {
             profiles: HashMap::new(),
             default_profile: None,
             controller: ControllerChoice::Fixed,
+            quiet_reads: Some(QuietReads::default()),
             waiters_run_engine: true,
             eager_submit: true,
             registered_files: backend::DEFAULT_FILE_SLOTS,
@@ -131,6 +133,18 @@ impl SchedulerBuilder {
     /// [`crate::CONTROLLER_TARGET`].
     pub fn controller(mut self, choice: ControllerChoice) -> Self {
         self.controller = choice;
+        self
+    }
+
+    /// Whether, and how far, each device's fixed budget deepens while no one
+    /// reads from it (default [`QuietReads::default`]: four budgets after
+    /// 100 ms without a read); `None` keeps one budget always. A writer alone
+    /// then streams faster, and the first read after a quiet spell waits
+    /// behind up to that many budgets of writes (see the core's
+    /// `quiet_reads` module). The adaptive controller grows its budget
+    /// itself while no one reads and ignores this.
+    pub fn quiet_reads(mut self, rule: Option<QuietReads>) -> Self {
+        self.quiet_reads = rule;
         self
     }
 
@@ -237,6 +251,7 @@ impl SchedulerBuilder {
             file_slots: self.registered_files,
         };
         let controller = self.controller;
+        let quiet_reads = self.quiet_reads;
         let eager_submit = self.eager_submit;
         #[cfg(feature = "fault-injection")]
         let faults = self.faults.clone();
@@ -257,7 +272,7 @@ impl SchedulerBuilder {
                 match open() {
                     Ok(backend) => {
                         let shared = Shared::new(
-                            Engine::new(backend, handoff, controller, eager_submit),
+                            Engine::new(backend, handoff, (controller, quiet_reads), eager_submit),
                             helpers,
                         );
                         let _ = sender.send(Ok(shared.clone()));

@@ -35,9 +35,9 @@ const STALL: Duration = Duration::from_secs(3_600);
 const BACKENDS: [BackendChoice; 2] = [BackendChoice::IoUring, BackendChoice::Threads];
 
 /// A scheduler whose budget admits a few 4 KiB pieces (a profile of 100
-/// IOPS, pieces of at most one block, a fixed budget), so that work queues
-/// in the dispatcher behind them; `None` (reason printed) where io_uring is
-/// refused.
+/// IOPS, pieces of at most one block, a fixed budget that stays one budget
+/// while no one reads), so that work queues in the dispatcher behind them;
+/// `None` (reason printed) where io_uring is refused.
 fn scheduler(choice: BackendChoice, injector: &FaultInjector) -> Option<Scheduler> {
     let profile = Profile {
         read_iops: 100.0,
@@ -50,6 +50,7 @@ fn scheduler(choice: BackendChoice, injector: &FaultInjector) -> Option<Schedule
     let builder = Scheduler::builder()
         .threads(2)
         .controller(ControllerChoice::Fixed)
+        .quiet_reads(None)
         .default_profile(profile)
         .fault_injection(injector.clone());
     common::build_on(choice, builder)

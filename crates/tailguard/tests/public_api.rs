@@ -18,7 +18,8 @@ use tailguard::{
     AlignedBuffer, BackendChoice, BackendKind, BufResult, ClassOptions, ClassStats,
     ControllerChoice, ControllerCounters, DeviceInfo, DeviceStats, DirectIoAlignment, EngineHold,
     Error, ErrorKind, File, IoClass, IoFuture, LatencyHistogram, MetricsServer, OpenOptions,
-    Operation, Profile, ProfileFile, RateLimit, Scheduler, SchedulerBuilder, StatsSnapshot,
+    Operation, Profile, ProfileFile, QuietReads, RateLimit, Scheduler, SchedulerBuilder,
+    StatsSnapshot,
 };
 
 #[allow(dead_code)]
@@ -32,6 +33,8 @@ fn scheduler_and_builder() {
     let _: fn(SchedulerBuilder, Profile) -> SchedulerBuilder = SchedulerBuilder::default_profile;
     let _: fn(SchedulerBuilder, ControllerChoice) -> SchedulerBuilder =
         SchedulerBuilder::controller;
+    let _: fn(SchedulerBuilder, Option<QuietReads>) -> SchedulerBuilder =
+        SchedulerBuilder::quiet_reads;
     let _: fn(SchedulerBuilder, bool) -> SchedulerBuilder = SchedulerBuilder::waiters_run_engine;
     let _: fn(SchedulerBuilder, bool) -> SchedulerBuilder = SchedulerBuilder::eager_submit;
     let _: fn(SchedulerBuilder, u32) -> SchedulerBuilder = SchedulerBuilder::registered_files;
@@ -265,6 +268,16 @@ fn stats_and_metrics(snapshot: &StatsSnapshot) {
     fn serialisable<T: serde::Serialize>() {}
     serialisable::<StatsSnapshot>();
     serialisable::<LatencyHistogram>();
+}
+
+#[allow(dead_code)]
+fn quiet_reads(rule: QuietReads) -> QuietReads {
+    let QuietReads {
+        quiet_ns,
+        limit_factor,
+    } = rule;
+    let _: (u64, u64) = (quiet_ns, limit_factor);
+    QuietReads::default()
 }
 
 #[allow(dead_code)]
