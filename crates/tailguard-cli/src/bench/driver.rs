@@ -167,6 +167,13 @@ pub struct SchedulerSettings {
     /// completion times; see the README's "online latency controller").
     #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = crate::flags::CONTROLLER)]
     pub controller: ControllerChoice,
+    /// Whether `tailguard` mode's fixed budget deepens to four budgets while
+    /// no one has read from the device for 100 ms (`on`, the library's
+    /// default: a writer alone streams faster, and the first read after a
+    /// quiet spell waits behind up to four budgets of writes) or always stays
+    /// one budget (`off`).
+    #[arg(long, value_name = "ON_OFF", value_enum, default_value_t = QuietReadsChoice::On)]
+    pub quiet_reads: QuietReadsChoice,
     /// When `tailguard` mode hands requests to the kernel: `each` as it is
     /// dispatched (the library's default), or `per-turn`, all of an engine
     /// turn's in one system call.
@@ -200,12 +207,22 @@ impl Default for SchedulerSettings {
             profile: None,
             latency_target_us: None,
             controller: ControllerChoice::Fixed,
+            quiet_reads: QuietReadsChoice::On,
             submit: SubmitChoice::Each,
             driver: DriverChoice::BlockOn,
             metrics_listen: None,
             metrics_linger_s: 0,
         }
     }
+}
+
+/// Whether the fixed budget deepens while no one reads (`--quiet-reads`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum QuietReadsChoice {
+    /// The library's default rule ([`tailguard::QuietReads::default`]).
+    On,
+    /// One budget always.
+    Off,
 }
 
 /// When `tailguard` mode hands requests to the kernel (`--submit`).
@@ -228,6 +245,9 @@ impl SchedulerSettings {
             builder = builder.eager_submit(false);
         }
         builder = builder.controller(self.controller);
+        if self.quiet_reads == QuietReadsChoice::Off {
+            builder = builder.quiet_reads(None);
+        }
         if let Some(target_us) = self.latency_target_us {
             builder = builder.latency_target(Duration::from_micros(target_us));
         }

@@ -292,7 +292,7 @@ pub fn describe_versus(versus: &VersusStatic) -> String {
             }
         }
     };
-    format!(
+    let verdict = format!(
         "{verb} {} ({:.2} at {:.0} MB/s{}): {:+.2}",
         versus.static_point.as_deref().unwrap_or("?"),
         versus.static_worst_500ms_over_solo.unwrap_or(f64::NAN),
@@ -303,7 +303,22 @@ pub fn describe_versus(versus: &VersusStatic) -> String {
             ", writing more"
         },
         versus.worst_500ms_difference.unwrap_or(f64::NAN)
-    )
+    );
+    // A point a few percent off its match in write rate can still sit well
+    // under the line the static frontier draws at its own rate: say so.
+    match (
+        versus.frontier_worst_500ms_at_rate,
+        versus.worst_500ms_difference,
+    ) {
+        (Some(line), Some(difference)) => {
+            let own = versus.static_worst_500ms_over_solo.unwrap_or(f64::NAN) + difference;
+            format!(
+                "{verdict}; the static line there: {line:.2} ({:+.2})",
+                own - line
+            )
+        }
+        _ => verdict,
+    }
 }
 
 /// The terminal table, sorted by write rate; `*` marks the static frontier.
@@ -454,6 +469,31 @@ mod tests {
         assert!((versus.worst_500ms_difference.unwrap() + 0.3).abs() < 1e-9);
         assert!(result.points[1].versus_static.is_none());
         assert!(describe_versus(versus).starts_with("loses to direct QD1 128k (0.90"));
+    }
+
+    #[test]
+    fn a_verdict_also_names_the_static_line_at_the_points_own_rate() {
+        // The default on the disk: 0.63 at 1293 MB/s, matched with QD2 256k
+        // (0.65 at 1753 MB/s, writing more), where the line gives 0.72.
+        let versus = VersusStatic {
+            standing: Standing::Ties,
+            static_point: Some("direct QD2 256k".into()),
+            static_write_mb_per_s: Some(1753.0),
+            static_worst_500ms_over_solo: Some(0.65),
+            worst_500ms_difference: Some(-0.02),
+            same_rate: false,
+            frontier_worst_500ms_at_rate: Some(0.72),
+        };
+        assert_eq!(
+            describe_versus(&versus),
+            "ties direct QD2 256k (0.65 at 1753 MB/s, writing more): -0.02; \
+             the static line there: 0.72 (-0.09)"
+        );
+        let without_line = VersusStatic {
+            frontier_worst_500ms_at_rate: None,
+            ..versus
+        };
+        assert!(describe_versus(&without_line).ends_with("writing more): -0.02"));
     }
 
     #[test]
