@@ -726,7 +726,7 @@ impl<C: LatencyController> Dispatcher<C> {
             remaining_bytes -= length_bytes;
         }
         if request.direction == Direction::Read {
-            self.reads.queued(now, u64::from(pieces));
+            self.reads.queued(now);
         }
         Ok(pieces)
     }
@@ -1028,16 +1028,17 @@ impl<C: LatencyController> Dispatcher<C> {
             overtaken_ns: Nanos::try_from(overtaken_ns).unwrap_or(Nanos::MAX),
         };
         self.budget.release(piece.cost_ns);
-        if sample.direction == Direction::Read {
-            self.reads.finished(now);
-        }
         if let Some(limit_ns) = self
             .controller
             .on_completion(&sample, self.budget.limit_ns())
         {
             self.set_budget_ns(limit_ns);
         }
-        Ok(self.finish_piece(piece.request_slot, piece.cost_ns))
+        let completion = self.finish_piece(piece.request_slot, piece.cost_ns);
+        if sample.direction == Direction::Read {
+            self.reads.served(now, completion.is_some());
+        }
+        Ok(completion)
     }
 
     fn finish_piece(&mut self, request_slot: u32, cost_ns: Nanos) -> Option<Completion> {
@@ -1081,7 +1082,7 @@ impl<C: LatencyController> Dispatcher<C> {
             for piece in self.queue.drain_class(class_index) {
                 let request = &mut self.requests.slots[piece.request_slot as usize];
                 request.pieces_remaining -= 1;
-                if request.direction == Direction::Read {
+                if request.direction == Direction::Read && request.pieces_remaining == 0 {
                     self.reads.cancelled();
                 }
                 let id = request.id;
@@ -1283,6 +1284,37 @@ mod tests {
         assert!(dispatcher.budget().in_flight_ns() <= limit_ns);
         dispatcher.dispatch(now + rule.quiet_ns, &mut out);
         assert!(dispatcher.budget().in_flight_ns() > 3 * limit_ns);
+    }
+
+    #[test]
+    fn a_read_cut_in_more_pieces_than_it_was_queued_in_still_ends_once() {
+        let (mut dispatcher, reads) = writer_beside_a_read_class(Some(QuietReads::default()));
+        let read = request(1_000, reads, Direction::Read, 1 << 20);
+        assert_eq!(dispatcher.enqueue(0, read).unwrap(), 8, "128 KiB pieces");
+        // A smaller budget cuts the read's queued pieces as they reach the head.
+        dispatcher.set_budget_ns(200 * NANOS_PER_MICROSECOND);
+        let (mut out, mut in_flight, mut now, mut served) = (Vec::new(), VecDeque::new(), 0, 0);
+        loop {
+            dispatcher.dispatch(now, &mut out);
+            in_flight.extend(out.drain(..));
+            let Some(piece) = in_flight.pop_front() else {
+                break;
+            };
+            now += piece.cost_ns;
+            served += usize::from(piece.class == reads);
+            if let Some(completion) = dispatcher.complete(now, piece.token).unwrap() {
+                if completion.class == reads {
+                    break;
+                }
+            }
+        }
+        assert!(served > 8, "the read was cut into {served} pieces");
+        let quiet_ns = QuietReads::default().quiet_ns;
+        assert_eq!(
+            dispatcher.reads.limit_factor(now + quiet_ns),
+            4,
+            "quiet again"
+        );
     }
 
     #[test]

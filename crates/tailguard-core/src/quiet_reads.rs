@@ -3,7 +3,7 @@
 //! The budget keeps the work in flight ahead of a read near the latency
 //! target, and it costs writes their throughput to do so: a writer alone is
 //! held to one budget of work in flight although no read is there to
-//! protect. While no read piece is queued or in flight, and none was for
+//! protect. While no read is queued or in flight, and none was for
 //! [`QuietReads::quiet_ns`], the dispatcher admits
 //! [`QuietReads::limit_factor`] budgets of work instead of one, and writes
 //! queued then are split to the size that larger budget derives (fewer,
@@ -31,7 +31,7 @@ use crate::request::{Nanos, NANOS_PER_MILLISECOND};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QuietReads {
-    /// How long no read piece must have been queued or in flight before
+    /// How long no read must have been queued or in flight before
     /// writes may use the larger budget: shorter lets writes stream sooner
     /// after a burst of reads ends, and risks deepening the queue in the
     /// gaps of a slow but steady reader, whose every read would then wait
@@ -53,12 +53,13 @@ impl Default for QuietReads {
     }
 }
 
-/// What the dispatcher knows of reads for the rule: the read pieces queued
-/// or in flight, and when the last of them was queued or finished.
+/// What the dispatcher knows of reads for the rule: the read requests queued
+/// or in flight (requests, not pieces: a queued piece may be cut in two when
+/// the split size shrinks), and when a read was last queued or served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ReadWatch {
     rule: Option<QuietReads>,
-    read_pieces_outstanding: u64,
+    read_requests_outstanding: u64,
     /// `None` until the first read: a device starts quiet.
     last_read_ns: Option<Nanos>,
 }
@@ -72,29 +73,32 @@ impl ReadWatch {
         }
     }
 
-    /// `pieces` read pieces were queued at `now`.
-    pub(crate) fn queued(&mut self, now: Nanos, pieces: u64) {
-        self.read_pieces_outstanding += pieces;
+    /// A read request was queued at `now`.
+    pub(crate) fn queued(&mut self, now: Nanos) {
+        self.read_requests_outstanding += 1;
         self.last_read_ns = Some(now);
     }
 
-    /// One read piece finished (completed or cancelled) at `now`.
-    pub(crate) fn finished(&mut self, now: Nanos) {
-        self.read_pieces_outstanding = self
-            .read_pieces_outstanding
-            .checked_sub(1)
-            .expect("a read piece finished that was never queued");
+    /// A piece of a read request completed at `now`; `last` when it was the
+    /// request's last.
+    pub(crate) fn served(&mut self, now: Nanos, last: bool) {
+        if last {
+            self.read_requests_outstanding = self
+                .read_requests_outstanding
+                .checked_sub(1)
+                .expect("a read request finished that was never queued");
+        }
         self.last_read_ns = Some(now);
     }
 
-    /// One queued read piece was dropped without being served (a
-    /// cancelling shutdown): it no longer keeps the device from a quiet, and
-    /// the time of the last read stays that of the last one seen.
+    /// A queued read request was dropped without being served (a cancelling
+    /// shutdown): it no longer keeps the device from a quiet, and the time of
+    /// the last read stays that of the last one seen.
     pub(crate) fn cancelled(&mut self) {
-        self.read_pieces_outstanding = self
-            .read_pieces_outstanding
+        self.read_requests_outstanding = self
+            .read_requests_outstanding
             .checked_sub(1)
-            .expect("a read piece was cancelled that was never queued");
+            .expect("a read request was cancelled that was never queued");
     }
 
     /// How many budgets of work the dispatcher admits during a quiet: the
@@ -109,7 +113,7 @@ impl ReadWatch {
         let Some(rule) = self.rule else {
             return 1;
         };
-        let quiet = self.read_pieces_outstanding == 0
+        let quiet = self.read_requests_outstanding == 0
             && self
                 .last_read_ns
                 .is_none_or(|last| now.saturating_sub(last) >= rule.quiet_ns);
@@ -131,17 +135,22 @@ mod tests {
     fn quiet_until_a_read_then_again_after_the_quiet_time() {
         let mut watch = ReadWatch::new(Some(QuietReads::default()));
         assert_eq!(watch.limit_factor(0), 4, "a device starts quiet");
-        watch.queued(10, 2);
+        watch.queued(10);
+        watch.queued(10);
         assert_eq!(watch.limit_factor(10), 1);
-        watch.finished(20);
+        watch.served(20, false);
+        watch.served(20, true);
         assert_eq!(
             watch.limit_factor(20 + 10 * QUIET_NS),
             1,
-            "a read piece is still outstanding"
+            "a read request is still outstanding"
         );
-        watch.finished(30);
+        watch.served(30, true);
         assert_eq!(watch.limit_factor(30 + QUIET_NS - 1), 1, "not quiet yet");
         assert_eq!(watch.limit_factor(30 + QUIET_NS), 4);
+        watch.queued(40);
+        watch.cancelled();
+        assert_eq!(watch.limit_factor(40 + QUIET_NS), 4);
     }
 
     #[test]
@@ -159,6 +168,6 @@ mod tests {
     #[should_panic(expected = "never queued")]
     fn finishing_more_reads_than_were_queued_is_a_bug() {
         let mut watch = ReadWatch::new(Some(QuietReads::default()));
-        watch.finished(0);
+        watch.served(0, true);
     }
 }
