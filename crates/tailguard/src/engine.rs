@@ -114,8 +114,8 @@
 use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult, MAX_REGISTERED_FD};
 use crate::backend::{CompletionWait, EngineWaker};
 use crate::buffer::AlignedBuffer;
-use crate::completion::Responder;
 use crate::completion::{drive_until_notified_helping, Driver, Parker};
+use crate::completion::{PendingWakes, Responder};
 use crate::device::DeviceId;
 use crate::handoff::Handoff;
 use crate::handoff::Wake;
@@ -124,6 +124,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::task::Waker;
 use std::time::Duration;
 use tailguard_core::{
     CancelledPiece, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
@@ -403,6 +404,11 @@ pub(crate) struct Engine {
     dispatched: Vec<DispatchedPiece>,
     ops: Vec<Op>,
     completions: Vec<OpResult>,
+    /// The wakers of the requests answered since the last
+    /// [`Engine::wake_answered`] (see "Batched wakes" in [`crate::completion`]).
+    wakes: Vec<Waker>,
+    /// Where they go to be called, by this runner or any other thread.
+    pending_wakes: Arc<PendingWakes>,
     /// `None` where the backend registers no files.
     files: Option<FileRegistry>,
 }
@@ -436,6 +442,8 @@ impl Engine {
             dispatched: Vec::new(),
             ops: Vec::new(),
             completions: Vec::new(),
+            wakes: Vec::new(),
+            pending_wakes: Arc::default(),
             files: backend.registers_files().then(FileRegistry::default),
             backend,
         }
@@ -816,6 +824,7 @@ impl Engine {
             }
         }
         self.cancelled = cancelled;
+        self.wake_answered();
         if requests > 0 {
             tracing::debug!(requests, "tailguard engine: cancelled the queued requests");
         }
@@ -955,8 +964,18 @@ impl Engine {
             self.complete_piece(now, completion);
         }
         self.completions = completions;
+        self.wake_answered();
         self.log_controller_decisions();
         true
+    }
+
+    /// Calls the wakers of the requests answered since the last call, once
+    /// all of them are answered, through [`PendingWakes`] so that a woken
+    /// thread may call the rest itself (see "Batched wakes" in
+    /// [`crate::completion`]).
+    fn wake_answered(&mut self) {
+        self.pending_wakes.publish(&mut self.wakes);
+        self.pending_wakes.wake_pending();
     }
 
     /// Traces the controllers: one event per device whose budget changed since the
@@ -1085,10 +1104,13 @@ impl Engine {
         match message.reply {
             Reply::Data(responder) => {
                 let buffer = message.buffer.take().expect("data requests carry a buffer");
-                responder.send((result.map(|bytes| bytes as usize), buffer));
+                responder.send_batched(
+                    (result.map(|bytes| bytes as usize), buffer),
+                    &mut self.wakes,
+                );
             }
             Reply::Unit(responder) => {
-                responder.send(result.map(|_| ()));
+                responder.send_batched(result.map(|_| ()), &mut self.wakes);
             }
         }
         if let Some(file) = file {
@@ -1219,6 +1241,8 @@ impl Engine {
             // The kernel may still be transferring into this buffer: leak it.
             std::mem::forget(record.message.buffer.take());
         }
+        // Requests answered before the panic: their futures must still wake.
+        self.wake_answered();
     }
 }
 
@@ -1247,6 +1271,9 @@ pub(crate) struct Shared {
     waits_in_ring: bool,
     /// The engine thread's handle for that wait, until it takes it.
     ring_wait: Mutex<Option<Arc<dyn CompletionWait>>>,
+    /// The engine's wakers not called yet (see "Batched wakes" in
+    /// [`crate::completion`]).
+    pub(crate) pending_wakes: Arc<PendingWakes>,
 }
 
 /// Why the engine thread leaves the engine.
@@ -1296,6 +1323,7 @@ impl Shared {
             waits_in_ring: ring_wait.is_some(),
             ring_wait: Mutex::new(ring_wait),
             handoff: engine.handoff.clone(),
+            pending_wakes: engine.pending_wakes.clone(),
             waker: BackendWaker(engine.backend.waker()),
             backend: engine.backend_kind,
             engine: Mutex::new(Some(engine)),
@@ -1499,6 +1527,10 @@ impl Driver for Shared {
 
     fn interrupt(&self) {
         self.handoff.interrupt(&self.waker);
+    }
+
+    fn wake_pending(&self) {
+        self.pending_wakes.wake_pending();
     }
 }
 

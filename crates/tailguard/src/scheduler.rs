@@ -337,6 +337,9 @@ impl Inner {
     /// engine is shut down, hands the request back so its buffer returns to
     /// the caller.
     fn send_io<T>(&self, message: IoMessage, future: &mut IoFuture<T>) -> Result<(), IoMessage> {
+        // This thread is running: it calls the wakers the engine's runner has
+        // yet to call (see "Batched wakes" in `crate::completion`).
+        self.shared.pending_wakes.wake_pending();
         let message = match self
             .shared
             .try_submit_beside_ring_wait(Message::Io(message))
