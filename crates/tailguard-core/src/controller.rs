@@ -69,7 +69,9 @@
 //!    [`ControllerConfig::growth_hints`] but not by
 //!    [`ControllerConfig::growth_pays`] grows on once before its verdict (a
 //!    larger budget splits larger pieces, whose gain may show only at the next
-//!    split size). Little's law does not judge, the congestion threshold does
+//!    split size), and a wasted verdict after that falls back to the budget
+//!    whose rate rose by the hint, not below it (below it the rate was
+//!    lower). Little's law does not judge, the congestion threshold does
 //!    not bound growth, and the budget never probes downwards. A
 //!    read that arrives later finds at most the knee's worth of work ahead, and
 //!    its first late window cuts the budget (rule 2). Otherwise each window is
@@ -99,7 +101,8 @@
 //!    congested delays the next one by [`ControllerConfig::grow_backoff_ns`],
 //!    doubling with each failure up to [`ControllerConfig::grow_backoff_max_ns`],
 //!    until the threshold is forgotten.
-//! 10. **Shrink probes only while Little's law judges.** After a wasted growth
+//! 10. **Shrink probes only while Little's law judges** (or rule 14 asks for
+//!     one). After a wasted growth
 //!     the next probe goes down by [`ControllerConfig::shrink_step`] and is
 //!     kept while the rate stays within [`ControllerConfig::shrink_keeps`] of
 //!     the rate before the first step; probes are
@@ -142,6 +145,17 @@
 //!     requests (so the device always pipelines; see [`crate::budget`]) and
 //!     [`ControllerConfig::limit_max_targets`] latency targets
 //!     ([`BudgetBounds`]).
+//! 14. **Shares need a queue.** The fair queue splits the device by shares
+//!     only among pieces that wait in it. While two or more classes have
+//!     pieces in flight at most of a window's completions, the budget held
+//!     nothing back, and more than [`ControllerConfig::shared_queue_pieces`]
+//!     pieces of the window's mean cost were in flight on average, the window
+//!     starts a shrink probe (rule 10, judged by the rate alone, whether or
+//!     not reads are recent, with a floor of the window's pieces): a device
+//!     queue that deep is split by the device, not by shares, and a smaller
+//!     budget that keeps the rate costs no one anything. Once the budget
+//!     binds, the classes that asked for more than they get are backlogged
+//!     (rule 1) and the knee test judges it.
 //!
 //! So one saturating class alone, or several saturating classes together, are
 //! judged by throughput (the knee test) and not held at a latency no one asked
@@ -214,6 +228,10 @@ pub struct CompletionSample {
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
     pub queued_pieces: usize,
+    /// Classes with pieces in flight at this completion, its own included:
+    /// two or more share the device's queue, where the fair queue's shares
+    /// do not reach.
+    pub classes_in_flight: usize,
     /// Cost of pieces dispatched *after* this one that completed before it (a
     /// lower bound: completions since its dispatch, less `ahead_ns`). Large on a
     /// device that reorders its queue and starves an old piece (a disk serving
@@ -485,6 +503,13 @@ pub struct ControllerConfig {
     /// reader protected through longer pauses, shorter lets a writer left
     /// alone deepen its queue sooner.
     pub alone_after_ns: Nanos,
+    /// While two or more classes have pieces in flight and the budget holds
+    /// nothing back, a mean in-flight of more than this many pieces starts
+    /// shrink probes (rule 14): the fair queue splits the device by shares
+    /// only among pieces that wait in it, so a deep device queue of several
+    /// classes is split by the device instead; higher leaves deeper shared
+    /// queues alone, lower probes shallow ones that cost nothing.
+    pub shared_queue_pieces: f64,
 }
 
 impl Default for ControllerConfig {
@@ -523,6 +548,7 @@ impl Default for ControllerConfig {
             knee_completions: 128,
             knee_min_ns: 500 * NANOS_PER_MILLISECOND,
             alone_after_ns: NANOS_PER_SECOND,
+            shared_queue_pieces: 16.0,
         }
     }
 }
@@ -687,6 +713,8 @@ pub struct WindowSummary {
     pub mean_piece_cost_ns: f64,
     /// Whether pieces waited in the fair queue at most completions.
     pub binding: bool,
+    /// Whether two or more classes had pieces in flight at most completions.
+    pub shared: bool,
     /// Whether the device stalled: more than [`ControllerConfig::stall_fraction`] of the window
     /// passed between two completions (or before the first).
     pub stalled: bool,
@@ -746,6 +774,8 @@ struct Window {
     over_target_reads: u64,
     /// Pieces waiting in the fair queue at the last completion.
     queued_pieces: u64,
+    /// Completions at which two or more classes had pieces in flight.
+    shared: u64,
 }
 
 /// What completed since the budget last changed.
@@ -772,10 +802,17 @@ enum Probe {
         /// Whether it already grew on from a rate that rose by less than
         /// [`ControllerConfig::growth_pays`] (rule 5).
         hinted: bool,
+        /// The budget at which the rate rose by
+        /// [`ControllerConfig::growth_hints`] (rule 5), if it grew on from
+        /// there: a wasted verdict falls back to it, not below.
+        hinted_ns: Option<Nanos>,
     },
     Down {
         from_ns: Nanos,
         baseline: f64,
+        /// Started for the sake of shares (rule 14): its floor counts the
+        /// window's pieces only.
+        for_shares: bool,
     },
 }
 
@@ -1030,6 +1067,7 @@ impl AdaptiveBudget {
             delay_ns,
             mean_piece_cost_ns: window.cost_ns as f64 / window.completions.max(1) as f64,
             binding: window.backlogged * 2 >= window.completions && window.completions > 0,
+            shared: window.shared * 2 >= window.completions && window.completions > 0,
             stalled: window.longest_gap_ns as f64 > self.config.stall_fraction * elapsed,
             longest_gap_ns: window.longest_gap_ns,
             reads: window.reads,
@@ -1127,7 +1165,11 @@ impl AdaptiveBudget {
     /// With no probe under way: whether to start one (rules 6 and 10), or hold.
     fn classify_between_probes(&self, window: &WindowSummary, limit_ns: Nanos) -> Situation {
         if !window.binding {
-            return Situation::Idle;
+            return if self.shares_need_a_queue(window, limit_ns) {
+                Situation::Settled
+            } else {
+                Situation::Idle
+            };
         }
         if self.holds_left > 0 {
             return Situation::Fine;
@@ -1141,7 +1183,7 @@ impl AdaptiveBudget {
             && self.now_ns >= self.grow_not_before_ns
         {
             Situation::Underused
-        } else if self.may_shrink(window, limit_ns) && !window.reads_recent {
+        } else if self.may_shrink(window, limit_ns, false) && !window.reads_recent {
             Situation::Settled
         } else {
             Situation::Fine
@@ -1206,15 +1248,33 @@ impl AdaptiveBudget {
 
     /// Whether a shrink probe may start, or go on, from `limit_ns`: not within
     /// the backoff after a costly one ([`ControllerConfig::shrink_backoff_ns`]), and not below
-    /// [`ControllerConfig::shrink_floor_pieces`] pieces.
-    fn may_shrink(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
+    /// [`ControllerConfig::shrink_floor_pieces`] pieces (of the window's mean
+    /// piece only, `for_shares`, since the shares of the classes that run
+    /// are what rule 14 serves; and of the size it would split to otherwise).
+    fn may_shrink(&self, window: &WindowSummary, limit_ns: Nanos, for_shares: bool) -> bool {
         let shrunk = self.clamp(limit_ns as f64 * self.config.shrink_step);
-        let piece_ns = window
-            .mean_piece_cost_ns
-            .max(self.split_piece_cost_ns(shrunk) as f64);
+        let split_piece_ns = if for_shares {
+            0.0
+        } else {
+            self.split_piece_cost_ns(shrunk) as f64
+        };
+        let piece_ns = window.mean_piece_cost_ns.max(split_piece_ns);
         shrunk < limit_ns
             && self.now_ns >= self.shrink_not_before_ns
             && shrunk as f64 >= self.config.shrink_floor_pieces * piece_ns
+    }
+
+    /// Whether a budget that did not bind is deep enough to probe downwards
+    /// for the sake of shares (rule 14): two or more classes had pieces in
+    /// flight, more than [`ControllerConfig::shared_queue_pieces`] pieces of
+    /// the window's mean cost were in flight on average, and a shrink probe
+    /// may start.
+    fn shares_need_a_queue(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
+        window.shared
+            && self.holds_left == 0
+            && window.mean_in_flight_ns
+                > self.config.shared_queue_pieces * window.mean_piece_cost_ns
+            && self.may_shrink(window, limit_ns, true)
     }
 
     /// Whether a growth step stays within the goal: by the reads themselves
@@ -1340,7 +1400,22 @@ impl AdaptiveBudget {
         }
         // An unfelt probe keeps the baseline it started from; one that grows
         // on from a hint (rule 5) does so once.
-        if let (Situation::GrowthUnfelt, Probe::Up { hinted, .. }) = (situation, &mut self.probe) {
+        if let (
+            Situation::GrowthUnfelt,
+            Probe::Up {
+                hinted,
+                hinted_ns,
+                baseline,
+                ..
+            },
+        ) = (situation, &mut self.probe)
+        {
+            let hint = window.unprotected
+                && !*hinted
+                && window.span_rate >= *baseline * self.config.growth_hints;
+            if hint {
+                *hinted_ns = Some(limit_ns);
+            }
             *hinted |= window.unprotected;
             return Some(grown);
         }
@@ -1355,6 +1430,7 @@ impl AdaptiveBudget {
             baseline_in_flight_ns,
             baseline_missed: window.missed_share(),
             hinted: false,
+            hinted_ns: None,
         };
         Some(grown)
     }
@@ -1428,8 +1504,18 @@ impl AdaptiveBudget {
             Situation::GrowthWasted => {
                 // Not backed off: a wasted probe is how the knee is found (and
                 // on a stick, piece sizes are judged so).
-                let Probe::Up { from_ns, .. } = self.probe else {
+                let Probe::Up {
+                    from_ns, hinted_ns, ..
+                } = self.probe
+                else {
                     unreachable!("classified from a growth probe")
+                };
+                // While classes are alone, the budget at which the rate rose
+                // by the hint is kept (rule 5).
+                let from_ns = if window.unprotected {
+                    hinted_ns.unwrap_or(from_ns)
+                } else {
+                    from_ns
                 };
                 self.probe = Probe::None;
                 self.paid_streak = 0;
@@ -1441,19 +1527,26 @@ impl AdaptiveBudget {
                 self.probe = Probe::Down {
                     from_ns: limit_ns,
                     baseline: window.rate,
+                    for_shares: !window.binding,
                 };
                 Some(self.clamp(limit * self.config.shrink_step))
             }
             Situation::ShrinkFree => {
-                let Probe::Down { baseline, .. } = self.probe else {
+                let Probe::Down {
+                    baseline,
+                    for_shares,
+                    ..
+                } = self.probe
+                else {
                     unreachable!("classified from a shrink probe")
                 };
                 let shrunk = self.clamp(limit * self.config.shrink_step);
-                if self.may_shrink(window, limit_ns) {
+                if self.may_shrink(window, limit_ns, for_shares) {
                     // The baseline stays the rate before the first shrink: no drift.
                     self.probe = Probe::Down {
                         from_ns: limit_ns,
                         baseline,
+                        for_shares,
                     };
                     Some(shrunk)
                 } else {
@@ -1611,6 +1704,9 @@ impl LatencyController for AdaptiveBudget {
             window.backlogged += 1;
         }
         window.queued_pieces = sample.queued_pieces as u64;
+        if sample.classes_in_flight >= 2 {
+            window.shared += 1;
+        }
         self.now_ns = sample.now;
         if sample.direction == Direction::Read {
             self.last_read_ns = Some(sample.now);
@@ -1830,6 +1926,7 @@ mod tests {
             ahead_other_ns: ahead_ns,
             class_backlogged: false,
             queued_pieces: 1,
+            classes_in_flight: 1,
             overtaken_ns: 0,
         }
     }
@@ -1936,6 +2033,7 @@ mod tests {
                 ahead_other_ns: limit,
                 class_backlogged: false,
                 queued_pieces: 5,
+                classes_in_flight: 1,
                 overtaken_ns: 0,
             };
             if let Some(new) = c.on_completion(&sample, limit) {
@@ -1944,6 +2042,80 @@ mod tests {
         }
         assert!((80_000..=200_000).contains(&limit), "settled at {limit}");
         assert!(c.stats().grows > 0 && c.stats().windows > 10);
+    }
+
+    #[test]
+    fn a_deep_unbound_queue_of_several_classes_is_probed_down_for_their_shares() {
+        // Two classes with 128 reads of 1.2 µs in flight, nothing queued, all
+        // on time: the budget binds nothing, yet only a queue lets the fair
+        // queue split the device by shares.
+        let mut c = controller();
+        let deep = |shared: bool| WindowSummary {
+            completions: 64,
+            rate: 1.0,
+            mean_in_flight_ns: 153_600.0,
+            delay_ns: 153_600.0,
+            mean_piece_cost_ns: 1_200.0,
+            binding: false,
+            shared,
+            reads: 64,
+            reads_recent: true,
+            ..WindowSummary::default()
+        };
+        assert_eq!(
+            c.classify(&deep(false), 500_000),
+            Situation::Idle,
+            "one class"
+        );
+        let shallow = WindowSummary {
+            mean_in_flight_ns: 12_000.0,
+            delay_ns: 12_000.0,
+            ..deep(true)
+        };
+        assert_eq!(c.classify(&shallow, 500_000), Situation::Idle, "ten pieces");
+        let mut limit = 500_000;
+        for _ in 0..20 {
+            let (situation, new) = judge(&mut c, &deep(true), limit);
+            assert!(
+                matches!(situation, Situation::Settled | Situation::ShrinkFree),
+                "{situation:?} at {limit}"
+            );
+            if new == limit {
+                break;
+            }
+            limit = new;
+        }
+        // Down to a floor of three of the window's pieces, far below the
+        // in-flight cost: the budget binds.
+        assert!((3_600..153_600 / 2).contains(&limit), "stopped at {limit}");
+    }
+
+    #[test]
+    fn a_wasted_probe_of_saturating_classes_keeps_the_budget_the_hint_raised() {
+        // Saturating classes alone (rule 5): from 100 µs the rate rises 3%
+        // at 200 µs (a hint, it grows on) and then no more at 400 µs.
+        let mut c = controller();
+        let alone = |span_rate: f64, in_flight_ns: f64| WindowSummary {
+            span_completions: 1_000,
+            span_rate,
+            span_mean_in_flight_ns: in_flight_ns,
+            span_ns: NANOS_PER_SECOND,
+            unprotected: true,
+            ..window(span_rate, in_flight_ns, true)
+        };
+        assert_eq!(
+            judge(&mut c, &alone(1.0, 100_000.0), 100_000),
+            (Situation::Underused, 200_000)
+        );
+        assert_eq!(
+            judge(&mut c, &alone(1.03, 200_000.0), 200_000),
+            (Situation::GrowthUnfelt, 400_000)
+        );
+        assert_eq!(
+            judge(&mut c, &alone(1.035, 400_000.0), 400_000),
+            (Situation::GrowthWasted, 200_000),
+            "back to where the rate rose, not below it"
+        );
     }
 
     /// Drives one 10 ms window from `start_ns` at `limit_ns`, as a virtio disk
@@ -1984,6 +2156,7 @@ mod tests {
                 ahead_other_ns: if write { 6_000_000 } else { 3_200_000 },
                 class_backlogged: false,
                 queued_pieces: 8,
+                classes_in_flight: 1,
                 overtaken_ns: 0,
             };
             decision = c.on_completion(&sample, limit_ns);
