@@ -146,11 +146,11 @@
 //!     [`ControllerConfig::limit_max_targets`] latency targets
 //!     ([`BudgetBounds`]).
 //! 14. **Shares need a queue.** The fair queue splits the device by shares
-//!     only among pieces that wait in it. While two or more classes have
-//!     pieces in flight at most of a window's completions, the budget held
-//!     nothing back, and more than [`ControllerConfig::shared_queue_pieces`]
-//!     pieces of the window's mean cost were in flight on average, the window
-//!     starts a shrink probe (rule 10, judged by the rate alone, whether or
+//!     only among pieces that wait in it. While two or more classes each
+//!     have more than [`ControllerConfig::shared_queue_pieces`] pieces in
+//!     flight at most of a window's completions
+//!     ([`CompletionSample::runner_up_in_flight_pieces`]) and the budget held
+//!     nothing back, the window starts a shrink probe (rule 10, judged by the rate alone, whether or
 //!     not reads are recent, with a floor of the window's pieces): a device
 //!     queue that deep is split by the device, not by shares, and a smaller
 //!     budget that keeps the rate costs no one anything. Once the budget
@@ -228,10 +228,11 @@ pub struct CompletionSample {
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
     pub queued_pieces: usize,
-    /// Classes with pieces in flight at this completion, its own included:
-    /// two or more share the device's queue, where the fair queue's shares
-    /// do not reach.
-    pub classes_in_flight: usize,
+    /// The second largest number of pieces any class has in flight at this
+    /// completion (0 with fewer than two classes in flight): two or more
+    /// classes have at least this many pieces in the device's queue, where
+    /// the fair queue's shares do not reach.
+    pub runner_up_in_flight_pieces: usize,
     /// Cost of pieces dispatched *after* this one that completed before it (a
     /// lower bound: completions since its dispatch, less `ahead_ns`). Large on a
     /// device that reorders its queue and starves an old piece (a disk serving
@@ -503,13 +504,14 @@ pub struct ControllerConfig {
     /// reader protected through longer pauses, shorter lets a writer left
     /// alone deepen its queue sooner.
     pub alone_after_ns: Nanos,
-    /// While two or more classes have pieces in flight and the budget holds
-    /// nothing back, a mean in-flight of more than this many pieces starts
-    /// shrink probes (rule 14): the fair queue splits the device by shares
-    /// only among pieces that wait in it, so a deep device queue of several
-    /// classes is split by the device instead; higher leaves deeper shared
-    /// queues alone, lower probes shallow ones that cost nothing.
-    pub shared_queue_pieces: f64,
+    /// While two or more classes each have more than this many pieces in
+    /// flight and the budget holds nothing back, shrink probes start (rule
+    /// 14): the fair queue splits the device by shares only among pieces
+    /// that wait in it, so a deep device queue of several classes is split by
+    /// the device instead; higher leaves more classes with many small
+    /// requests (a pool of latency readers) to the device's split, lower
+    /// probes shallow queues where a shrink may cost throughput.
+    pub shared_queue_pieces: usize,
 }
 
 impl Default for ControllerConfig {
@@ -548,7 +550,7 @@ impl Default for ControllerConfig {
             knee_completions: 128,
             knee_min_ns: 500 * NANOS_PER_MILLISECOND,
             alone_after_ns: NANOS_PER_SECOND,
-            shared_queue_pieces: 16.0,
+            shared_queue_pieces: 32,
         }
     }
 }
@@ -713,7 +715,9 @@ pub struct WindowSummary {
     pub mean_piece_cost_ns: f64,
     /// Whether pieces waited in the fair queue at most completions.
     pub binding: bool,
-    /// Whether two or more classes had pieces in flight at most completions.
+    /// Whether two or more classes each had more than
+    /// [`ControllerConfig::shared_queue_pieces`] pieces in flight at most
+    /// completions (rule 14).
     pub shared: bool,
     /// Whether the device stalled: more than [`ControllerConfig::stall_fraction`] of the window
     /// passed between two completions (or before the first).
@@ -774,7 +778,8 @@ struct Window {
     over_target_reads: u64,
     /// Pieces waiting in the fair queue at the last completion.
     queued_pieces: u64,
-    /// Completions at which two or more classes had pieces in flight.
+    /// Completions at which two or more classes each had more than
+    /// [`ControllerConfig::shared_queue_pieces`] pieces in flight.
     shared: u64,
 }
 
@@ -1265,16 +1270,11 @@ impl AdaptiveBudget {
     }
 
     /// Whether a budget that did not bind is deep enough to probe downwards
-    /// for the sake of shares (rule 14): two or more classes had pieces in
-    /// flight, more than [`ControllerConfig::shared_queue_pieces`] pieces of
-    /// the window's mean cost were in flight on average, and a shrink probe
-    /// may start.
+    /// for the sake of shares (rule 14): two or more classes each had more
+    /// than [`ControllerConfig::shared_queue_pieces`] pieces in flight, and
+    /// a shrink probe may start.
     fn shares_need_a_queue(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
-        window.shared
-            && self.holds_left == 0
-            && window.mean_in_flight_ns
-                > self.config.shared_queue_pieces * window.mean_piece_cost_ns
-            && self.may_shrink(window, limit_ns, true)
+        window.shared && self.holds_left == 0 && self.may_shrink(window, limit_ns, true)
     }
 
     /// Whether a growth step stays within the goal: by the reads themselves
@@ -1704,7 +1704,7 @@ impl LatencyController for AdaptiveBudget {
             window.backlogged += 1;
         }
         window.queued_pieces = sample.queued_pieces as u64;
-        if sample.classes_in_flight >= 2 {
+        if sample.runner_up_in_flight_pieces > self.config.shared_queue_pieces {
             window.shared += 1;
         }
         self.now_ns = sample.now;
@@ -1926,7 +1926,7 @@ mod tests {
             ahead_other_ns: ahead_ns,
             class_backlogged: false,
             queued_pieces: 1,
-            classes_in_flight: 1,
+            runner_up_in_flight_pieces: 0,
             overtaken_ns: 0,
         }
     }
@@ -2033,7 +2033,7 @@ mod tests {
                 ahead_other_ns: limit,
                 class_backlogged: false,
                 queued_pieces: 5,
-                classes_in_flight: 1,
+                runner_up_in_flight_pieces: 0,
                 overtaken_ns: 0,
             };
             if let Some(new) = c.on_completion(&sample, limit) {
@@ -2046,7 +2046,7 @@ mod tests {
 
     #[test]
     fn a_deep_unbound_queue_of_several_classes_is_probed_down_for_their_shares() {
-        // Two classes with 128 reads of 1.2 µs in flight, nothing queued, all
+        // Two classes with 64 reads of 1.2 µs in flight each, nothing queued, all
         // on time: the budget binds nothing, yet only a queue lets the fair
         // queue split the device by shares.
         let mut c = controller();
@@ -2065,14 +2065,8 @@ mod tests {
         assert_eq!(
             c.classify(&deep(false), 500_000),
             Situation::Idle,
-            "one class"
+            "one deep class"
         );
-        let shallow = WindowSummary {
-            mean_in_flight_ns: 12_000.0,
-            delay_ns: 12_000.0,
-            ..deep(true)
-        };
-        assert_eq!(c.classify(&shallow, 500_000), Situation::Idle, "ten pieces");
         let mut limit = 500_000;
         for _ in 0..20 {
             let (situation, new) = judge(&mut c, &deep(true), limit);
@@ -2156,7 +2150,7 @@ mod tests {
                 ahead_other_ns: if write { 6_000_000 } else { 3_200_000 },
                 class_backlogged: false,
                 queued_pieces: 8,
-                classes_in_flight: 1,
+                runner_up_in_flight_pieces: 0,
                 overtaken_ns: 0,
             };
             decision = c.on_completion(&sample, limit_ns);

@@ -1015,7 +1015,7 @@ impl<C: LatencyController> Dispatcher<C> {
             ahead_other_ns: piece.ahead_other_ns,
             class_backlogged: piece.class_backlogged,
             queued_pieces: self.queue.len(),
-            classes_in_flight: self.classes_in_flight(),
+            runner_up_in_flight_pieces: self.runner_up_in_flight_pieces(),
             overtaken_ns: Nanos::try_from(overtaken_ns).unwrap_or(Nanos::MAX),
         };
         self.budget.release(piece.cost_ns);
@@ -1028,13 +1028,19 @@ impl<C: LatencyController> Dispatcher<C> {
         Ok(self.finish_piece(piece.request_slot, piece.cost_ns))
     }
 
-    /// How many classes have pieces in flight.
-    fn classes_in_flight(&self) -> usize {
-        self.classes
-            .slots
-            .iter()
-            .filter(|slot| slot.live && slot.in_flight_pieces > 0)
-            .count()
+    /// The second largest number of pieces a class has in flight (see
+    /// [`CompletionSample::runner_up_in_flight_pieces`]).
+    fn runner_up_in_flight_pieces(&self) -> usize {
+        let (mut first, mut second) = (0, 0);
+        for slot in self.classes.slots.iter().filter(|slot| slot.live) {
+            if slot.in_flight_pieces > first {
+                second = first;
+                first = slot.in_flight_pieces;
+            } else if slot.in_flight_pieces > second {
+                second = slot.in_flight_pieces;
+            }
+        }
+        second
     }
 
     fn finish_piece(&mut self, request_slot: u32, cost_ns: Nanos) -> Option<Completion> {
