@@ -106,7 +106,9 @@
 //!     the next probe goes down by [`ControllerConfig::shrink_step`] and is
 //!     kept while the rate stays within [`ControllerConfig::shrink_keeps`] of
 //!     the rate before the first step; probes are
-//!     [`ControllerConfig::hold_windows`] apart. A shrink probe never takes the
+//!     [`ControllerConfig::hold_windows`] apart, and none starts from the
+//!     first window (its rate counts the time the device took to fill, so a
+//!     shrink judged against it looks free). A shrink probe never takes the
 //!     budget below [`ControllerConfig::shrink_floor_pieces`] pieces, and after
 //!     a costly one none starts for [`ControllerConfig::shrink_backoff_ns`],
 //!     doubling up to [`ControllerConfig::shrink_backoff_max_ns`]. While reads
@@ -1181,6 +1183,8 @@ impl AdaptiveBudget {
         }
         // Probes alternate up and down only while Little's law judges the budget;
         // while reads judge it, a smaller budget buys them nothing, so probes go up.
+        // The first window's rate counts the device's fill, so no shrink
+        // probe is judged against it (rule 10).
         let probe_up = !self.probe_down_next || window.reads_recent;
         if self.has_room(window, limit_ns)
             && probe_up
@@ -1188,7 +1192,10 @@ impl AdaptiveBudget {
             && self.now_ns >= self.grow_not_before_ns
         {
             Situation::Underused
-        } else if self.may_shrink(window, limit_ns, false) && !window.reads_recent {
+        } else if self.may_shrink(window, limit_ns, false)
+            && !window.reads_recent
+            && self.stats.windows > 0
+        {
             Situation::Settled
         } else {
             Situation::Fine
@@ -1854,6 +1861,8 @@ mod tests {
     #[test]
     fn growth_is_kept_only_when_it_pays_five_percent() {
         let mut c = controller();
+        // Past the first window, from which no shrink probe starts.
+        c.stats.windows = 1;
         let w = window(1.0, 50_000.0, true);
         assert_eq!(c.classify(&w, 50_000), Situation::Underused);
         let grown = c.act(Situation::Underused, &w, 50_000).unwrap();
@@ -2042,6 +2051,17 @@ mod tests {
         }
         assert!((80_000..=200_000).contains(&limit), "settled at {limit}");
         assert!(c.stats().grows > 0 && c.stats().windows > 10);
+    }
+
+    #[test]
+    fn no_shrink_probe_starts_from_the_first_window() {
+        // No reads, the goal (200 µs) leaves no room for a step from 180 µs:
+        // a settled window, but the first one counts the device's fill.
+        let mut c = controller();
+        let w = window(1.0, 180_000.0, true);
+        assert_eq!(c.classify(&w, 180_000), Situation::Fine);
+        c.stats.windows = 1;
+        assert_eq!(c.classify(&w, 180_000), Situation::Settled);
     }
 
     #[test]
