@@ -69,7 +69,9 @@
 //!    [`ControllerConfig::growth_hints`] but not by
 //!    [`ControllerConfig::growth_pays`] grows on once before its verdict (a
 //!    larger budget splits larger pieces, whose gain may show only at the next
-//!    split size). Little's law does not judge, the congestion threshold does
+//!    split size), and a wasted verdict after that falls back to the budget
+//!    whose rate rose by the hint, not below it (below it the rate was
+//!    lower). Little's law does not judge, the congestion threshold does
 //!    not bound growth, and the budget never probes downwards. A
 //!    read that arrives later finds at most the knee's worth of work ahead, and
 //!    its first late window cuts the budget (rule 2). Otherwise each window is
@@ -99,11 +101,14 @@
 //!    congested delays the next one by [`ControllerConfig::grow_backoff_ns`],
 //!    doubling with each failure up to [`ControllerConfig::grow_backoff_max_ns`],
 //!    until the threshold is forgotten.
-//! 10. **Shrink probes only while Little's law judges.** After a wasted growth
+//! 10. **Shrink probes only while Little's law judges** (or rule 14 asks for
+//!     one). After a wasted growth
 //!     the next probe goes down by [`ControllerConfig::shrink_step`] and is
 //!     kept while the rate stays within [`ControllerConfig::shrink_keeps`] of
 //!     the rate before the first step; probes are
-//!     [`ControllerConfig::hold_windows`] apart. A shrink probe never takes the
+//!     [`ControllerConfig::hold_windows`] apart, and none starts from the
+//!     first window (its rate counts the time the device took to fill, so a
+//!     shrink judged against it looks free). A shrink probe never takes the
 //!     budget below [`ControllerConfig::shrink_floor_pieces`] pieces, and after
 //!     a costly one none starts for [`ControllerConfig::shrink_backoff_ns`],
 //!     doubling up to [`ControllerConfig::shrink_backoff_max_ns`]. While reads
@@ -142,6 +147,17 @@
 //!     requests (so the device always pipelines; see [`crate::budget`]) and
 //!     [`ControllerConfig::limit_max_targets`] latency targets
 //!     ([`BudgetBounds`]).
+//! 14. **Shares need a queue.** The fair queue splits the device by shares
+//!     only among pieces that wait in it. While two or more classes each
+//!     have more than [`ControllerConfig::shared_queue_pieces`] pieces in
+//!     flight at most of a window's completions
+//!     ([`CompletionSample::runner_up_in_flight_pieces`]) and the budget held
+//!     nothing back, the window starts a shrink probe (rule 10, judged by the rate alone, whether or
+//!     not reads are recent, with a floor of the window's pieces): a device
+//!     queue that deep is split by the device, not by shares, and a smaller
+//!     budget that keeps the rate costs no one anything. Once the budget
+//!     binds, the classes that asked for more than they get are backlogged
+//!     (rule 1) and the knee test judges it.
 //!
 //! So one saturating class alone, or several saturating classes together, are
 //! judged by throughput (the knee test) and not held at a latency no one asked
@@ -214,6 +230,11 @@ pub struct CompletionSample {
     /// Pieces waiting in the fair queue at this completion: nonzero means the
     /// budget, not the workload, was what held work back.
     pub queued_pieces: usize,
+    /// The second largest number of pieces any class has in flight at this
+    /// completion (0 with fewer than two classes in flight): two or more
+    /// classes have at least this many pieces in the device's queue, where
+    /// the fair queue's shares do not reach.
+    pub runner_up_in_flight_pieces: usize,
     /// Cost of pieces dispatched *after* this one that completed before it (a
     /// lower bound: completions since its dispatch, less `ahead_ns`). Large on a
     /// device that reorders its queue and starves an old piece (a disk serving
@@ -485,6 +506,14 @@ pub struct ControllerConfig {
     /// reader protected through longer pauses, shorter lets a writer left
     /// alone deepen its queue sooner.
     pub alone_after_ns: Nanos,
+    /// While two or more classes each have more than this many pieces in
+    /// flight and the budget holds nothing back, shrink probes start (rule
+    /// 14): the fair queue splits the device by shares only among pieces
+    /// that wait in it, so a deep device queue of several classes is split by
+    /// the device instead; higher leaves more classes with many small
+    /// requests (a pool of latency readers) to the device's split, lower
+    /// probes shallow queues where a shrink may cost throughput.
+    pub shared_queue_pieces: usize,
 }
 
 impl Default for ControllerConfig {
@@ -523,6 +552,7 @@ impl Default for ControllerConfig {
             knee_completions: 128,
             knee_min_ns: 500 * NANOS_PER_MILLISECOND,
             alone_after_ns: NANOS_PER_SECOND,
+            shared_queue_pieces: 32,
         }
     }
 }
@@ -687,6 +717,10 @@ pub struct WindowSummary {
     pub mean_piece_cost_ns: f64,
     /// Whether pieces waited in the fair queue at most completions.
     pub binding: bool,
+    /// Whether two or more classes each had more than
+    /// [`ControllerConfig::shared_queue_pieces`] pieces in flight at most
+    /// completions (rule 14).
+    pub shared: bool,
     /// Whether the device stalled: more than [`ControllerConfig::stall_fraction`] of the window
     /// passed between two completions (or before the first).
     pub stalled: bool,
@@ -746,6 +780,9 @@ struct Window {
     over_target_reads: u64,
     /// Pieces waiting in the fair queue at the last completion.
     queued_pieces: u64,
+    /// Completions at which two or more classes each had more than
+    /// [`ControllerConfig::shared_queue_pieces`] pieces in flight.
+    shared: u64,
 }
 
 /// What completed since the budget last changed.
@@ -772,10 +809,17 @@ enum Probe {
         /// Whether it already grew on from a rate that rose by less than
         /// [`ControllerConfig::growth_pays`] (rule 5).
         hinted: bool,
+        /// The budget at which the rate rose by
+        /// [`ControllerConfig::growth_hints`] (rule 5), if it grew on from
+        /// there: a wasted verdict falls back to it, not below.
+        hinted_ns: Option<Nanos>,
     },
     Down {
         from_ns: Nanos,
         baseline: f64,
+        /// Started for the sake of shares (rule 14): its floor counts the
+        /// window's pieces only.
+        for_shares: bool,
     },
 }
 
@@ -1030,6 +1074,7 @@ impl AdaptiveBudget {
             delay_ns,
             mean_piece_cost_ns: window.cost_ns as f64 / window.completions.max(1) as f64,
             binding: window.backlogged * 2 >= window.completions && window.completions > 0,
+            shared: window.shared * 2 >= window.completions && window.completions > 0,
             stalled: window.longest_gap_ns as f64 > self.config.stall_fraction * elapsed,
             longest_gap_ns: window.longest_gap_ns,
             reads: window.reads,
@@ -1127,13 +1172,19 @@ impl AdaptiveBudget {
     /// With no probe under way: whether to start one (rules 6 and 10), or hold.
     fn classify_between_probes(&self, window: &WindowSummary, limit_ns: Nanos) -> Situation {
         if !window.binding {
-            return Situation::Idle;
+            return if self.shares_need_a_queue(window, limit_ns) {
+                Situation::Settled
+            } else {
+                Situation::Idle
+            };
         }
         if self.holds_left > 0 {
             return Situation::Fine;
         }
         // Probes alternate up and down only while Little's law judges the budget;
         // while reads judge it, a smaller budget buys them nothing, so probes go up.
+        // The first window's rate counts the device's fill, so no shrink
+        // probe is judged against it (rule 10).
         let probe_up = !self.probe_down_next || window.reads_recent;
         if self.has_room(window, limit_ns)
             && probe_up
@@ -1141,7 +1192,10 @@ impl AdaptiveBudget {
             && self.now_ns >= self.grow_not_before_ns
         {
             Situation::Underused
-        } else if self.may_shrink(window, limit_ns) && !window.reads_recent {
+        } else if self.may_shrink(window, limit_ns, false)
+            && !window.reads_recent
+            && self.stats.windows > 0
+        {
             Situation::Settled
         } else {
             Situation::Fine
@@ -1206,15 +1260,28 @@ impl AdaptiveBudget {
 
     /// Whether a shrink probe may start, or go on, from `limit_ns`: not within
     /// the backoff after a costly one ([`ControllerConfig::shrink_backoff_ns`]), and not below
-    /// [`ControllerConfig::shrink_floor_pieces`] pieces.
-    fn may_shrink(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
+    /// [`ControllerConfig::shrink_floor_pieces`] pieces (of the window's mean
+    /// piece only, `for_shares`, since the shares of the classes that run
+    /// are what rule 14 serves; and of the size it would split to otherwise).
+    fn may_shrink(&self, window: &WindowSummary, limit_ns: Nanos, for_shares: bool) -> bool {
         let shrunk = self.clamp(limit_ns as f64 * self.config.shrink_step);
-        let piece_ns = window
-            .mean_piece_cost_ns
-            .max(self.split_piece_cost_ns(shrunk) as f64);
+        let split_piece_ns = if for_shares {
+            0.0
+        } else {
+            self.split_piece_cost_ns(shrunk) as f64
+        };
+        let piece_ns = window.mean_piece_cost_ns.max(split_piece_ns);
         shrunk < limit_ns
             && self.now_ns >= self.shrink_not_before_ns
             && shrunk as f64 >= self.config.shrink_floor_pieces * piece_ns
+    }
+
+    /// Whether a budget that did not bind is deep enough to probe downwards
+    /// for the sake of shares (rule 14): two or more classes each had more
+    /// than [`ControllerConfig::shared_queue_pieces`] pieces in flight, and
+    /// a shrink probe may start.
+    fn shares_need_a_queue(&self, window: &WindowSummary, limit_ns: Nanos) -> bool {
+        window.shared && self.holds_left == 0 && self.may_shrink(window, limit_ns, true)
     }
 
     /// Whether a growth step stays within the goal: by the reads themselves
@@ -1340,7 +1407,22 @@ impl AdaptiveBudget {
         }
         // An unfelt probe keeps the baseline it started from; one that grows
         // on from a hint (rule 5) does so once.
-        if let (Situation::GrowthUnfelt, Probe::Up { hinted, .. }) = (situation, &mut self.probe) {
+        if let (
+            Situation::GrowthUnfelt,
+            Probe::Up {
+                hinted,
+                hinted_ns,
+                baseline,
+                ..
+            },
+        ) = (situation, &mut self.probe)
+        {
+            let hint = window.unprotected
+                && !*hinted
+                && window.span_rate >= *baseline * self.config.growth_hints;
+            if hint {
+                *hinted_ns = Some(limit_ns);
+            }
             *hinted |= window.unprotected;
             return Some(grown);
         }
@@ -1355,6 +1437,7 @@ impl AdaptiveBudget {
             baseline_in_flight_ns,
             baseline_missed: window.missed_share(),
             hinted: false,
+            hinted_ns: None,
         };
         Some(grown)
     }
@@ -1428,8 +1511,18 @@ impl AdaptiveBudget {
             Situation::GrowthWasted => {
                 // Not backed off: a wasted probe is how the knee is found (and
                 // on a stick, piece sizes are judged so).
-                let Probe::Up { from_ns, .. } = self.probe else {
+                let Probe::Up {
+                    from_ns, hinted_ns, ..
+                } = self.probe
+                else {
                     unreachable!("classified from a growth probe")
+                };
+                // While classes are alone, the budget at which the rate rose
+                // by the hint is kept (rule 5).
+                let from_ns = if window.unprotected {
+                    hinted_ns.unwrap_or(from_ns)
+                } else {
+                    from_ns
                 };
                 self.probe = Probe::None;
                 self.paid_streak = 0;
@@ -1441,19 +1534,26 @@ impl AdaptiveBudget {
                 self.probe = Probe::Down {
                     from_ns: limit_ns,
                     baseline: window.rate,
+                    for_shares: !window.binding,
                 };
                 Some(self.clamp(limit * self.config.shrink_step))
             }
             Situation::ShrinkFree => {
-                let Probe::Down { baseline, .. } = self.probe else {
+                let Probe::Down {
+                    baseline,
+                    for_shares,
+                    ..
+                } = self.probe
+                else {
                     unreachable!("classified from a shrink probe")
                 };
                 let shrunk = self.clamp(limit * self.config.shrink_step);
-                if self.may_shrink(window, limit_ns) {
+                if self.may_shrink(window, limit_ns, for_shares) {
                     // The baseline stays the rate before the first shrink: no drift.
                     self.probe = Probe::Down {
                         from_ns: limit_ns,
                         baseline,
+                        for_shares,
                     };
                     Some(shrunk)
                 } else {
@@ -1611,6 +1711,9 @@ impl LatencyController for AdaptiveBudget {
             window.backlogged += 1;
         }
         window.queued_pieces = sample.queued_pieces as u64;
+        if sample.runner_up_in_flight_pieces > self.config.shared_queue_pieces {
+            window.shared += 1;
+        }
         self.now_ns = sample.now;
         if sample.direction == Direction::Read {
             self.last_read_ns = Some(sample.now);
@@ -1758,6 +1861,8 @@ mod tests {
     #[test]
     fn growth_is_kept_only_when_it_pays_five_percent() {
         let mut c = controller();
+        // Past the first window, from which no shrink probe starts.
+        c.stats.windows = 1;
         let w = window(1.0, 50_000.0, true);
         assert_eq!(c.classify(&w, 50_000), Situation::Underused);
         let grown = c.act(Situation::Underused, &w, 50_000).unwrap();
@@ -1830,6 +1935,7 @@ mod tests {
             ahead_other_ns: ahead_ns,
             class_backlogged: false,
             queued_pieces: 1,
+            runner_up_in_flight_pieces: 0,
             overtaken_ns: 0,
         }
     }
@@ -1936,6 +2042,7 @@ mod tests {
                 ahead_other_ns: limit,
                 class_backlogged: false,
                 queued_pieces: 5,
+                runner_up_in_flight_pieces: 0,
                 overtaken_ns: 0,
             };
             if let Some(new) = c.on_completion(&sample, limit) {
@@ -1944,6 +2051,85 @@ mod tests {
         }
         assert!((80_000..=200_000).contains(&limit), "settled at {limit}");
         assert!(c.stats().grows > 0 && c.stats().windows > 10);
+    }
+
+    #[test]
+    fn no_shrink_probe_starts_from_the_first_window() {
+        // No reads, the goal (200 µs) leaves no room for a step from 180 µs:
+        // a settled window, but the first one counts the device's fill.
+        let mut c = controller();
+        let w = window(1.0, 180_000.0, true);
+        assert_eq!(c.classify(&w, 180_000), Situation::Fine);
+        c.stats.windows = 1;
+        assert_eq!(c.classify(&w, 180_000), Situation::Settled);
+    }
+
+    #[test]
+    fn a_deep_unbound_queue_of_several_classes_is_probed_down_for_their_shares() {
+        // Two classes with 64 reads of 1.2 µs in flight each, nothing queued, all
+        // on time: the budget binds nothing, yet only a queue lets the fair
+        // queue split the device by shares.
+        let mut c = controller();
+        let deep = |shared: bool| WindowSummary {
+            completions: 64,
+            rate: 1.0,
+            mean_in_flight_ns: 153_600.0,
+            delay_ns: 153_600.0,
+            mean_piece_cost_ns: 1_200.0,
+            binding: false,
+            shared,
+            reads: 64,
+            reads_recent: true,
+            ..WindowSummary::default()
+        };
+        assert_eq!(
+            c.classify(&deep(false), 500_000),
+            Situation::Idle,
+            "one deep class"
+        );
+        let mut limit = 500_000;
+        for _ in 0..20 {
+            let (situation, new) = judge(&mut c, &deep(true), limit);
+            assert!(
+                matches!(situation, Situation::Settled | Situation::ShrinkFree),
+                "{situation:?} at {limit}"
+            );
+            if new == limit {
+                break;
+            }
+            limit = new;
+        }
+        // Down to a floor of three of the window's pieces, far below the
+        // in-flight cost: the budget binds.
+        assert!((3_600..153_600 / 2).contains(&limit), "stopped at {limit}");
+    }
+
+    #[test]
+    fn a_wasted_probe_of_saturating_classes_keeps_the_budget_the_hint_raised() {
+        // Saturating classes alone (rule 5): from 100 µs the rate rises 3%
+        // at 200 µs (a hint, it grows on) and then no more at 400 µs.
+        let mut c = controller();
+        let alone = |span_rate: f64, in_flight_ns: f64| WindowSummary {
+            span_completions: 1_000,
+            span_rate,
+            span_mean_in_flight_ns: in_flight_ns,
+            span_ns: NANOS_PER_SECOND,
+            unprotected: true,
+            ..window(span_rate, in_flight_ns, true)
+        };
+        assert_eq!(
+            judge(&mut c, &alone(1.0, 100_000.0), 100_000),
+            (Situation::Underused, 200_000)
+        );
+        assert_eq!(
+            judge(&mut c, &alone(1.03, 200_000.0), 200_000),
+            (Situation::GrowthUnfelt, 400_000)
+        );
+        assert_eq!(
+            judge(&mut c, &alone(1.035, 400_000.0), 400_000),
+            (Situation::GrowthWasted, 200_000),
+            "back to where the rate rose, not below it"
+        );
     }
 
     /// Drives one 10 ms window from `start_ns` at `limit_ns`, as a virtio disk
@@ -1984,6 +2170,7 @@ mod tests {
                 ahead_other_ns: if write { 6_000_000 } else { 3_200_000 },
                 class_backlogged: false,
                 queued_pieces: 8,
+                runner_up_in_flight_pieces: 0,
                 overtaken_ns: 0,
             };
             decision = c.on_completion(&sample, limit_ns);

@@ -33,8 +33,16 @@
 //!    time ahead of the head in virtual time, then the head class takes over
 //!    and runs its own slice. A disk then serves one class's region at a
 //!    time instead of seeking between two regions per piece, and shares hold
-//!    over a few slices. A class with less than a budget queued and in
-//!    flight (a latency class) is never held back by a slice.
+//!    over a few slices. A class has a backlog when its work queued and in
+//!    flight reaches the budget, or [`SLICE_BACKLOG_FRACTION`] of the slice
+//!    when the budget is larger (a budget no class can fill alone must not
+//!    end the slices); a class asking for less (a latency class) is never
+//!    held back by a slice. While the slice's class has all of its work at
+//!    the device, the other class still waits: the slice's class's next
+//!    piece comes with its next completion, and the room it leaves in the
+//!    budget is not given to another region. On a rotational device a class
+//!    with such a backlog is also *backlogged* for the latency controller
+//!    (its reads wait for its own slices, which no budget shortens).
 //! 3. [`Dispatcher::complete`] a token when the device is done with the piece. The
 //!    budget is released, the latency controller sees the sample, and when the last
 //!    piece of a request is done the request's [`Completion`] comes back.
@@ -75,6 +83,14 @@ use std::fmt;
 /// behind a large write's wait for room, while pieces of similar size keep
 /// strict virtual-time order (between them the wait is short anyway).
 pub const BYPASS_COST_RATIO: u64 = 4;
+
+/// On a rotational device, a class whose work queued and in flight reaches
+/// this fraction of the slice has a backlog even when the budget is larger:
+/// such a class waits for its own work for several latency targets, so it is
+/// not a latency class, and the budget growing past what it can fill must
+/// not end the slices (which would mix two classes' regions at the disk).
+/// Higher counts fewer classes as backlogged when the budget is large.
+pub const SLICE_BACKLOG_FRACTION: f64 = 0.5;
 
 /// A class of one dispatcher. Cheap to copy; stale handles are detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -750,7 +766,12 @@ impl<C: LatencyController> Dispatcher<C> {
             };
             let mut in_slice = None;
             if let Some((slice_class, slice_ns)) = slice {
-                let slice_cost_ns = self.queue.front_cost_ns(slice_class).unwrap_or(0);
+                let Some(slice_cost_ns) = self.queue.front_cost_ns(slice_class) else {
+                    // All of the running slice's work is at the device: its
+                    // completions bring the next, which the other class's
+                    // region must not get ahead of.
+                    break;
+                };
                 if !may_go(slice_class, slice_cost_ns) {
                     // The running slice waits for room rather than hand the
                     // device to the other class's region.
@@ -799,15 +820,29 @@ impl<C: LatencyController> Dispatcher<C> {
     /// lead over the head class. Returns the slice's class and lead.
     fn running_slice(&self, head_class: usize) -> Option<(usize, Nanos)> {
         let (slice_ns, slice_class) = (self.slice_ns?, self.slice_class?);
-        let backlog = |index: usize| {
-            self.queue.queued_ns(index) + self.classes.slots[index].in_flight_ns
-                >= self.budget.limit_ns()
-        };
         let running = slice_class != head_class
-            && backlog(head_class)
-            && backlog(slice_class)
+            && self.has_slice_backlog(head_class, 0)
+            && self.has_slice_backlog(slice_class, 0)
             && self.queue.is_within_lead(slice_class, slice_ns);
         running.then_some((slice_class, slice_ns))
+    }
+
+    /// Whether `class_index`, with `extra_ns` more of its work, has a backlog
+    /// in the sense of slices: on a rotational device, its work queued and in
+    /// flight reaches the budget, or [`SLICE_BACKLOG_FRACTION`] of the slice
+    /// when the budget is larger. Always `false` without slices.
+    fn has_slice_backlog(&self, class_index: usize, extra_ns: Nanos) -> bool {
+        let Some(slice_ns) = self.slice_ns else {
+            return false;
+        };
+        let demand_ns = self.queue.queued_ns(class_index)
+            + self.classes.slots[class_index].in_flight_ns
+            + extra_ns;
+        let threshold_ns = self
+            .budget
+            .limit_ns()
+            .min((slice_ns as f64 * SLICE_BACKLOG_FRACTION) as Nanos);
+        demand_ns >= threshold_ns
     }
 
     /// Cuts the next piece to the current split size if it was split at a larger
@@ -862,7 +897,8 @@ impl<C: LatencyController> Dispatcher<C> {
 
     /// Whether a class dispatching a piece of `cost_ns` asks for more than it
     /// gets: at least a budget of its own work still waits behind the piece,
-    /// or some does while the class, with this piece, holds at least half its
+    /// it has a backlog in the sense of slices (on a rotational device only),
+    /// or some of its work waits while the class, with this piece, holds at least half its
     /// shares' part of the budget (among the classes with work queued or in
     /// flight). Such a class waits for itself more than for anyone else. Half:
     /// the fair queue dispatches a class just when it holds less than its
@@ -870,7 +906,7 @@ impl<C: LatencyController> Dispatcher<C> {
     fn class_backlogged(&self, class_index: usize, cost_ns: Nanos) -> bool {
         let queued_ns = self.queue.queued_ns(class_index);
         let limit_ns = self.budget.limit_ns();
-        if queued_ns >= limit_ns {
+        if queued_ns >= limit_ns || self.has_slice_backlog(class_index, cost_ns) {
             return true;
         }
         if queued_ns == 0 {
@@ -1025,6 +1061,7 @@ impl<C: LatencyController> Dispatcher<C> {
             ahead_other_ns: piece.ahead_other_ns,
             class_backlogged: piece.class_backlogged,
             queued_pieces: self.queue.len(),
+            runner_up_in_flight_pieces: self.runner_up_in_flight_pieces(),
             overtaken_ns: Nanos::try_from(overtaken_ns).unwrap_or(Nanos::MAX),
         };
         self.budget.release(piece.cost_ns);
@@ -1039,6 +1076,21 @@ impl<C: LatencyController> Dispatcher<C> {
             self.reads.served(now, completion.is_some());
         }
         Ok(completion)
+    }
+
+    /// The second largest number of pieces a class has in flight (see
+    /// [`CompletionSample::runner_up_in_flight_pieces`]).
+    fn runner_up_in_flight_pieces(&self) -> usize {
+        let (mut first, mut second) = (0, 0);
+        for slot in self.classes.slots.iter().filter(|slot| slot.live) {
+            if slot.in_flight_pieces > first {
+                second = first;
+                first = slot.in_flight_pieces;
+            } else if slot.in_flight_pieces > second {
+                second = slot.in_flight_pieces;
+            }
+        }
+        second
     }
 
     fn finish_piece(&mut self, request_slot: u32, cost_ns: Nanos) -> Option<Completion> {
@@ -1347,6 +1399,85 @@ mod tests {
             sliced_wait <= strict_wait + 1,
             "{sliced_wait} vs {strict_wait}"
         );
+    }
+
+    /// Records whether each completed piece's class was backlogged.
+    struct BacklogRecorder(std::sync::Arc<std::sync::Mutex<Vec<bool>>>);
+
+    impl LatencyController for BacklogRecorder {
+        fn on_completion(&mut self, sample: &CompletionSample, _limit_ns: Nanos) -> Option<Nanos> {
+            self.0.lock().unwrap().push(sample.class_backlogged);
+            None
+        }
+    }
+
+    /// Two closed-loop classes (shares 100 and 300) of `outstanding` 4 KiB
+    /// reads each, on a device that serves one piece at a time in dispatch
+    /// order, with a budget of `budget_pieces` reads and a slice of
+    /// `slice_pieces` reads. Returns the classes in dispatch order and
+    /// whether each completed piece's class counted as backlogged.
+    fn serve_two_closed_loops(
+        outstanding: u64,
+        budget_pieces: u64,
+        slice_pieces: u64,
+    ) -> (Vec<usize>, Vec<bool>) {
+        let read_ns = CostModel::new(&profile()).cost_ns(Direction::Read, 4096);
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(budget_pieces * read_ns);
+        config.slice_ns = Some(slice_pieces * read_ns);
+        let samples = std::sync::Arc::default();
+        let recorder = BacklogRecorder(std::sync::Arc::clone(&samples));
+        let mut dispatcher = Dispatcher::with_controller(config, recorder).unwrap();
+        let classes = [100, 300].map(|shares| dispatcher.add_class(shares).unwrap());
+        let mut next_id = 0;
+        for class in classes {
+            for _ in 0..outstanding {
+                dispatcher
+                    .enqueue(0, request(next_id, class, Direction::Read, 4096))
+                    .unwrap();
+                next_id += 1;
+            }
+        }
+        let (mut order, mut in_flight) = (Vec::new(), VecDeque::new());
+        let (mut now, mut out) = (0, Vec::new());
+        for _ in 0..8000 {
+            dispatcher.dispatch(now, &mut out);
+            for piece in out.drain(..) {
+                order.push(piece.class.index());
+                in_flight.push_back(piece);
+            }
+            let piece = in_flight
+                .pop_front()
+                .expect("the loops keep the device busy");
+            now += piece.cost_ns;
+            dispatcher.complete(now, piece.token).unwrap();
+            let again = request(next_id, piece.class, Direction::Read, 4096);
+            dispatcher.enqueue(now, again).unwrap();
+            next_id += 1;
+        }
+        let backlogged = samples.lock().unwrap().clone();
+        (order, backlogged)
+    }
+
+    #[test]
+    fn a_slice_holds_while_its_class_has_everything_at_the_device() {
+        // Each class keeps 40 reads outstanding; the budget holds 64, so a
+        // class alone cannot fill it, but 40 reads are half the 80-read
+        // slice: both classes have a backlog, and the other class's reads
+        // must not fill the room the slice's class leaves.
+        let (order, backlogged) = serve_two_closed_loops(40, 64, 80);
+        let switches = order.windows(2).filter(|w| w[0] != w[1]).count();
+        let slices = order.len() / 80;
+        assert!(
+            switches <= 2 * slices,
+            "{switches} switches in {} dispatches",
+            order.len()
+        );
+        let part = order.iter().filter(|&&class| class == 1).count() as f64 / order.len() as f64;
+        assert!((part - 0.75).abs() < 0.03, "the second class's part {part}");
+        // Neither class is a latency class: their reads are not protected.
+        let protected = backlogged.iter().filter(|&&backlogged| !backlogged).count();
+        assert_eq!(protected, 0, "of {} completions", backlogged.len());
     }
 
     #[test]

@@ -354,18 +354,16 @@ impl<T> FairQueue<T> {
         self.pop_after_head(lead_ns, |candidate, _, _| candidate == index)
     }
 
-    /// Whether class `index` has items, is not held, and its key is at most
-    /// `lead_ns` of its own device time above the head's.
+    /// Whether class `index` is not held and its virtual time is at most
+    /// `lead_ns` of its own device time above the head's (whether or not it
+    /// has items now).
     pub fn is_within_lead(&self, index: usize, lead_ns: u64) -> bool {
         let Some(&Reverse((head_key, _))) = self.backlogged.peek() else {
             return false;
         };
         let class = &self.classes[index];
         let lead = virtual_ns(lead_ns, class.shares);
-        class.live
-            && !class.held
-            && !class.items.is_empty()
-            && class.vtime <= head_key.saturating_add(lead)
+        class.live && !class.held && class.vtime <= head_key.saturating_add(lead)
     }
 
     /// The cost of class `index`'s head item, if it has one.

@@ -1113,6 +1113,7 @@ proptest! {
                 ahead_other_ns: ahead_ns,
                 class_backlogged: false,
                 queued_pieces,
+                runner_up_in_flight_pieces: 0,
                 overtaken_ns: ahead_ns / 3,
             };
             if let Some(new) = controller.on_completion(&sample, limit) {
