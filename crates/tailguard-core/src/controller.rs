@@ -550,7 +550,7 @@ impl Default for ControllerConfig {
             stall_memory_ns: 10 * NANOS_PER_SECOND,
             pipeline_stall_targets: 2,
             knee_completions: 128,
-            knee_min_ns: 500 * NANOS_PER_MILLISECOND,
+            knee_min_ns: 400 * NANOS_PER_MILLISECOND,
             alone_after_ns: NANOS_PER_SECOND,
             shared_queue_pieces: 32,
         }
