@@ -367,7 +367,8 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     slice_ns: Option<Nanos>,
     /// The class served last: the one whose slice runs.
     slice_class: Option<usize>,
-    /// Read pieces outstanding, for the quiet-reads rule.
+    /// Read requests outstanding and the last read's time, for the
+    /// quiet-reads rule.
     reads: ReadWatch,
 }
 

@@ -83,10 +83,7 @@ impl ReadWatch {
     /// request's last.
     pub(crate) fn served(&mut self, now: Nanos, last: bool) {
         if last {
-            self.read_requests_outstanding = self
-                .read_requests_outstanding
-                .checked_sub(1)
-                .expect("a read request finished that was never queued");
+            self.forget_one();
         }
         self.last_read_ns = Some(now);
     }
@@ -95,10 +92,14 @@ impl ReadWatch {
     /// shutdown): it no longer keeps the device from a quiet, and the time of
     /// the last read stays that of the last one seen.
     pub(crate) fn cancelled(&mut self) {
+        self.forget_one();
+    }
+
+    fn forget_one(&mut self) {
         self.read_requests_outstanding = self
             .read_requests_outstanding
             .checked_sub(1)
-            .expect("a read request was cancelled that was never queued");
+            .expect("a read request ended that was never queued");
     }
 
     /// How many budgets of work the dispatcher admits during a quiet: the

@@ -417,7 +417,8 @@ impl Engine {
     pub(crate) fn new(
         backend: Box<dyn Backend>,
         handoff: Arc<Handoff<Message>>,
-        (controller, quiet_reads): (ControllerChoice, Option<QuietReads>),
+        controller: ControllerChoice,
+        quiet_reads: Option<QuietReads>,
         eager_submit: bool,
     ) -> Self {
         Self {

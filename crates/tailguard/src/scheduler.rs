@@ -272,7 +272,7 @@ impl SchedulerBuilder {
                 match open() {
                     Ok(backend) => {
                         let shared = Shared::new(
-                            Engine::new(backend, handoff, (controller, quiet_reads), eager_submit),
+                            Engine::new(backend, handoff, controller, quiet_reads, eager_submit),
                             helpers,
                         );
                         let _ = sender.send(Ok(shared.clone()));
