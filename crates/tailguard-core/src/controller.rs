@@ -197,6 +197,7 @@
 
 use crate::budget::{split_bytes, Budget, PIPELINE_PIECES};
 use crate::profile::{CostModel, DeviceProfile};
+use crate::quiet_reads::QuietReads;
 use crate::request::{Direction, Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
 
 /// One completed piece, as a latency controller sees it.
@@ -351,6 +352,18 @@ impl ControllerChoice {
         match self {
             Self::Fixed => Box::new(FixedBudget),
             Self::Adaptive => Box::new(AdaptiveBudget::for_profile_with(profile, config)),
+        }
+    }
+
+    /// The quiet-reads rule a dispatcher with this controller takes, given
+    /// the `rule` asked for: the fixed budget takes it; the adaptive
+    /// controller grows its budget itself while no one reads, so it takes
+    /// none. The engine and the simulator both ask here, so they apply the
+    /// same rule to the same controller.
+    pub fn quiet_reads(self, rule: Option<QuietReads>) -> Option<QuietReads> {
+        match self {
+            Self::Fixed => rule,
+            Self::Adaptive => None,
         }
     }
 }
@@ -1814,6 +1827,14 @@ impl LatencyController for AdaptiveBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_fixed_budget_takes_the_quiet_reads_rule() {
+        let rule = Some(QuietReads::default());
+        assert_eq!(ControllerChoice::Fixed.quiet_reads(rule), rule);
+        assert_eq!(ControllerChoice::Fixed.quiet_reads(None), None);
+        assert_eq!(ControllerChoice::Adaptive.quiet_reads(rule), None);
+    }
 
     fn controller() -> AdaptiveBudget {
         AdaptiveBudget::new(BudgetBounds {

@@ -426,7 +426,7 @@ impl Engine {
             unsubmitted: false,
             backend_kind: backend.kind(),
             controller,
-            quiet_reads: quiet_reads.filter(|_| controller == ControllerChoice::Fixed),
+            quiet_reads: controller.quiet_reads(quiet_reads),
             handoff,
             epoch_ns: monotonic_ns(),
             devices: Vec::new(),

@@ -22,6 +22,7 @@
 //! | `controller` | `adaptive` | `adaptive`: [`tailguard_core::AdaptiveBudget`] resizes each budget from completions; `fixed`: the budget never changes |
 //! | `slice_us` | derived | on a rotational device, the slice (see [`DispatcherConfig::slice_ns`]) in µs of device time; `0` turns it off; default: [`SLICE_LATENCY_TARGETS`] latency targets. Devices without seeks never slice |
 //! | `profile` | `model` | `model`: each dispatcher starts from the device's profile; `none`: from [`DeviceProfile::uncalibrated`] (keeping the device's `max_request_bytes` and latency target), as a device nobody calibrated |
+//! | `quiet_reads` | `true` | with `controller = "fixed"`, the engine's quiet-reads rule ([`QuietReads::default`]: four budgets after 100 ms without a read); `false`: one budget always. The adaptive controller never takes it ([`ControllerChoice::quiet_reads`]) |
 
 use super::{Policy, PolicyContext, SimRequest, Submission};
 use crate::device::DeviceRequest;
@@ -29,7 +30,7 @@ use crate::ConfigError;
 use serde::Deserialize;
 use tailguard_core::{
     ClassId, DeviceProfile, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
-    LatencyController, Nanos, RequestId, NANOS_PER_MICROSECOND,
+    LatencyController, Nanos, QuietReads, RequestId, NANOS_PER_MICROSECOND,
 };
 
 /// Which latency controller each dispatcher uses: the core's one list.
@@ -70,6 +71,9 @@ pub struct TailguardParameters {
     pub profile: ProfileChoice,
     /// Overrides a rotational device's slice, in microseconds (0: none).
     pub slice_us: Option<u64>,
+    /// Whether a fixed budget deepens while no one reads, as the engine's
+    /// does (see the module docs).
+    pub quiet_reads: bool,
 }
 
 impl Default for TailguardParameters {
@@ -79,6 +83,7 @@ impl Default for TailguardParameters {
             controller: default_controller(),
             profile: ProfileChoice::default(),
             slice_us: None,
+            quiet_reads: true,
         }
     }
 }
@@ -127,6 +132,9 @@ impl TailguardPolicy {
                         )
                     })
                     .filter(|&slice_ns| slice_ns > 0);
+                config.quiet_reads = parameters
+                    .controller
+                    .quiet_reads(parameters.quiet_reads.then(QuietReads::default));
                 let mut dispatcher = Dispatcher::with_controller(config, controller)
                     .map_err(ConfigError::from_profile)?;
                 let classes = context
