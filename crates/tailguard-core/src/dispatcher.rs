@@ -127,6 +127,12 @@ pub struct DispatcherConfig {
     pub quiet_reads: Option<QuietReads>,
 }
 
+/// A rotational device's default slice, in latency targets
+/// ([`DispatcherConfig::default_slice_ns`]): long enough that a disk's
+/// command queue fills with one class's region and the seeks between two
+/// regions are a small part of the slice.
+pub const SLICE_LATENCY_TARGETS: u64 = 10;
+
 impl DispatcherConfig {
     /// The configuration for a profile, with the derived budget.
     pub fn new(profile: DeviceProfile) -> Self {
@@ -136,6 +142,13 @@ impl DispatcherConfig {
             slice_ns: None,
             quiet_reads: None,
         }
+    }
+
+    /// The slice a device with `profile` gets when it seeks (a rotational
+    /// disk): [`SLICE_LATENCY_TARGETS`] latency targets. The engine and the
+    /// simulator both take it, so a disk is served in the same slices by both.
+    pub fn default_slice_ns(profile: &DeviceProfile) -> Nanos {
+        SLICE_LATENCY_TARGETS * profile.latency_target_ns()
     }
 }
 
@@ -458,6 +471,12 @@ impl<C: LatencyController> Dispatcher<C> {
     /// The profile this dispatcher was built with.
     pub fn profile(&self) -> &DeviceProfile {
         &self.profile
+    }
+
+    /// The slice classes with a backlog are served in
+    /// ([`DispatcherConfig::slice_ns`]); `None`: strictly by virtual time.
+    pub fn slice_ns(&self) -> Option<Nanos> {
+        self.slice_ns
     }
 
     /// The cost model in use.

@@ -50,7 +50,7 @@ pub use controller::{
 };
 pub use dispatcher::{
     CancelledPiece, ClassId, ClassStats, Completion, DispatchedPiece, Dispatcher, DispatcherConfig,
-    DispatcherStats,
+    DispatcherStats, SLICE_LATENCY_TARGETS,
 };
 pub use error::CoreError;
 pub use profile::{CostModel, DeviceProfile};

@@ -207,6 +207,9 @@ pub(crate) enum Message {
     AddDevice {
         device: DeviceId,
         name: String,
+        /// Whether the device seeks (a rotational disk): its dispatcher then
+        /// serves classes with a backlog in slices.
+        seeks: bool,
         profile: DeviceProfile,
     },
     AddClass {
@@ -578,8 +581,9 @@ impl Engine {
             Message::AddDevice {
                 device,
                 name,
+                seeks,
                 profile,
-            } => self.add_device(device, name, profile),
+            } => self.add_device(device, name, seeks, profile),
             Message::AddClass {
                 class,
                 name,
@@ -631,7 +635,10 @@ impl Engine {
         }
     }
 
-    fn add_device(&mut self, device: DeviceId, name: String, profile: DeviceProfile) {
+    /// A dispatcher for a new device; one that `seeks` serves classes with a
+    /// backlog in slices of [`DispatcherConfig::default_slice_ns`], as the
+    /// simulator's disks are.
+    fn add_device(&mut self, device: DeviceId, name: String, seeks: bool, profile: DeviceProfile) {
         if self.device_ids.contains(&device) {
             return;
         }
@@ -639,6 +646,7 @@ impl Engine {
             Dispatcher::with_controller(
                 DispatcherConfig {
                     quiet_reads: self.quiet_reads,
+                    slice_ns: seeks.then(|| DispatcherConfig::default_slice_ns(profile)),
                     ..DispatcherConfig::new(profile.clone())
                 },
                 self.controller.build(profile),
@@ -655,6 +663,7 @@ impl Engine {
         tracing::info!(
             device = %name,
             budget_ns,
+            seeks,
             controller = ?self.controller,
             ?profile,
             "tailguard: new device dispatcher"
@@ -1207,6 +1216,7 @@ impl Engine {
                         in_flight_pieces: counters.in_flight_pieces,
                         in_flight_ns: counters.in_flight_ns,
                         budget_ns: counters.budget_ns,
+                        slice_ns: device.dispatcher.slice_ns(),
                         queued_pieces: counters.queued_pieces,
                         budget_changes: counters.budget_changes,
                         controller: counters.controller.into(),
@@ -1601,4 +1611,36 @@ fn buffer_len(message: &IoMessage) -> u64 {
         .buffer
         .as_ref()
         .map_or(0, |buffer| buffer.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::threads::ThreadPool;
+
+    fn engine() -> Engine {
+        let backend = ThreadPool::new(1, 8).expect("a thread pool");
+        Engine::new(
+            Box::new(backend),
+            Arc::new(Handoff::new()),
+            ControllerChoice::Fixed,
+            None,
+            true,
+        )
+    }
+
+    #[test]
+    fn a_device_that_seeks_is_served_in_slices_and_others_are_not() {
+        let mut engine = engine();
+        let profile = crate::DEFAULT_DISK_PROFILE.clone();
+        engine.add_device(DeviceId(1), "sda".into(), true, profile.clone());
+        engine.add_device(DeviceId(2), "nvme0n1".into(), false, profile.clone());
+        let devices = engine.snapshot().devices;
+        assert_eq!(
+            devices[0].slice_ns,
+            Some(DispatcherConfig::default_slice_ns(&profile))
+        );
+        assert!(devices[0].slice_ns.unwrap() > 0);
+        assert_eq!(devices[1].slice_ns, None);
+    }
 }

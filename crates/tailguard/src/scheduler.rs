@@ -213,6 +213,7 @@ impl SchedulerBuilder {
         scheduler.announce_device(
             NULL_DEVICE,
             "null".to_string(),
+            false,
             DeviceProfile {
                 read_iops: 1e9,
                 write_iops: 1e9,
@@ -605,6 +606,7 @@ impl Scheduler {
         &self,
         device: DeviceId,
         name: String,
+        seeks: bool,
         profile: DeviceProfile,
     ) -> io::Result<()> {
         let new = self
@@ -618,6 +620,7 @@ impl Scheduler {
             self.inner.send(Message::AddDevice {
                 device,
                 name,
+                seeks,
                 profile,
             })?;
         }
@@ -646,16 +649,21 @@ impl Scheduler {
     }
 }
 
-/// The profile used before calibration: a conservative SSD, or a disk for a
-/// rotational device. Virtual disks (`vd*`, `xvd*`) often claim to be rotational
-/// and are treated as SSDs. A stacked device (loop, dm, md) is judged by the
-/// disk at the bottom of its stack ([`DeviceInfo::innermost`]).
-pub fn default_profile(info: &DeviceInfo) -> DeviceProfile {
-    // The hardware's kind, not the stack's: a loop device over a file on an
-    // SSD reports itself rotational.
+/// Whether the hardware under `info` seeks: a rotational disk. Virtual disks
+/// (`vd*`, `xvd*`) often claim to be rotational and are not taken at their
+/// word. A stacked device (loop, dm, md) is judged by the disk at the bottom
+/// of its stack ([`DeviceInfo::innermost`]): a loop device over a file on an
+/// SSD reports itself rotational.
+pub fn seeks(info: &DeviceInfo) -> bool {
     let hardware = info.innermost();
     let virtual_disk = hardware.name.starts_with("vd") || hardware.name.starts_with("xvd");
-    let mut profile = if hardware.block_device && hardware.rotational && !virtual_disk {
+    hardware.block_device && hardware.rotational && !virtual_disk
+}
+
+/// The profile used before calibration: a conservative SSD, or a disk for a
+/// device that [`seeks`].
+pub fn default_profile(info: &DeviceInfo) -> DeviceProfile {
+    let mut profile = if seeks(info) {
         crate::DEFAULT_DISK_PROFILE.clone()
     } else {
         crate::DEFAULT_SSD_PROFILE.clone()
@@ -934,7 +942,7 @@ impl OpenOptions {
             }
         };
         let profile = scheduler.profile_for(&info);
-        scheduler.announce_device(info.id, info.name.clone(), profile)?;
+        scheduler.announce_device(info.id, info.name.clone(), seeks(&info), profile)?;
         Ok(File {
             scheduler: scheduler.clone(),
             file: Some(Arc::new(file)),
@@ -1298,10 +1306,39 @@ mod tests {
             crate::DEFAULT_SSD_PROFILE.read_iops
         );
         assert_eq!(default_profile(&info).max_request_bytes, 1 << 20, "clamped");
+        assert!(!seeks(&info));
         info.name = "sda".into();
         assert_eq!(
             default_profile(&info).read_iops,
             crate::DEFAULT_DISK_PROFILE.read_iops
         );
+        assert!(seeks(&info));
+    }
+
+    #[test]
+    fn a_stacked_device_seeks_as_the_disk_at_the_bottom_does() {
+        let disk = |name: &str, rotational: bool| DeviceInfo {
+            id: DeviceId(1),
+            name: name.into(),
+            block_device: true,
+            rotational,
+            logical_block_size: 512,
+            max_request_bytes: 1 << 20,
+            nr_requests: 256,
+            write_cache: Some(true),
+            backing: None,
+        };
+        let on = |lower: DeviceInfo| DeviceInfo {
+            id: DeviceId(7),
+            backing: Some(Box::new(lower)),
+            ..disk("loop0", true)
+        };
+        assert!(seeks(&on(disk("sda", true))));
+        assert!(!seeks(&on(disk("nvme0n1", false))));
+        assert!(!seeks(&on(disk("vda", true))), "a virtual disk");
+        assert!(!seeks(&DeviceInfo {
+            block_device: false,
+            ..disk("tmpfs", true)
+        }));
     }
 }

@@ -277,6 +277,11 @@ pub struct DeviceStats {
     pub in_flight_ns: u64,
     /// The in-flight budget (nanoseconds of device time).
     pub budget_ns: u64,
+    /// On a device that seeks (a rotational disk), the slice of its own
+    /// device time a class with a backlog is served in before another's turn
+    /// (nanoseconds); `None` on devices without seeks, served strictly by
+    /// virtual time.
+    pub slice_ns: Option<u64>,
     /// Pieces waiting in the fair queue.
     pub queued_pieces: usize,
     /// Times the budget policy resized the budget (0 under `Fixed`).

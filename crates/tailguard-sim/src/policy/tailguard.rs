@@ -42,10 +42,9 @@ fn default_controller() -> ControllerChoice {
     ControllerChoice::Adaptive
 }
 
-/// A rotational device's default slice, in latency targets: long enough
-/// that a disk's command queue fills with one class's region and the seeks
-/// between two regions are a small part of the slice.
-pub const SLICE_LATENCY_TARGETS: u64 = 10;
+/// A rotational device's default slice, in latency targets: the core's,
+/// which the engine uses too.
+pub use tailguard_core::SLICE_LATENCY_TARGETS;
 
 /// Which profile each dispatcher starts from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -127,7 +126,7 @@ impl TailguardPolicy {
                     .rotational
                     .then(|| {
                         parameters.slice_us.map_or(
-                            SLICE_LATENCY_TARGETS * config.profile.latency_target_ns(),
+                            DispatcherConfig::default_slice_ns(&config.profile),
                             |slice_us| slice_us * NANOS_PER_MICROSECOND,
                         )
                     })
