@@ -182,10 +182,15 @@ pub struct Completion {
     pub class: ClassId,
     /// When it was enqueued.
     pub enqueued_at: Nanos,
-    /// When its last piece left the fair queue.
+    /// When its last piece left the fair queue (its enqueue time if none
+    /// did).
     pub last_dispatched_at: Nanos,
     /// Pieces it was split into.
     pub pieces: u32,
+    /// Whether any of its pieces went to the device: false for a request
+    /// [`Dispatcher::cancel_queued`] dropped whole, which the device never
+    /// saw.
+    pub dispatched: bool,
 }
 
 /// A queued piece that [`Dispatcher::cancel_queued`] dropped without
@@ -1127,6 +1132,7 @@ impl<C: LatencyController> Dispatcher<C> {
                 enqueued_at: request.enqueued_at,
                 last_dispatched_at: request.last_dispatched_at,
                 pieces: request.pieces,
+                dispatched: true,
             };
             self.requests.release(request_slot);
             self.classes.slots[class_index].completed_requests += 1;
@@ -1164,6 +1170,7 @@ impl<C: LatencyController> Dispatcher<C> {
                     enqueued_at: request.enqueued_at,
                     last_dispatched_at: request.last_dispatched_at,
                     pieces: request.pieces,
+                    dispatched: request.started,
                 });
                 if finished.is_some() {
                     self.requests.release(piece.request_slot);

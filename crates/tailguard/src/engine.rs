@@ -1088,23 +1088,33 @@ impl Engine {
             (None, Some(end)) => Ok(end - message.offset),
             (None, None) => Ok(record.length),
         };
-        let device_state = &mut self.devices[device];
-        device_state.ops += 1;
-        device_state.bytes += record.transferred;
+        // A request cancelled whole never reached the device: it counts for
+        // its class, with its time in the queue as its wait, and not for the
+        // device or the device time.
+        if finished.dispatched {
+            let device_state = &mut self.devices[device];
+            device_state.ops += 1;
+            device_state.bytes += record.transferred;
+        }
         let class = &mut self.classes[message.class as usize];
         class.ops += 1;
         class.bytes += record.transferred;
         class.errors += u64::from(result.is_err());
+        let left_queue_at = if finished.dispatched {
+            finished.last_dispatched_at
+        } else {
+            now
+        };
         stats::record(
             &mut class.queue_wait_ns,
-            finished
-                .last_dispatched_at
-                .saturating_sub(finished.enqueued_at),
+            left_queue_at.saturating_sub(finished.enqueued_at),
         );
-        stats::record(
-            &mut class.device_time_ns,
-            now.saturating_sub(finished.last_dispatched_at),
-        );
+        if finished.dispatched {
+            stats::record(
+                &mut class.device_time_ns,
+                now.saturating_sub(finished.last_dispatched_at),
+            );
+        }
         stats::record(
             &mut class.latency_ns,
             now.saturating_sub(record.submitted_ns),

@@ -267,7 +267,8 @@ impl From<tailguard_core::ControllerStats> for ControllerCounters {
 pub struct DeviceStats {
     /// The device's name (`vda`, `nvme0n1`, `tmpfs:0:27`, `null`).
     pub name: String,
-    /// Requests completed.
+    /// Requests completed that reached the device (a request cancelled
+    /// while queued never did).
     pub ops: u64,
     /// Bytes transferred.
     pub bytes: u64,
@@ -306,10 +307,11 @@ pub struct ClassStats {
     pub bytes: u64,
     /// Requests that completed with an error.
     pub errors: u64,
-    /// Enqueue to dispatch of the last piece; its sum is the total time queued.
+    /// Enqueue to dispatch of the last piece (to the cancel, for a request
+    /// cancelled while queued); its sum is the total time queued.
     pub queue_wait_ns: LatencyHistogram,
-    /// Dispatch of the last piece to completion; its sum is the total device
-    /// time.
+    /// Dispatch of the last piece to completion, for each request that
+    /// reached the device; its sum is the total device time.
     pub device_time_ns: LatencyHistogram,
     /// Submission to completion.
     pub latency_ns: LatencyHistogram,

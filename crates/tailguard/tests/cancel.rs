@@ -240,6 +240,17 @@ fn cancel_pending_fails_the_queue_and_the_scheduler_goes_on() {
                 "each request counted once"
             );
             assert_eq!(class_stats.errors, reads as u64 + 1);
+            assert_eq!(
+                class_stats.device_time_ns.len(),
+                1,
+                "{choice:?}: only the write reached the device"
+            );
+            assert_eq!(class_stats.queue_wait_ns.len(), reads as u64 + 2);
+            let device_ops: u64 = stats.devices.iter().map(|device| device.ops).sum();
+            assert_eq!(
+                device_ops, 2,
+                "{choice:?}: the devices served the write and the read after the cancel"
+            );
             scheduler.shutdown();
             let counts = injector.counts();
             assert_eq!(counts.ops_pushed, counts.ops_completed, "{choice:?}");
