@@ -391,13 +391,13 @@ pub fn render_table(result: &FrontierResult) -> String {
 /// What the table's columns and marks mean.
 fn footnote(result: &FrontierResult) -> String {
     format!(
-        "write MB/s: {}; {}; worst 0.5 s and mean read rates over the same round's solo run; \
+        "{}; write MB/s: {}; worst 0.5 s and mean read rates over the same round's solo run; \
          * = on the static Pareto frontier; {}\n",
         match result.workload.reader_pattern {
             ReaderPattern::Continuous => "readers that never pause".to_string(),
             pattern @ ReaderPattern::Periodic { .. } => format!(
-                "{} (the writer throughout), read rates while they run (windows inside running \
-                 spans)",
+                "{} (the writer throughout): read rates while they run (0.5 s windows inside \
+                 running spans)",
                 pattern.describe()
             ),
         },
