@@ -14,10 +14,11 @@
 //!   partial window is left out); `null` when the active window is shorter than
 //!   0.5 s. A stall that the percentiles hide (a closed-loop reader stuck behind
 //!   writes records one slow request, not thousands) shows here as a collapse.
-//!   Where the pair's jobs run in separate spans with gaps between them
-//!   ([`ClassAccumulator::active_during`]: readers that pause), the windows are
-//!   counted from the start of each span instead and none reaches into a gap,
-//!   so a pause is not a collapse while a dip inside a span still is.
+//!   Where the caller gives the separate spans in which the pair's jobs run
+//!   ([`ClassAccumulator::active_during`]; `tailguard bench` does for a class
+//!   whose jobs leave gaps, readers that pause), the windows are counted from
+//!   the start of each span instead and none reaches into a gap, so a pause is
+//!   not a collapse while a dip inside a span still is.
 //! - `queue_wait_us_max`: the longest time a request spent in the scheduler's
 //!   queue before its last piece was dispatched, counting requests still queued
 //!   at the end (a starved request waited too); `queue_wait_us_mean` and
