@@ -10,13 +10,13 @@
 //! writer throughout; the solo point's readers run and pause the same way, so
 //! ratios compare like with like. Their worst 0.5 s rate then counts only
 //! windows inside a running span (the bench report leaves the pauses out) and
-//! their mean rate is over the time they run. A static point runs everything kernel O_DIRECT
-//! (bench's `kernel-direct` mode) with the writer at the point's depth and
-//! size; a tailguard point runs everything through the scheduler with the
-//! writer at [`TAILGUARD_WRITE_QUEUE_DEPTH`] requests of
+//! their mean rate is over the time they run. A static point runs everything
+//! kernel O_DIRECT (bench's `kernel-direct` mode) with the writer at the
+//! point's depth and size; a tailguard point runs everything through the
+//! scheduler with the writer at [`TAILGUARD_WRITE_QUEUE_DEPTH`] requests of
 //! [`TAILGUARD_WRITE_BYTES`], so the scheduler, not the writer, decides how
-//! much of it is in flight. Every writer cycles through
-//! [`WRITE_BUFFER_BYTES`] of buffers, whatever its depth. Each run is [`driver::run`] on the caller's
+//! much of it is in flight. Every writer cycles through [`WRITE_BUFFER_BYTES`]
+//! of buffers, whatever its depth. Each run is [`driver::run`] on the caller's
 //! [`Plan`] (the read file first, the write file second), after
 //! [`target::settle`], exactly as `tailguard bench` runs one mode.
 //!
