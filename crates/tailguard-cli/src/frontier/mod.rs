@@ -330,6 +330,13 @@ fn scheduler_flags(settings: &SchedulerSettings) -> String {
     if settings.controller != defaults.controller {
         let _ = write!(flags, " --controller {}", settings.controller.name());
     }
+    if settings.quiet_reads != defaults.quiet_reads {
+        let _ = write!(
+            flags,
+            " --quiet-reads {}",
+            crate::flags::name_of(&settings.quiet_reads)
+        );
+    }
     if settings.submit != defaults.submit {
         let _ = write!(
             flags,
@@ -611,6 +618,24 @@ mod tests {
         // The reproduce line parses back to the same workload.
         let words: Vec<&str> = command.split_whitespace().skip(2).collect();
         assert_eq!(parse(&words).unwrap().workload().unwrap(), workload);
+        // And names the scheduler flags that differ from the defaults.
+        let without_quiet_reads = parse(&[
+            "--readers-run",
+            "1s",
+            "--readers-pause",
+            "1s",
+            "--quiet-reads",
+            "off",
+        ])
+        .unwrap();
+        let command = without_quiet_reads.command_line(
+            &without_quiet_reads.grid(),
+            &without_quiet_reads.workload().unwrap(),
+        );
+        assert!(
+            command.ends_with("--readers-run 1s --readers-pause 1s --quiet-reads off"),
+            "{command}"
+        );
         let never_pausing = parse(&[
             "--duration",
             "2s",
