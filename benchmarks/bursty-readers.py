@@ -14,6 +14,14 @@ A static writer's depth is the same whether the readers run or pause, so it
 must be chosen for when they run; tailguard's default lets writes stream
 while no one reads (the quiet-reads rule, crates/tailguard-core/src/quiet_reads.rs).
 
+The product way to measure this is `tailguard frontier DIR --readers-run 1s
+--readers-pause 1s` (docs/reference/cli.md): the same readers that pause
+beside the full grid of static settings and tailguard's points, with the
+readers' worst 0.5 s rate counted only over windows inside their running
+spans (the bench report leaves the pauses out), the disk's own write rate,
+a verdict per tailguard point, JSON and a chart. This script stays as a
+small, fixed set of points with p99 and `--quiet-reads off` beside them.
+
 Usage: benchmarks/bursty-readers.py DIR [TAILGUARD_BINARY] [ROUNDS] [PERIODS]
 (default binary target/release/tailguard, 5 rounds, 3 periods; ON and OFF
 from the environment, default 1 s each). DIR must be on the disk to measure;

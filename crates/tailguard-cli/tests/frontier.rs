@@ -1,8 +1,8 @@
 //! `tailguard frontier` end to end on a scratch directory: a tiny grid of
 //! one-second points over two rounds, checked for the JSON's structure and
 //! for numbers that agree with each other (not for their values, which are the
-//! disk's), the table, the HTML page, cleanup after a run and after Ctrl-C,
-//! and refused arguments.
+//! disk's), the table, the HTML page, readers that pause, cleanup after a run
+//! and after Ctrl-C, and refused arguments.
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -198,6 +198,69 @@ fn a_tiny_frontier_reports_consistent_json_a_table_and_a_chart() {
     assert_eq!(page.matches("<tr><td>").count(), points.len());
 }
 
+#[test]
+fn readers_that_pause_are_measured_while_they_run() {
+    let directory = common::scratch_dir("frontier", "pausing");
+    let json = directory.with_extension("json");
+    let output = tailguard_ok(&[
+        "frontier",
+        directory.to_str().unwrap(),
+        "--depths",
+        "1",
+        "--sizes",
+        "1m",
+        "--latency-targets",
+        "none",
+        "--no-adaptive",
+        "--duration",
+        "2s",
+        "--readers-run",
+        "500ms",
+        "--readers-pause",
+        "500ms",
+        "--size-mib",
+        "8",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_empty(&directory);
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON was written"))
+            .unwrap();
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_dir_all(&directory);
+
+    let pattern = &value["workload"]["reader_pattern"];
+    assert_eq!(pattern["readers"], "periodic", "{value}");
+    assert_eq!(
+        (pattern["run_s"].as_f64(), pattern["pause_s"].as_f64()),
+        (Some(0.5), Some(0.5))
+    );
+    let command = value["command"].as_str().unwrap();
+    assert!(
+        command.contains("--readers-run 0.5s --readers-pause 0.5s"),
+        "{command}"
+    );
+    let points = value["points"].as_array().unwrap();
+    assert_eq!(points.len(), 3, "solo, one static point, tailguard");
+    for point in points {
+        let sample = &point["samples"][0];
+        let worst = sample["read_worst_500ms_iops"].as_f64().unwrap();
+        let mean = sample["read_iops"].as_f64().unwrap();
+        // Counting the pauses, a 0.5 s window would hold only the reads
+        // still in flight when the readers stop: a few dozen per second.
+        assert!(
+            worst > 0.05 * mean && worst <= 1.5 * mean,
+            "worst {worst} against mean {mean} while running: {point}"
+        );
+    }
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains("the readers running 0.5 s then pausing 0.5 s in turn"),
+        "{text}"
+    );
+}
+
 /// The table in `text` lists the points by write rate, as the JSON's medians
 /// order them.
 fn check_table_order(text: &str, points: &[serde_json::Value]) {
@@ -234,6 +297,8 @@ fn bad_arguments_fail_clearly_and_leave_nothing() {
         ("--depths", "0", "out of range"),
         ("--latency-targets", "soon", "not a latency"),
         ("--duration", "100ms", "out of range"),
+        ("--readers-run", "100ms", "out of range"),
+        ("--readers-pause", "1s", "--readers-run"),
     ] {
         let output = tailguard(&["frontier", directory.to_str().unwrap(), flag, value]);
         let error = common::refused(&output);

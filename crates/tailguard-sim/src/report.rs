@@ -14,6 +14,11 @@
 //!   partial window is left out); `null` when the active window is shorter than
 //!   0.5 s. A stall that the percentiles hide (a closed-loop reader stuck behind
 //!   writes records one slow request, not thousands) shows here as a collapse.
+//!   Where the caller gives the separate spans in which the pair's jobs run
+//!   ([`ClassAccumulator::active_during`]; `tailguard bench` does for a class
+//!   whose jobs leave gaps, readers that pause), the windows are counted from
+//!   the start of each span instead and none reaches into a gap, so a pause is
+//!   not a collapse while a dip inside a span still is.
 //! - `queue_wait_us_max`: the longest time a request spent in the scheduler's
 //!   queue before its last piece was dispatched, counting requests still queued
 //!   at the end (a starved request waited too); `queue_wait_us_mean` and
@@ -162,8 +167,12 @@ pub struct ClassAccumulator {
     window_ns: Nanos,
     active_start_ns: Option<Nanos>,
     latency_ns: LazyHistogram,
-    /// Completions per [`RATE_WINDOW_NS`] window from the active start.
+    /// Completions per [`RATE_WINDOW_NS`] window from the active start, or,
+    /// with `spans`, per full window of each span in turn.
     window_completions: Vec<u64>,
+    /// The separate spans the pair's jobs run in, sorted and disjoint; empty:
+    /// one span, the active window.
+    spans: Vec<RateSpan>,
     /// Per second of the run: requests, bytes and the largest latency.
     seconds: Vec<SecondBin>,
     ops: u64,
@@ -187,6 +196,22 @@ struct SecondBin {
 /// The windows `worst_500ms_iops` is measured over: 0.5 s.
 pub const RATE_WINDOW_NS: Nanos = 500_000_000;
 
+/// One span in which a pair's jobs run, and where its full 0.5 s windows
+/// start in the accumulator's window counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RateSpan {
+    start_ns: Nanos,
+    stop_ns: Nanos,
+    first_window: usize,
+}
+
+impl RateSpan {
+    /// The full 0.5 s windows that fit in the span.
+    fn full_windows(&self) -> usize {
+        ((self.stop_ns - self.start_ns) / RATE_WINDOW_NS) as usize
+    }
+}
+
 impl ClassAccumulator {
     /// A pair that is active for `window_ns`, from its first submission unless
     /// [`ClassAccumulator::starting_at`] says otherwise.
@@ -197,6 +222,7 @@ impl ClassAccumulator {
             window_ns: window_ns.max(1),
             active_start_ns: None,
             window_completions: Vec::new(),
+            spans: Vec::new(),
             seconds: Vec::new(),
             latency_ns: LazyHistogram::default(),
             ops: 0,
@@ -214,6 +240,43 @@ impl ClassAccumulator {
     /// 0.5 s windows of `worst_500ms_iops` count from there.
     pub fn starting_at(mut self, start_ns: Nanos) -> Self {
         self.active_start_ns = Some(start_ns);
+        self
+    }
+
+    /// Sets the spans (start, stop) in which the pair's jobs run, when they
+    /// run with gaps between them (readers that pause): `worst_500ms_iops` then
+    /// counts its 0.5 s windows from the start of each span and leaves out the
+    /// gaps and each span's trailing partial window. Overlapping or touching
+    /// spans merge, so jobs that run back to back make one span, and one span
+    /// counts exactly as the active window does without this. The rates
+    /// (`iops`, `mb_per_s`) stay over the whole active window.
+    pub fn active_during(mut self, spans_ns: &[(Nanos, Nanos)]) -> Self {
+        let mut sorted: Vec<(Nanos, Nanos)> = spans_ns
+            .iter()
+            .copied()
+            .filter(|&(start, stop)| start < stop)
+            .collect();
+        sorted.sort_unstable();
+        let mut merged: Vec<(Nanos, Nanos)> = Vec::with_capacity(sorted.len());
+        for (start, stop) in sorted {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(stop),
+                _ => merged.push((start, stop)),
+            }
+        }
+        let mut first_window = 0;
+        self.spans = merged
+            .into_iter()
+            .map(|(start_ns, stop_ns)| {
+                let span = RateSpan {
+                    start_ns,
+                    stop_ns,
+                    first_window,
+                };
+                first_window += span.full_windows();
+                span
+            })
+            .collect();
         self
     }
 
@@ -252,6 +315,7 @@ impl ClassAccumulator {
             + self.device.capacity()
             + self.latency_ns.heap_bytes()
             + self.window_completions.capacity() * std::mem::size_of::<u64>()
+            + self.spans.capacity() * std::mem::size_of::<RateSpan>()
             + self.seconds.capacity() * std::mem::size_of::<SecondBin>()
     }
 
@@ -311,20 +375,42 @@ impl ClassAccumulator {
     }
 
     fn count_in_window(&mut self, completed_at: Nanos) {
-        let start = self.active_start_ns();
-        if completed_at < start || completed_at >= start + self.window_ns {
+        let Some(window) = self.window_of(completed_at) else {
             return;
-        }
-        let window = ((completed_at - start) / RATE_WINDOW_NS) as usize;
+        };
         if self.window_completions.len() <= window {
             self.window_completions.resize(window + 1, 0);
         }
         self.window_completions[window] += 1;
     }
 
-    /// The lowest rate over the full 0.5 s windows of the active window.
+    /// The index in `window_completions` of the window a completion at `at`
+    /// counts in; `None` outside the active window (or, with spans, outside
+    /// every span's full windows).
+    fn window_of(&self, at: Nanos) -> Option<usize> {
+        if self.spans.is_empty() {
+            let start = self.active_start_ns();
+            return (start..start + self.window_ns)
+                .contains(&at)
+                .then(|| ((at - start) / RATE_WINDOW_NS) as usize);
+        }
+        let index = self
+            .spans
+            .partition_point(|span| span.start_ns <= at)
+            .checked_sub(1)?;
+        let span = &self.spans[index];
+        let window = ((at - span.start_ns) / RATE_WINDOW_NS) as usize;
+        (window < span.full_windows()).then_some(span.first_window + window)
+    }
+
+    /// The lowest rate over the full 0.5 s windows of the active window (or
+    /// of every span).
     fn worst_window_iops(&self) -> Option<f64> {
-        let full_windows = (self.window_ns / RATE_WINDOW_NS) as usize;
+        let full_windows = if self.spans.is_empty() {
+            (self.window_ns / RATE_WINDOW_NS) as usize
+        } else {
+            self.spans.iter().map(RateSpan::full_windows).sum()
+        };
         let per_second = NANOS_PER_SECOND_F64 / RATE_WINDOW_NS as f64;
         (0..full_windows)
             .map(|window| self.window_completions.get(window).copied().unwrap_or(0))
@@ -605,6 +691,99 @@ mod tests {
         idle.on_submit(0);
         idle.on_complete(100, 0, 0, 4096);
         assert_eq!(idle.finish().worst_500ms_iops, Some(0.0));
+    }
+
+    /// An accumulator active over `window_ns` from 0 with `per_millisecond`
+    /// completions in every millisecond for which `running(ms)` holds.
+    fn steady_completions(
+        window_ns: Nanos,
+        per_millisecond: u64,
+        running: impl Fn(u64) -> bool,
+        spans_ns: &[(Nanos, Nanos)],
+    ) -> ClassAccumulator {
+        let mut accumulator = ClassAccumulator::new("c".into(), "d".into(), window_ns)
+            .starting_at(0)
+            .active_during(spans_ns);
+        for millisecond in (0..window_ns / 1_000_000).filter(|&ms| running(ms)) {
+            for index in 0..per_millisecond {
+                let at = millisecond * 1_000_000 + index * 1_000;
+                accumulator.on_submit(at);
+                accumulator.on_complete(at + 500, at, at, 4096);
+            }
+        }
+        accumulator
+    }
+
+    #[test]
+    fn windows_inside_running_spans_leave_the_pauses_out() {
+        // Readers run 0.7 s then pause 0.5 s, three times, at 10 per ms
+        // (10,000/s) while they run.
+        let period_ns = 1_200_000_000;
+        let running = |ms: u64| ms % 1_200 < 700;
+        let spans: Vec<(Nanos, Nanos)> = (0..3)
+            .map(|period| (period * period_ns, period * period_ns + 700_000_000))
+            .collect();
+        let window_ns = 3 * period_ns;
+        let whole = steady_completions(window_ns, 10, running, &[]).finish();
+        assert!(
+            whole.worst_500ms_iops.unwrap() < 5_000.0,
+            "{:?}",
+            whole.worst_500ms_iops
+        );
+        let restricted = steady_completions(window_ns, 10, running, &spans).finish();
+        assert_eq!(restricted.worst_500ms_iops, Some(10_000.0));
+        // The rates stay over the whole active window.
+        assert_eq!(restricted.iops, whole.iops);
+
+        // A dip inside the second span (2 per ms over 0.5 s) is still found.
+        let dipped = |ms: u64| running(ms) && !(1_200..1_700).contains(&ms);
+        let mut with_dip = steady_completions(window_ns, 10, dipped, &spans);
+        for millisecond in 1_200..1_700u64 {
+            for index in 0..2 {
+                let at = millisecond * 1_000_000 + index * 1_000;
+                with_dip.on_submit(at);
+                with_dip.on_complete(at + 500, at, at, 4096);
+            }
+        }
+        assert_eq!(with_dip.finish().worst_500ms_iops, Some(2_000.0));
+
+        // Spans shorter than a window have none: no rate at all.
+        let short = steady_completions(window_ns, 10, running, &[(0, 400_000_000)]).finish();
+        assert_eq!(short.worst_500ms_iops, None);
+    }
+
+    #[test]
+    fn one_span_or_touching_spans_count_as_the_active_window() {
+        // Rates that fall window by window, with a trailing partial window.
+        let window_ns = 2_300_000_000;
+        let fill = |spans: &[(Nanos, Nanos)]| {
+            let mut accumulator = ClassAccumulator::new("c".into(), "d".into(), window_ns)
+                .starting_at(0)
+                .active_during(spans);
+            for millisecond in 0..2_300u64 {
+                for index in 0..(20 - millisecond / 150) {
+                    let at = millisecond * 1_000_000 + index * 1_000;
+                    accumulator.on_submit(at);
+                    accumulator.on_complete(at + 500, at, at, 4096);
+                }
+            }
+            accumulator.finish()
+        };
+        let plain = fill(&[]);
+        assert_eq!(
+            plain.worst_500ms_iops,
+            fill(&[(0, window_ns)]).worst_500ms_iops
+        );
+        let touching = [(0, 1_000_000_000), (1_000_000_000, window_ns)];
+        assert_eq!(plain.worst_500ms_iops, fill(&touching).worst_500ms_iops);
+        // A gap in the slowest stretch leaves it out: the worst rate rises.
+        let gapped = [(0, 1_000_000_000), (1_100_000_000, 1_600_000_000)];
+        let higher = fill(&gapped).worst_500ms_iops.unwrap();
+        assert!(
+            higher > plain.worst_500ms_iops.unwrap(),
+            "{higher} vs {:?}",
+            plain.worst_500ms_iops
+        );
     }
 
     #[test]

@@ -1183,8 +1183,10 @@ fn rate_over_active_time(row: &mut ClassReport, start_ns: Nanos) {
 }
 
 /// One accumulator per class that has jobs, measuring from its jobs' first
-/// start plus their longest ramp to their last stop; the class -> accumulator
-/// index map; and per accumulator, when it starts measuring.
+/// start plus their longest ramp to their last stop, its worst 0.5 s rate
+/// counted only while its jobs run where they leave gaps ([`job_spans`]); the
+/// class -> accumulator index map; and per accumulator, when it starts
+/// measuring.
 fn accumulators(
     scenario: &Scenario,
     device_name: &str,
@@ -1205,12 +1207,37 @@ fn accumulators(
         let from = (start + ramp).min(stop.saturating_sub(1));
         row_of[class] = accumulators.len();
         measure_from_ns.push(from);
-        accumulators.push(
+        let mut accumulator =
             ClassAccumulator::new(spec.name.clone(), device_name.to_string(), stop - from)
-                .starting_at(from),
-        );
+                .starting_at(from);
+        let spans = job_spans(scenario, class, from);
+        if spans.len() > 1 {
+            accumulator = accumulator.active_during(&spans);
+        }
+        accumulators.push(accumulator);
     }
     (accumulators, row_of, measure_from_ns)
+}
+
+/// The spans in which `class`'s jobs run (each job from its start to its
+/// stop, none before `from`), merged where they overlap or touch: one span
+/// unless the jobs leave gaps (readers that run and pause in turn).
+fn job_spans(scenario: &Scenario, class: usize, from: Nanos) -> Vec<(Nanos, Nanos)> {
+    let mut spans: Vec<(Nanos, Nanos)> = scenario
+        .jobs
+        .iter()
+        .filter(|job| job.class == class && job.stop_ns > from)
+        .map(|job| (job.start_ns.max(from), job.stop_ns))
+        .collect();
+    spans.sort_unstable();
+    let mut merged: Vec<(Nanos, Nanos)> = Vec::with_capacity(spans.len());
+    for (start, stop) in spans {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(stop),
+            _ => merged.push((start, stop)),
+        }
+    }
+    merged
 }
 
 /// Buffers for what the jobs put in flight at once (at most their in-flight
@@ -2176,5 +2203,42 @@ mod tests {
             "every request of the burst"
         );
         assert_eq!(outcome.overloads[0].held_back, 4096 - 64);
+    }
+    #[test]
+    fn a_class_whose_jobs_pause_counts_its_worst_rate_only_while_they_run() {
+        let reader = |start_s: f64, stop_s: f64| {
+            format!(
+                "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"randread\"\n\
+                 block_size = \"4k\"\nstart_s = {start_s}\nstop_s = {stop_s}\n"
+            )
+        };
+        let writer = "[[job]]\nclass = \"b\"\ndevice = \"d\"\npattern = \"seqwrite\"\n\
+                      block_size = \"1m\"\n";
+        let pausing = scenario(
+            &format!("{}{}{writer}", reader(0.0, 1.0), reader(2.0, 3.0)),
+            3.0,
+        );
+        assert_eq!(
+            job_spans(&pausing, 0, 0),
+            [(0, 1_000_000_000), (2_000_000_000, 3_000_000_000)]
+        );
+        assert_eq!(job_spans(&pausing, 1, 0), [(0, 3_000_000_000)]);
+        assert_eq!(
+            job_spans(&pausing, 0, 200_000_000),
+            [(200_000_000, 1_000_000_000), (2_000_000_000, 3_000_000_000)],
+            "nothing before the ramp"
+        );
+        let back_to_back = scenario(&format!("{}{}", reader(0.0, 1.5), reader(1.0, 3.0)), 3.0);
+        assert_eq!(job_spans(&back_to_back, 0, 0), [(0, 3_000_000_000)]);
+        // 1,000 reads per second while the readers run, none in the pause.
+        let options = vec![JobOptions::default(); pausing.jobs.len()];
+        let (mut rows, row_of, _) = accumulators(&pausing, "d", &options);
+        let reads = &mut rows[row_of[0]];
+        for millisecond in (0..3_000u64).filter(|ms| !(1_000..2_000).contains(ms)) {
+            let at = millisecond * 1_000_000;
+            reads.on_submit(at);
+            reads.on_complete(at + 100_000, at, at, 4096);
+        }
+        assert_eq!(reads.finish().worst_500ms_iops, Some(1_000.0));
     }
 }

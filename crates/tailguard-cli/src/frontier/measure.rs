@@ -4,13 +4,19 @@
 //! readers at queue depth 1 on the read file, in a latency class (their count,
 //! request size and depth are [`Workload`] fields), and (except in the solo
 //! point) one sequential writer on the write file, in a background class, both
-//! from the start of the run. A static point runs everything kernel O_DIRECT
-//! (bench's `kernel-direct` mode) with the writer at the point's depth and
-//! size; a tailguard point runs everything through the scheduler with the
-//! writer at [`TAILGUARD_WRITE_QUEUE_DEPTH`] requests of
+//! from the start of the run. The readers run throughout, or, with a
+//! [`ReaderPattern::Periodic`] pattern, in turns of running and pausing from
+//! the start (one bench job per running span, all on the read file), the
+//! writer throughout; the solo point's readers run and pause the same way, so
+//! ratios compare like with like. Their worst 0.5 s rate then counts only
+//! windows inside a running span (the bench report leaves the pauses out) and
+//! their mean rate is over the time they run. A static point runs everything
+//! kernel O_DIRECT (bench's `kernel-direct` mode) with the writer at the
+//! point's depth and size; a tailguard point runs everything through the
+//! scheduler with the writer at [`TAILGUARD_WRITE_QUEUE_DEPTH`] requests of
 //! [`TAILGUARD_WRITE_BYTES`], so the scheduler, not the writer, decides how
-//! much of it is in flight. Every writer cycles through
-//! [`WRITE_BUFFER_BYTES`] of buffers, whatever its depth. Each run is [`driver::run`] on the caller's
+//! much of it is in flight. Every writer cycles through [`WRITE_BUFFER_BYTES`]
+//! of buffers, whatever its depth. Each run is [`driver::run`] on the caller's
 //! [`Plan`] (the read file first, the write file second), after
 //! [`target::settle`], exactly as `tailguard bench` runs one mode.
 //!
@@ -65,6 +71,70 @@ pub const WRITE_BUFFER_BYTES: u64 = 8 << 20;
 /// pieces as its budget says).
 pub const TAILGUARD_WRITE_BYTES: u64 = 1 << 20;
 
+/// When the readers run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "readers", rename_all = "lowercase")]
+pub enum ReaderPattern {
+    /// Throughout the run: they never pause.
+    Continuous,
+    /// `run_s` seconds running, then `pause_s` seconds paused, in turn from
+    /// the start of the run (the last span cut at its end).
+    Periodic {
+        /// Seconds of each running span.
+        run_s: f64,
+        /// Seconds of each pause.
+        pause_s: f64,
+    },
+}
+
+/// Running spans shorter than this (a tail cut by the end of the run) are
+/// left out.
+const SPAN_S_MIN: f64 = 1e-3;
+
+impl ReaderPattern {
+    /// The spans (start, stop) in seconds in which the readers run during a
+    /// run of `duration_s`.
+    pub fn spans_s(&self, duration_s: f64) -> Vec<(f64, f64)> {
+        match *self {
+            Self::Continuous => vec![(0.0, duration_s)],
+            Self::Periodic { run_s, pause_s } => (0..)
+                .map(|period| f64::from(period) * (run_s + pause_s))
+                .take_while(|&start_s| start_s + SPAN_S_MIN < duration_s)
+                .map(|start_s| (start_s, (start_s + run_s).min(duration_s)))
+                .collect(),
+        }
+    }
+
+    /// Seconds the readers run during a run of `duration_s`.
+    pub fn running_s(&self, duration_s: f64) -> f64 {
+        self.spans_s(duration_s)
+            .iter()
+            .map(|(start_s, stop_s)| stop_s - start_s)
+            .sum()
+    }
+
+    /// The flags that pick it (empty for the default).
+    pub fn flags(&self) -> String {
+        match self {
+            Self::Continuous => String::new(),
+            Self::Periodic { run_s, pause_s } => {
+                format!(" --readers-run {run_s}s --readers-pause {pause_s}s")
+            }
+        }
+    }
+
+    /// The pattern in words: `readers that never pause`, `readers running
+    /// 0.5 s then pausing 1 s in turn`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Continuous => "readers that never pause".into(),
+            Self::Periodic { run_s, pause_s } => {
+                format!("readers running {run_s} s then pausing {pause_s} s in turn")
+            }
+        }
+    }
+}
+
 /// What every point runs: the readers, file sizes and the length of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Workload {
@@ -80,6 +150,8 @@ pub struct Workload {
     pub write_bytes: u64,
     /// Seconds of each run.
     pub duration_s: f64,
+    /// When the readers run (the writer runs throughout).
+    pub reader_pattern: ReaderPattern,
 }
 
 impl Workload {
@@ -92,13 +164,15 @@ impl Workload {
             read_bytes,
             write_bytes,
             duration_s,
+            reader_pattern: ReaderPattern::Continuous,
         }
     }
 
     /// The workload in words: `16 closed-loop random readers of 4k at queue
-    /// depth 1 on a 512 MiB file beside a sequential writer on a 512 MiB file`.
+    /// depth 1 on a 512 MiB file beside a sequential writer on a 512 MiB file`,
+    /// and, where they pause, when they run.
     pub fn describe(&self) -> String {
-        format!(
+        let mut text = format!(
             "{} closed-loop random readers of {} at queue depth {} on a {} MiB file beside a \
              sequential writer on a {} MiB file",
             self.readers,
@@ -106,22 +180,62 @@ impl Workload {
             self.read_queue_depth,
             self.read_bytes >> 20,
             self.write_bytes >> 20
-        )
+        );
+        if let ReaderPattern::Periodic { run_s, pause_s } = self.reader_pattern {
+            let _ = write!(
+                text,
+                ", the readers running {run_s} s then pausing {pause_s} s in turn (the writer \
+                 throughout)"
+            );
+        }
+        text
     }
 
-    /// The bench job of `setting`: the readers, and the writer unless solo.
+    /// The readers' mean rate while they run, from a run's report: over the
+    /// seconds they run when they pause, else the report's own rate (over the
+    /// whole run).
+    pub fn read_iops_while_running(&self, reads: &ClassReport) -> f64 {
+        match self.reader_pattern {
+            ReaderPattern::Continuous => reads.iops,
+            ReaderPattern::Periodic { .. } => {
+                let running_s = self.reader_pattern.running_s(self.duration_s);
+                if running_s > 0.0 {
+                    reads.ops as f64 / running_s
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    /// The bench job of `setting`: the readers (one job, or one per running
+    /// span, all on the read file), and the writer unless solo.
     pub fn job(&self, setting: &Setting) -> Result<BenchJob, CliError> {
         let mut text = format!(
             "duration_s = {}\nseed = 1\n\
-             [[class]]\nname = \"{READ_CLASS}\"\nshares = {READ_SHARES}\n\
-             [[job]]\nname = \"readers\"\nclass = \"{READ_CLASS}\"\npattern = \"randread\"\n\
-             block_size = {}\nqueue_depth = {}\nnumjobs = {}\nsize = {}\n",
+             [[class]]\nname = \"{READ_CLASS}\"\nshares = {READ_SHARES}\n",
             self.duration_s,
-            self.read_request_bytes,
-            self.read_queue_depth,
-            self.readers,
-            self.read_bytes
         );
+        let spans = match self.reader_pattern {
+            ReaderPattern::Continuous => Vec::new(),
+            pattern => pattern.spans_s(self.duration_s),
+        };
+        let reader_jobs = spans.len().max(1);
+        for index in 0..reader_jobs {
+            let (name, times) = match spans.get(index) {
+                None => ("readers".to_string(), String::new()),
+                Some((start_s, stop_s)) => (
+                    format!("readers{index}"),
+                    format!("start_s = {start_s}\nstop_s = {stop_s}\n"),
+                ),
+            };
+            let _ = write!(
+                text,
+                "[[job]]\nname = \"{name}\"\nclass = \"{READ_CLASS}\"\npattern = \"randread\"\n\
+                 block_size = {}\nqueue_depth = {}\nnumjobs = {}\nsize = {}\n{times}",
+                self.read_request_bytes, self.read_queue_depth, self.readers, self.read_bytes
+            );
+        }
         let writer = match *setting {
             Setting::Solo => None,
             Setting::Static {
@@ -140,8 +254,13 @@ impl Workload {
                 self.write_bytes
             );
         }
-        BenchJob::from_toml(&text)
-            .map_err(|error| CliError::usage(format!("the frontier's job: {error}")))
+        let mut job = BenchJob::from_toml(&text)
+            .map_err(|error| CliError::usage(format!("the frontier's job: {error}")))?;
+        // Every reader job reads the one read file; the writer has the other.
+        job.job_region = (0..job.scenario.jobs.len())
+            .map(|index| usize::from(index >= reader_jobs))
+            .collect();
+        Ok(job)
     }
 }
 
@@ -195,9 +314,10 @@ pub struct Sample {
     pub disk_write_mb_per_s: Option<f64>,
     /// The writer's own completed bytes per second, 10^6/s (0 when solo).
     pub writer_mb_per_s: f64,
-    /// The readers' mean completions per second.
+    /// The readers' mean completions per second while they run.
     pub read_iops: f64,
-    /// The readers' lowest completions per second over 0.5 s windows.
+    /// The readers' lowest completions per second over 0.5 s windows (inside
+    /// their running spans).
     pub read_worst_500ms_iops: Option<f64>,
     /// The readers' p99.99 latency, µs.
     pub read_p9999_us: f64,
@@ -206,9 +326,11 @@ pub struct Sample {
 }
 
 impl Sample {
-    /// The measures of a run's report; `None` when it has no reads.
+    /// The measures of a run of `workload`'s report; `None` when it has no
+    /// reads.
     pub fn of(
         report: &RunReport,
+        workload: &Workload,
         round: u32,
         order: usize,
         disk_write_mb_per_s: Option<f64>,
@@ -222,7 +344,7 @@ impl Sample {
             order,
             disk_write_mb_per_s,
             writer_mb_per_s: class(WRITE_CLASS).map_or(0.0, |row| row.mb_per_s),
-            read_iops: reads.iops,
+            read_iops: workload.read_iops_while_running(reads),
             read_worst_500ms_iops: reads.worst_500ms_iops,
             read_p9999_us: reads.latency_us.p9999,
             read_max_us: reads.latency_us.max,
@@ -290,9 +412,10 @@ pub fn measure(
                 disk_sectors_written(&plan.device_name),
                 elapsed_s,
             );
-            let sample = Sample::of(&run.report, round, order, disk).ok_or_else(|| {
-                CliError::usage(format!("{}: the run completed no reads", setting.name()))
-            })?;
+            let sample =
+                Sample::of(&run.report, workload, round, order, disk).ok_or_else(|| {
+                    CliError::usage(format!("{}: the run completed no reads", setting.name()))
+                })?;
             samples[index].push(sample);
         }
     }
@@ -366,6 +489,65 @@ mod tests {
         );
         let adaptive = scheduler_settings(&base, &Setting::Tailguard(Variant::Adaptive));
         assert_eq!(adaptive.controller, ControllerChoice::Adaptive);
+    }
+
+    #[test]
+    fn readers_that_pause_run_one_job_per_span_on_the_read_file() {
+        let mut workload = Workload::with_demo_readers(8 << 20, 16 << 20, 3.5);
+        let continuous = workload.job(&Setting::Solo).unwrap();
+        assert_eq!(continuous.scenario.jobs.len(), 1);
+        assert_eq!(continuous.job_region, [0]);
+        assert!(workload.describe().ends_with("on a 16 MiB file"));
+        workload.reader_pattern = ReaderPattern::Periodic {
+            run_s: 1.0,
+            pause_s: 0.5,
+        };
+        let pattern = workload.reader_pattern;
+        assert_eq!(pattern.spans_s(3.5), [(0.0, 1.0), (1.5, 2.5), (3.0, 3.5)]);
+        assert_eq!(pattern.running_s(3.5), 2.5);
+        assert_eq!(ReaderPattern::Continuous.running_s(3.5), 3.5);
+        let fixed = Setting::Static {
+            queue_depth: 1,
+            request_bytes: 128 << 10,
+        };
+        let job = workload.job(&fixed).unwrap();
+        let spans_ns: Vec<(u64, u64)> = job
+            .scenario
+            .jobs
+            .iter()
+            .map(|spec| (spec.start_ns, spec.stop_ns))
+            .collect();
+        assert_eq!(
+            spans_ns,
+            [
+                (0, 1_000_000_000),
+                (1_500_000_000, 2_500_000_000),
+                (3_000_000_000, 3_500_000_000),
+                (0, 3_500_000_000),
+            ],
+            "three reader spans, the writer throughout"
+        );
+        assert_eq!(job.job_region, [0, 0, 0, 1], "two files, as without pauses");
+        assert!(job.scenario.jobs[..3]
+            .iter()
+            .all(|spec| spec.numjobs == READERS && spec.region_bytes == 8 << 20));
+        let solo = workload.job(&Setting::Solo).unwrap();
+        assert_eq!(solo.job_region, [0, 0, 0]);
+        assert!(workload
+            .describe()
+            .contains("running 1 s then pausing 0.5 s"));
+        // The mean rate is over the 2.5 s the readers run, not the 3.5 s run.
+        let mut reads = tailguard_sim::report::ClassAccumulator::new(
+            "reads".into(),
+            "vda".into(),
+            3_500_000_000,
+        )
+        .finish();
+        reads.ops = 5_000;
+        reads.iops = 5_000.0 / 3.5;
+        assert_eq!(workload.read_iops_while_running(&reads), 2_000.0);
+        workload.reader_pattern = ReaderPattern::Continuous;
+        assert_eq!(workload.read_iops_while_running(&reads), reads.iops);
     }
 
     #[test]

@@ -7,7 +7,12 @@
 //! setting of a grid (kernel O_DIRECT, no scheduler, the writer at a fixed
 //! queue depth and request size), tailguard with the command line's scheduler
 //! settings, with the adaptive controller, and at each of a sweep of read
-//! latency targets, and the readers alone as the reference. Each point reports
+//! latency targets, and the readers alone as the reference. The readers run
+//! throughout by default; with `--readers-run` and `--readers-pause` they run
+//! and pause in turn (the writer throughout, the solo point's readers the
+//! same), which is where a scheduler that lets writes stream while nobody
+//! reads can beat a static writer that must pick one depth for when readers
+//! run. Each point reports
 //! the disk's write rate (its own counters) against the readers' worst 0.5 s
 //! rate and mean rate over solo, p99.99 and max. The static points' Pareto
 //! frontier is marked, and each tailguard point is set against the best
@@ -33,7 +38,7 @@ use crate::bench::target::{self, Plan};
 use crate::error::CliError;
 use crate::progress::Progress;
 use grid::{Grid, Setting};
-use measure::Workload;
+use measure::{ReaderPattern, Workload};
 use result::FrontierResult;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -93,6 +98,17 @@ pub struct FrontierArguments {
     /// Reads each reader keeps in flight (default 1).
     #[arg(long, default_value_t = measure::READ_QUEUE_DEPTH, value_parser = grid::parse_depth)]
     pub read_depth: u32,
+    /// Readers that pause: they run this long (`1s`, `500ms`; at least
+    /// 0.5 s, one rate window), then pause for --readers-pause, in turn across
+    /// each point's run, the writer throughout (default: the readers never
+    /// pause). The worst 0.5 s rate then counts only windows inside running
+    /// spans and the mean rate is over the time they run.
+    #[arg(long, requires = "readers_pause", value_parser = parse_readers_run_s, value_name = "DURATION")]
+    pub readers_run: Option<f64>,
+    /// How long readers that pause stay paused each time (`1s`, `200ms`; at
+    /// least 0.1 s); goes with --readers-run.
+    #[arg(long, requires = "readers_run", value_parser = parse_readers_pause_s, value_name = "DURATION")]
+    pub readers_pause: Option<f64>,
     /// Size of the read file and of the write file, MiB (default 1024,
     /// --quick 512).
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
@@ -124,6 +140,40 @@ fn parse_target_or_none(text: &str) -> Result<u64, CliError> {
 
 /// A `--duration` value in seconds.
 pub fn parse_duration_s(text: &str) -> Result<f64, CliError> {
+    let seconds = parse_seconds(text)?;
+    if !(1.0..=600.0).contains(&seconds) {
+        return Err(CliError::usage(format!(
+            "--duration {text} is out of range; give 1s to 600s per point"
+        )));
+    }
+    Ok(seconds)
+}
+
+/// A `--readers-run` value in seconds: at least one 0.5 s rate window.
+fn parse_readers_run_s(text: &str) -> Result<f64, CliError> {
+    let seconds = parse_seconds(text)?;
+    if !(0.5..=600.0).contains(&seconds) {
+        return Err(CliError::usage(format!(
+            "--readers-run {text} is out of range; give 500ms to 600s (a running span must \
+             hold a whole 0.5 s rate window)"
+        )));
+    }
+    Ok(seconds)
+}
+
+/// A `--readers-pause` value in seconds.
+fn parse_readers_pause_s(text: &str) -> Result<f64, CliError> {
+    let seconds = parse_seconds(text)?;
+    if !(0.1..=600.0).contains(&seconds) {
+        return Err(CliError::usage(format!(
+            "--readers-pause {text} is out of range; give 100ms to 600s"
+        )));
+    }
+    Ok(seconds)
+}
+
+/// A duration flag's value in seconds: `5s`, `1500ms` or plain seconds.
+fn parse_seconds(text: &str) -> Result<f64, CliError> {
     let trimmed = text.trim();
     let (number, scale) = if let Some(number) = trimmed.strip_suffix("ms") {
         (number, 1e-3)
@@ -132,16 +182,17 @@ pub fn parse_duration_s(text: &str) -> Result<f64, CliError> {
     } else {
         (trimmed, 1.0)
     };
-    let seconds = number.trim().parse::<f64>().map_err(|_| {
-        CliError::usage(format!(
-            "`{text}` is not a duration; write e.g. 5s or 1500ms"
-        ))
-    })? * scale;
-    if !(1.0..=600.0).contains(&seconds) {
-        return Err(CliError::usage(format!(
-            "--duration {text} is out of range; give 1s to 600s per point"
-        )));
-    }
+    let seconds = number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|seconds| seconds.is_finite())
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "`{text}` is not a duration; write e.g. 5s or 1500ms"
+            ))
+        })?
+        * scale;
     Ok(seconds)
 }
 
@@ -167,25 +218,43 @@ impl FrontierArguments {
         grid
     }
 
-    /// The workload the flags pick.
-    pub fn workload(&self) -> Workload {
+    /// The workload the flags pick; an error naming the fix when the readers
+    /// would never pause within a run.
+    pub fn workload(&self) -> Result<Workload, CliError> {
         let mib = self.size_mib.unwrap_or(if self.quick {
             FILE_MIB_QUICK
         } else {
             FILE_MIB_DEFAULT
         });
-        Workload {
+        let duration_s = self.duration.unwrap_or(if self.quick {
+            DURATION_S_QUICK
+        } else {
+            DURATION_S_DEFAULT
+        });
+        Ok(Workload {
             readers: self.readers,
             read_request_bytes: self.read_size,
             read_queue_depth: self.read_depth,
             read_bytes: mib * MIB,
             write_bytes: mib * MIB,
-            duration_s: self.duration.unwrap_or(if self.quick {
-                DURATION_S_QUICK
-            } else {
-                DURATION_S_DEFAULT
-            }),
+            duration_s,
+            reader_pattern: self.reader_pattern(duration_s)?,
+        })
+    }
+
+    /// The readers' pattern: periodic with `--readers-run` and
+    /// `--readers-pause` (clap requires both or neither), else continuous.
+    fn reader_pattern(&self, duration_s: f64) -> Result<ReaderPattern, CliError> {
+        let (Some(run_s), Some(pause_s)) = (self.readers_run, self.readers_pause) else {
+            return Ok(ReaderPattern::Continuous);
+        };
+        if run_s >= duration_s {
+            return Err(CliError::usage(format!(
+                "--readers-run {run_s}s is not shorter than --duration {duration_s}s, so the \
+                 readers would never pause; give a shorter --readers-run or a longer --duration"
+            )));
         }
+        Ok(ReaderPattern::Periodic { run_s, pause_s })
     }
 
     /// The command that reproduces the run, with the grid spelled out.
@@ -238,6 +307,7 @@ impl FrontierArguments {
                 self.read_depth
             );
         }
+        command.push_str(&workload.reader_pattern.flags());
         command.push_str(&scheduler_flags(&self.scheduler));
         command
     }
@@ -259,6 +329,13 @@ fn scheduler_flags(settings: &SchedulerSettings) -> String {
     }
     if settings.controller != defaults.controller {
         let _ = write!(flags, " --controller {}", settings.controller.name());
+    }
+    if settings.quiet_reads != defaults.quiet_reads {
+        let _ = write!(
+            flags,
+            " --quiet-reads {}",
+            crate::flags::name_of(&settings.quiet_reads)
+        );
     }
     if settings.submit != defaults.submit {
         let _ = write!(
@@ -317,7 +394,7 @@ pub fn run(arguments: &FrontierArguments) -> Result<(), CliError> {
     crate::output::check_outputs(&outputs, arguments.allow_overwrite)?;
     let grid = arguments.grid();
     let settings = grid.points();
-    let workload = arguments.workload();
+    let workload = arguments.workload()?;
     let command = arguments.command_line(&grid, &workload);
     let runs = settings.len() * arguments.rounds as usize;
     eprintln!(
@@ -441,14 +518,16 @@ mod tests {
         assert_eq!(grid.sizes_bytes, [128 << 10, 1 << 20]);
         assert_eq!(grid.latency_targets_us, [250, 2_000]);
         assert!(grid.adaptive);
-        assert_eq!(arguments.workload().duration_s, 1.5);
+        assert_eq!(arguments.workload().unwrap().duration_s, 1.5);
         assert_eq!(arguments.rounds, 3);
         // 1 solo + 4 static + default + adaptive + 2 targets.
         assert_eq!(grid.points().len(), 9);
-        assert_eq!(arguments.workload().readers, measure::READERS);
-        assert_eq!(arguments.workload().read_request_bytes, 4096);
+        let workload = arguments.workload().unwrap();
+        assert_eq!(workload.readers, measure::READERS);
+        assert_eq!(workload.read_request_bytes, 4096);
+        assert_eq!(workload.reader_pattern, ReaderPattern::Continuous);
         let other = parse(&["--readers", "4", "--read-size", "16k", "--read-depth", "8"]).unwrap();
-        let workload = other.workload();
+        let workload = other.workload().unwrap();
         assert_eq!(
             (
                 workload.readers,
@@ -463,7 +542,7 @@ mod tests {
         assert!(other
             .command_line(&other.grid(), &workload)
             .contains("--readers 4 --read-size 16k --read-depth 8"));
-        let command = arguments.command_line(&grid, &arguments.workload());
+        let command = arguments.command_line(&grid, &arguments.workload().unwrap());
         assert!(
             command.contains("--depths 1,2 --sizes 128k,1m --latency-targets 250us,2ms"),
             "{command}"
@@ -474,8 +553,8 @@ mod tests {
     fn quick_and_defaults_and_none() {
         let quick = parse(&["--quick"]).unwrap();
         assert_eq!(quick.grid(), Grid::standard(true));
-        assert_eq!(quick.workload().duration_s, DURATION_S_QUICK);
-        assert_eq!(quick.workload().read_bytes, FILE_MIB_QUICK * MIB);
+        assert_eq!(quick.workload().unwrap().duration_s, DURATION_S_QUICK);
+        assert_eq!(quick.workload().unwrap().read_bytes, FILE_MIB_QUICK * MIB);
         let full = parse(&[]).unwrap();
         assert_eq!(full.grid(), Grid::standard(false));
         let bare = parse(&["--latency-targets", "none", "--no-adaptive"]).unwrap();
@@ -494,9 +573,79 @@ mod tests {
             &["--latency-targets", "soon"],
             &["--duration", "0.2s"],
             &["--rounds", "0"],
+            &["--readers-run", "0.2s", "--readers-pause", "1s"],
+            &["--readers-pause", "50ms", "--readers-run", "1s"],
+            &["--readers-run", "soon", "--readers-pause", "1s"],
         ] {
             let error = parse(flags).unwrap_err().to_string();
             assert!(error.contains(flags[0]), "{flags:?}: {error}");
         }
+    }
+
+    #[test]
+    fn readers_that_pause_need_both_flags_and_a_pause_within_the_run() {
+        for flags in [&["--readers-run", "1s"][..], &["--readers-pause", "1s"]] {
+            let error = parse(flags).unwrap_err().to_string();
+            let other = if flags[0] == "--readers-run" {
+                "--readers-pause"
+            } else {
+                "--readers-run"
+            };
+            assert!(error.contains(other), "{flags:?}: {error}");
+        }
+        let arguments = parse(&[
+            "--duration",
+            "4s",
+            "--readers-run",
+            "500ms",
+            "--readers-pause",
+            "1.5",
+        ])
+        .unwrap();
+        let workload = arguments.workload().unwrap();
+        assert_eq!(
+            workload.reader_pattern,
+            ReaderPattern::Periodic {
+                run_s: 0.5,
+                pause_s: 1.5
+            }
+        );
+        let command = arguments.command_line(&arguments.grid(), &workload);
+        assert!(
+            command.contains("--readers-run 0.5s --readers-pause 1.5s"),
+            "{command}"
+        );
+        // The reproduce line parses back to the same workload.
+        let words: Vec<&str> = command.split_whitespace().skip(2).collect();
+        assert_eq!(parse(&words).unwrap().workload().unwrap(), workload);
+        // And names the scheduler flags that differ from the defaults.
+        let without_quiet_reads = parse(&[
+            "--readers-run",
+            "1s",
+            "--readers-pause",
+            "1s",
+            "--quiet-reads",
+            "off",
+        ])
+        .unwrap();
+        let command = without_quiet_reads.command_line(
+            &without_quiet_reads.grid(),
+            &without_quiet_reads.workload().unwrap(),
+        );
+        assert!(
+            command.ends_with("--readers-run 1s --readers-pause 1s --quiet-reads off"),
+            "{command}"
+        );
+        let never_pausing = parse(&[
+            "--duration",
+            "2s",
+            "--readers-run",
+            "2s",
+            "--readers-pause",
+            "1s",
+        ])
+        .unwrap();
+        let error = never_pausing.workload().unwrap_err().to_string();
+        assert!(error.contains("--readers-run"), "{error}");
     }
 }

@@ -5,7 +5,9 @@
 //! Ratios are taken per round against that round's solo run (the readers
 //! alone), then summarised, so a drift of the device between rounds moves
 //! numerator and denominator together. A run too short for a 0.5 s window
-//! counts its mean rate as its worst. The write rate is the disk's own (from
+//! counts its mean rate as its worst. With readers that pause, both read
+//! rates are while they run: the worst over windows inside their running
+//! spans, the mean over the seconds they run. The write rate is the disk's own (from
 //! its counters) when every run has it, else the writer's for every point, and
 //! [`FrontierResult::write_rate_source`] says which. The same structure is
 //! `--json`'s output.
@@ -13,7 +15,7 @@
 use crate::error::CliError;
 use crate::frontier::analysis::{self, Comparison, Position, Standing, Summary};
 use crate::frontier::grid::{Setting, Variant};
-use crate::frontier::measure::{Sample, Workload};
+use crate::frontier::measure::{ReaderPattern, Sample, Workload};
 use serde::Serialize;
 use std::fmt::Write as _;
 use tailguard_sim::report::human_duration;
@@ -389,8 +391,16 @@ pub fn render_table(result: &FrontierResult) -> String {
 /// What the table's columns and marks mean.
 fn footnote(result: &FrontierResult) -> String {
     format!(
-        "write MB/s: {}; worst 0.5 s and mean read rates over the same round's solo run; \
+        "{}; write MB/s: {}; worst 0.5 s and mean read rates over the same round's solo run; \
          * = on the static Pareto frontier; {}\n",
+        match result.workload.reader_pattern {
+            ReaderPattern::Continuous => "readers that never pause".to_string(),
+            pattern @ ReaderPattern::Periodic { .. } => format!(
+                "{} (the writer throughout): read rates while they run (0.5 s windows inside \
+                 running spans)",
+                pattern.describe()
+            ),
+        },
         if result.write_rate_source == WriteRateSource::Disk {
             format!("what device {} wrote (its own counters)", result.device)
         } else {
@@ -522,6 +532,17 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("[440-460]"), "min-max over rounds: {table}");
+        assert!(table.contains("readers that never pause"), "{table}");
+        let mut pausing = built();
+        pausing.workload.reader_pattern = ReaderPattern::Periodic {
+            run_s: 2.0,
+            pause_s: 1.0,
+        };
+        let table = render_table(&pausing);
+        assert!(
+            table.contains("readers running 2 s then pausing 1 s in turn"),
+            "{table}"
+        );
     }
 
     #[test]
@@ -551,6 +572,7 @@ mod tests {
         assert_eq!(points[1]["kind"], "static");
         assert_eq!(points[1]["request_bytes"], 131072);
         assert_eq!(value["write_rate_source"], "disk");
+        assert_eq!(value["workload"]["reader_pattern"]["readers"], "continuous");
     }
 
     #[test]

@@ -8,11 +8,14 @@
 //! latency target) and, over several rounds, crossed by thin min-max whiskers
 //! in both directions. Up and to the right is better: a tailguard point above
 //! the blue line keeps the readers higher than any static setting writing as
-//! fast. The chart is a [`Chart`] from [`super::svg`] with the dots, whiskers
-//! and labels drawn as its overlay.
+//! fast. The chart's title says which readers were measured: readers that
+//! never pause, or readers that run and pause in turn (whose worst rate counts
+//! only windows inside their running spans). The chart is a [`Chart`] from
+//! [`super::svg`] with the dots, whiskers and labels drawn as its overlay.
 
 use super::svg::{self, escape, Axis, Chart, Plot, Series, PALETTE};
 use crate::frontier::grid::Setting;
+use crate::frontier::measure::ReaderPattern;
 use crate::frontier::result::{describe_versus, FrontierResult, PointResult};
 use std::fmt::Write as _;
 use tailguard_sim::report::human_duration;
@@ -52,6 +55,14 @@ fn line_of<'a>(points: impl Iterator<Item = &'a PointResult>) -> Vec<(f64, f64)>
     line
 }
 
+/// The y axis's label, saying when the windows are counted.
+fn y_label(result: &FrontierResult) -> &'static str {
+    match result.workload.reader_pattern {
+        ReaderPattern::Continuous => "worst 0.5 s read rate / solo",
+        ReaderPattern::Periodic { .. } => "worst 0.5 s read rate while running / solo",
+    }
+}
+
 /// The trade-off chart as an `<svg>`.
 pub fn chart(result: &FrontierResult) -> String {
     let shown: Vec<&PointResult> = result
@@ -68,13 +79,14 @@ pub fn chart(result: &FrontierResult) -> String {
         .map(|point| point.worst_500ms_over_solo.max)
         .fold(1.0f64, f64::max);
     let chart = Chart {
-        title: "readers' worst 0.5 s rate against disk writes".into(),
+        title: format!(
+            "readers' worst 0.5 s rate against disk writes: {}",
+            result.workload.reader_pattern.describe()
+        ),
         x: Axis::linear_from_zero("disk write MB/s", write_max * 1.05, |value| {
             format!("{value:.0}")
         }),
-        y: Axis::linear_from_zero("worst 0.5 s read rate / solo", ratio_max, |value| {
-            format!("{value:.1}")
-        }),
+        y: Axis::linear_from_zero(y_label(result), ratio_max, |value| format!("{value:.1}")),
         series: vec![
             Series {
                 name: "static O_DIRECT (frontier)".into(),
@@ -249,5 +261,18 @@ mod tests {
         let page = page("frontier <1>", &["note & more".into()], &result);
         assert!(page.contains("frontier &lt;1&gt;") && page.contains("note &amp; more"));
         assert_eq!(page.matches("<tr><td>").count(), 6);
+        assert!(svg.contains("readers that never pause"), "{svg}");
+
+        let mut pausing = result;
+        pausing.workload.reader_pattern = ReaderPattern::Periodic {
+            run_s: 1.0,
+            pause_s: 0.5,
+        };
+        let svg = chart(&pausing);
+        assert!(
+            svg.contains("readers running 1 s then pausing 0.5 s in turn"),
+            "{svg}"
+        );
+        assert!(svg.contains("read rate while running / solo"), "{svg}");
     }
 }
