@@ -31,6 +31,19 @@
 //! target thus means finer interleaving, not lower throughput: a write burst
 //! streams at full speed while a read waits behind at most about one piece.
 //!
+//! Double buffering matters where the device seeks (a disk loses a revolution
+//! between two writes otherwise), and on most devices without seeks two
+//! half-budget pieces stream more writes for the same reads than one whole
+//! one. A device that serves its commands through a file (a loop device)
+//! differs: each write in flight delays the reads queued behind it by its
+//! command's own trip through the file system below, more than by its bytes,
+//! so fewer and larger pieces serve the reads better at the same rate of
+//! writes. So the number of pieces the split size lets fit is the
+//! dispatcher's to choose (`DispatcherConfig::pipeline_pieces`,
+//! [`split_bytes_for`]); the fixed budget takes one piece per budget on a
+//! device that serves through a file and does not seek
+//! (`ControllerChoice::pipeline_pieces`).
+//!
 //! ## Admission
 //!
 //! A piece may be dispatched when `in_flight + cost ≤ limit`, or when its class
@@ -74,8 +87,19 @@ pub const SPLIT_BYTES_MIN: u64 = 4096;
 /// at most `max_request_bytes` (rounded down to 4 KiB), whose cost fits the
 /// budget [`PIPELINE_PIECES`] times. Never below [`SPLIT_BYTES_MIN`].
 pub fn split_bytes(limit_ns: Nanos, max_request_bytes: u64, cost_ns: impl Fn(u64) -> Nanos) -> u64 {
+    split_bytes_for(limit_ns, PIPELINE_PIECES, max_request_bytes, cost_ns)
+}
+
+/// [`split_bytes`] with `pieces` (at least 1) in place of [`PIPELINE_PIECES`].
+pub fn split_bytes_for(
+    limit_ns: Nanos,
+    pieces: u64,
+    max_request_bytes: u64,
+    cost_ns: impl Fn(u64) -> Nanos,
+) -> u64 {
+    let pieces = pieces.max(1);
     let mut bytes = (max_request_bytes / SPLIT_BYTES_MIN * SPLIT_BYTES_MIN).max(SPLIT_BYTES_MIN);
-    while bytes > SPLIT_BYTES_MIN && PIPELINE_PIECES * cost_ns(bytes) > limit_ns {
+    while bytes > SPLIT_BYTES_MIN && pieces * cost_ns(bytes) > limit_ns {
         bytes = (bytes / 2 / SPLIT_BYTES_MIN * SPLIT_BYTES_MIN).max(SPLIT_BYTES_MIN);
     }
     bytes
@@ -203,6 +227,18 @@ mod tests {
             split_bytes(10_000_000, 100_000, cost),
             98_304,
             "rounded to pages"
+        );
+    }
+
+    #[test]
+    fn one_piece_per_budget_splits_twice_as_large() {
+        let cost = |bytes: u64| bytes * 1_000_000_000 / 450_000_000;
+        assert_eq!(split_bytes_for(300_000, 1, 1 << 20, cost), 131_072);
+        assert_eq!(split_bytes_for(300_000, 2, 1 << 20, cost), 65_536);
+        assert_eq!(
+            split_bytes_for(300_000, 0, 1 << 20, cost),
+            131_072,
+            "at least one"
         );
     }
 

@@ -366,6 +366,20 @@ impl ControllerChoice {
             Self::Adaptive => None,
         }
     }
+
+    /// How many pieces of the split size one budget holds while reads come
+    /// (`DispatcherConfig::pipeline_pieces`), on a device that serves its
+    /// commands `through_a_file` without seeking (a loop device) or not: the
+    /// fixed budget takes one there, fewer and larger pieces (see "The split
+    /// size follows the budget" in [`crate::budget`]), and
+    /// [`PIPELINE_PIECES`] elsewhere; the adaptive controller's knee search
+    /// sizes its budget for [`PIPELINE_PIECES`] always.
+    pub fn pipeline_pieces(self, through_a_file: bool) -> u64 {
+        match self {
+            Self::Fixed if through_a_file => 1,
+            _ => PIPELINE_PIECES,
+        }
+    }
 }
 
 impl std::fmt::Display for ControllerChoice {
@@ -1834,6 +1848,19 @@ mod tests {
         assert_eq!(ControllerChoice::Fixed.quiet_reads(rule), rule);
         assert_eq!(ControllerChoice::Fixed.quiet_reads(None), None);
         assert_eq!(ControllerChoice::Adaptive.quiet_reads(rule), None);
+    }
+
+    #[test]
+    fn only_the_fixed_budget_on_a_device_through_a_file_takes_one_piece() {
+        assert_eq!(ControllerChoice::Fixed.pipeline_pieces(true), 1);
+        assert_eq!(
+            ControllerChoice::Fixed.pipeline_pieces(false),
+            PIPELINE_PIECES
+        );
+        assert_eq!(
+            ControllerChoice::Adaptive.pipeline_pieces(true),
+            PIPELINE_PIECES
+        );
     }
 
     fn controller() -> AdaptiveBudget {

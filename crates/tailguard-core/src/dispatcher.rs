@@ -125,6 +125,15 @@ pub struct DispatcherConfig {
     /// one budget always. The engine turns it on with the fixed budget; the
     /// adaptive controller grows the budget itself while no one reads.
     pub quiet_reads: Option<QuietReads>,
+    /// How many pieces of the split size one budget holds while reads come
+    /// (see "The split size follows the budget" in [`crate::budget`]): two
+    /// (the default, [`budget::PIPELINE_PIECES`]) keep the next piece queued
+    /// before the current one ends, which a device that seeks needs and most
+    /// others reward with more writes; one gives fewer, larger pieces, which
+    /// delay the reads behind them less on a device whose every command
+    /// costs the reads more than its bytes (a loop device). During a quiet
+    /// (the quiet-reads rule) writes are split for two pieces always.
+    pub pipeline_pieces: u64,
 }
 
 /// A rotational device's default slice, in latency targets
@@ -141,6 +150,7 @@ impl DispatcherConfig {
             budget_ns: None,
             slice_ns: None,
             quiet_reads: None,
+            pipeline_pieces: budget::PIPELINE_PIECES,
         }
     }
 
@@ -383,6 +393,9 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     /// The slice's length, if the device is rotational (see
     /// [`DispatcherConfig::slice_ns`]).
     slice_ns: Option<Nanos>,
+    /// Pieces of the split size one budget holds while reads come (see
+    /// [`DispatcherConfig::pipeline_pieces`]).
+    pipeline_pieces: u64,
     /// The class served last: the one whose slice runs.
     slice_class: Option<usize>,
     /// Read requests outstanding and the last read's time, for the
@@ -437,6 +450,7 @@ impl<C: LatencyController> Dispatcher<C> {
             alone_pieces: 0,
             alone_class: 0,
             slice_ns: config.slice_ns,
+            pipeline_pieces: config.pipeline_pieces.max(1),
             slice_class: None,
             reads: ReadWatch::new(config.quiet_reads),
         };
@@ -448,13 +462,14 @@ impl<C: LatencyController> Dispatcher<C> {
         let limit_ns = self.budget.limit_ns();
         let quiet_limit_ns = limit_ns.saturating_mul(self.reads.quiet_limit_factor());
         for direction in [Direction::Read, Direction::Write] {
-            let split = |limit_ns| {
-                budget::split_bytes(limit_ns, self.profile.max_request_bytes, |bytes| {
+            let split = |limit_ns, pieces| {
+                budget::split_bytes_for(limit_ns, pieces, self.profile.max_request_bytes, |bytes| {
                     self.cost_model.cost_ns(direction, bytes)
                 })
             };
-            self.split_bytes[direction_index(direction)] = split(limit_ns);
-            self.quiet_split_bytes[direction_index(direction)] = split(quiet_limit_ns);
+            self.split_bytes[direction_index(direction)] = split(limit_ns, self.pipeline_pieces);
+            self.quiet_split_bytes[direction_index(direction)] =
+                split(quiet_limit_ns, budget::PIPELINE_PIECES);
         }
     }
 
@@ -1308,6 +1323,46 @@ mod tests {
             dispatcher.enqueue(0, write).unwrap();
         }
         (dispatcher, reads)
+    }
+
+    #[test]
+    fn one_piece_per_budget_splits_larger_and_keeps_one_piece_in_flight_beside_reads() {
+        let mut config = DispatcherConfig::new(DeviceProfile {
+            max_request_bytes: 1 << 20,
+            ..profile()
+        });
+        config.budget_ns = Some(1_000 * NANOS_PER_MICROSECOND);
+        let two = Dispatcher::new(config.clone()).unwrap();
+        config.pipeline_pieces = 1;
+        let mut one = Dispatcher::new(config).unwrap();
+        let (pieces_of_two, piece_of_one) = (
+            two.split_bytes(Direction::Write),
+            one.split_bytes(Direction::Write),
+        );
+        assert_eq!(piece_of_one, 2 * pieces_of_two);
+        let (writes, reads) = (one.add_class(100).unwrap(), one.add_class(400).unwrap());
+        one.enqueue(0, request(0, writes, Direction::Write, 4 << 20))
+            .unwrap();
+        for id in 1..=4 {
+            one.enqueue(0, request(id, reads, Direction::Read, 4096))
+                .unwrap();
+        }
+        let mut out = Vec::new();
+        one.dispatch(0, &mut out);
+        let written: Vec<u64> = out
+            .iter()
+            .filter(|piece| piece.class == writes)
+            .map(|piece| piece.length_bytes)
+            .collect();
+        assert_eq!(
+            written,
+            [piece_of_one],
+            "one whole-budget piece beside the reads"
+        );
+        assert!(
+            out.iter().any(|piece| piece.class == reads),
+            "and the reads"
+        );
     }
 
     #[test]

@@ -200,6 +200,15 @@ pub(crate) struct IoMessage {
     pub(crate) reply: Reply,
 }
 
+/// What a device is, as far as its dispatcher's shape goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceKind {
+    /// A rotational disk ([`crate::scheduler::seeks`]): served in slices.
+    pub(crate) seeks: bool,
+    /// A loop device ([`crate::scheduler::serves_through_a_file`]).
+    pub(crate) through_a_file: bool,
+}
+
 /// Everything submitters send the engine.
 pub(crate) enum Message {
     /// Unboxed: a box would cost an allocation and a free per request.
@@ -207,9 +216,8 @@ pub(crate) enum Message {
     AddDevice {
         device: DeviceId,
         name: String,
-        /// Whether the device seeks (a rotational disk): its dispatcher then
-        /// serves classes with a backlog in slices.
-        seeks: bool,
+        /// What the device is, for the dispatcher's shape.
+        kind: DeviceKind,
         profile: DeviceProfile,
     },
     AddClass {
@@ -581,9 +589,9 @@ impl Engine {
             Message::AddDevice {
                 device,
                 name,
-                seeks,
+                kind,
                 profile,
-            } => self.add_device(device, name, seeks, profile),
+            } => self.add_device(device, name, kind, profile),
             Message::AddClass {
                 class,
                 name,
@@ -635,10 +643,21 @@ impl Engine {
         }
     }
 
-    /// A dispatcher for a new device; one that `seeks` serves classes with a
+    /// A dispatcher for a new device: one that seeks serves classes with a
     /// backlog in slices of [`DispatcherConfig::default_slice_ns`], as the
-    /// simulator's disks are.
-    fn add_device(&mut self, device: DeviceId, name: String, seeks: bool, profile: DeviceProfile) {
+    /// simulator's disks are, and one that serves through a file without
+    /// seeking takes the pieces [`ControllerChoice::pipeline_pieces`] says.
+    fn add_device(
+        &mut self,
+        device: DeviceId,
+        name: String,
+        kind: DeviceKind,
+        profile: DeviceProfile,
+    ) {
+        let DeviceKind {
+            seeks,
+            through_a_file,
+        } = kind;
         if self.device_ids.contains(&device) {
             return;
         }
@@ -647,6 +666,7 @@ impl Engine {
                 DispatcherConfig {
                     quiet_reads: self.quiet_reads,
                     slice_ns: seeks.then(|| DispatcherConfig::default_slice_ns(profile)),
+                    pipeline_pieces: self.controller.pipeline_pieces(through_a_file && !seeks),
                     ..DispatcherConfig::new(profile.clone())
                 },
                 self.controller.build(profile),
@@ -664,6 +684,7 @@ impl Engine {
             device = %name,
             budget_ns,
             seeks,
+            through_a_file,
             controller = ?self.controller,
             ?profile,
             "tailguard: new device dispatcher"
@@ -1643,8 +1664,12 @@ mod tests {
     fn a_device_that_seeks_is_served_in_slices_and_others_are_not() {
         let mut engine = engine();
         let profile = crate::DEFAULT_DISK_PROFILE.clone();
-        engine.add_device(DeviceId(1), "sda".into(), true, profile.clone());
-        engine.add_device(DeviceId(2), "nvme0n1".into(), false, profile.clone());
+        let kind = |seeks| DeviceKind {
+            seeks,
+            through_a_file: false,
+        };
+        engine.add_device(DeviceId(1), "sda".into(), kind(true), profile.clone());
+        engine.add_device(DeviceId(2), "nvme0n1".into(), kind(false), profile.clone());
         let devices = engine.snapshot().devices;
         assert_eq!(
             devices[0].slice_ns,

@@ -26,8 +26,8 @@ use crate::buffer::{check_alignment, AlignedBuffer};
 use crate::completion::{Driver, EngineHold, IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
 use crate::engine::{
-    self, BufResult, ClassNumber, ControllerChoice, Engine, IoKind, IoMessage, Message, Reply,
-    Shared,
+    self, BufResult, ClassNumber, ControllerChoice, DeviceKind, Engine, IoKind, IoMessage, Message,
+    Reply, Shared,
 };
 use crate::handoff::{Closed, Handoff, Pushed};
 use crate::stats::StatsSnapshot;
@@ -213,7 +213,10 @@ impl SchedulerBuilder {
         scheduler.announce_device(
             NULL_DEVICE,
             "null".to_string(),
-            false,
+            DeviceKind {
+                seeks: false,
+                through_a_file: false,
+            },
             DeviceProfile {
                 read_iops: 1e9,
                 write_iops: 1e9,
@@ -606,7 +609,7 @@ impl Scheduler {
         &self,
         device: DeviceId,
         name: String,
-        seeks: bool,
+        kind: DeviceKind,
         profile: DeviceProfile,
     ) -> io::Result<()> {
         let new = self
@@ -620,7 +623,7 @@ impl Scheduler {
             self.inner.send(Message::AddDevice {
                 device,
                 name,
-                seeks,
+                kind,
                 profile,
             })?;
         }
@@ -658,6 +661,12 @@ pub fn seeks(info: &DeviceInfo) -> bool {
     let hardware = info.innermost();
     let virtual_disk = hardware.name.starts_with("vd") || hardware.name.starts_with("xvd");
     hardware.block_device && hardware.rotational && !virtual_disk
+}
+
+/// Whether `info` serves its commands through a file: a loop device, whose
+/// every command makes a trip through the file system below it.
+pub fn serves_through_a_file(info: &DeviceInfo) -> bool {
+    info.block_device && info.name.starts_with("loop")
 }
 
 /// The profile used before calibration: a conservative SSD, or a disk for a
@@ -942,7 +951,11 @@ impl OpenOptions {
             }
         };
         let profile = scheduler.profile_for(&info);
-        scheduler.announce_device(info.id, info.name.clone(), seeks(&info), profile)?;
+        let kind = DeviceKind {
+            seeks: seeks(&info),
+            through_a_file: serves_through_a_file(&info),
+        };
+        scheduler.announce_device(info.id, info.name.clone(), kind, profile)?;
         Ok(File {
             scheduler: scheduler.clone(),
             file: Some(Arc::new(file)),
@@ -1336,6 +1349,8 @@ mod tests {
         assert!(seeks(&on(disk("sda", true))));
         assert!(!seeks(&on(disk("nvme0n1", false))));
         assert!(!seeks(&on(disk("vda", true))), "a virtual disk");
+        assert!(serves_through_a_file(&on(disk("vda", true))));
+        assert!(!serves_through_a_file(&disk("sda", true)));
         assert!(!seeks(&DeviceInfo {
             block_device: false,
             ..disk("tmpfs", true)
