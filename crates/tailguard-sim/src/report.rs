@@ -15,8 +15,9 @@
 //!   0.5 s. A stall that the percentiles hide (a closed-loop reader stuck behind
 //!   writes records one slow request, not thousands) shows here as a collapse.
 //!   Where the caller gives the separate spans in which the pair's jobs run
-//!   ([`ClassAccumulator::active_during`]; `tailguard bench` does for a class
-//!   whose jobs leave gaps, readers that pause), the windows are counted from
+//!   ([`ClassAccumulator::active_during`]; `tailguard bench` and `tailguard
+//!   sim` do for a pair whose jobs leave gaps, readers that pause), the
+//!   windows are counted from
 //!   the start of each span instead and none reaches into a gap, so a pause is
 //!   not a collapse while a dip inside a span still is.
 //! - `queue_wait_us_max`: the longest time a request spent in the scheduler's
