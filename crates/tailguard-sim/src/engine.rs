@@ -23,7 +23,7 @@
 
 use crate::device::{DeviceCompletion, DeviceModel};
 use crate::policy::{self, Policy, PolicyName, SimRequest, Submission};
-use crate::report::{ClassAccumulator, RunReport};
+use crate::report::{merge_spans, ClassAccumulator, RunReport};
 use crate::scenario::Scenario;
 use crate::workload::{RequestTemplate, Workload};
 use crate::ConfigError;
@@ -394,7 +394,7 @@ fn build_rows(scenario: &Scenario) -> (Vec<ClassAccumulator>, Vec<usize>) {
                 stop - start,
             )
             .starting_at(start);
-            if leaves_gaps(spans) {
+            if merge_spans(spans).len() > 1 {
                 accumulator.active_during(spans)
             } else {
                 accumulator
@@ -402,22 +402,4 @@ fn build_rows(scenario: &Scenario) -> (Vec<ClassAccumulator>, Vec<usize>) {
         })
         .collect();
     (rows, row_of_job)
-}
-
-/// Whether `spans` (start, stop) leave a gap between their first start and
-/// their last stop.
-fn leaves_gaps(spans: &[(Nanos, Nanos)]) -> bool {
-    let mut sorted = spans.to_vec();
-    sorted.sort_unstable();
-    let mut covered_to = match sorted.first() {
-        Some(first) => first.1,
-        None => return false,
-    };
-    for &(start, stop) in &sorted[1..] {
-        if start > covered_to {
-            return true;
-        }
-        covered_to = covered_to.max(stop);
-    }
-    false
 }

@@ -194,6 +194,26 @@ struct SecondBin {
     latency_max_ns: Nanos,
 }
 
+/// `spans_ns` (start, stop) sorted, without empty ones, and merged where
+/// they overlap or touch: one span for jobs that run back to back, several
+/// where they leave gaps (see [`ClassAccumulator::active_during`]).
+pub fn merge_spans(spans_ns: &[(Nanos, Nanos)]) -> Vec<(Nanos, Nanos)> {
+    let mut sorted: Vec<(Nanos, Nanos)> = spans_ns
+        .iter()
+        .copied()
+        .filter(|&(start, stop)| start < stop)
+        .collect();
+    sorted.sort_unstable();
+    let mut merged: Vec<(Nanos, Nanos)> = Vec::with_capacity(sorted.len());
+    for (start, stop) in sorted {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(stop),
+            _ => merged.push((start, stop)),
+        }
+    }
+    merged
+}
+
 /// The windows `worst_500ms_iops` is measured over: 0.5 s.
 pub const RATE_WINDOW_NS: Nanos = 500_000_000;
 
@@ -252,21 +272,8 @@ impl ClassAccumulator {
     /// counts exactly as the active window does without this. The rates
     /// (`iops`, `mb_per_s`) stay over the whole active window.
     pub fn active_during(mut self, spans_ns: &[(Nanos, Nanos)]) -> Self {
-        let mut sorted: Vec<(Nanos, Nanos)> = spans_ns
-            .iter()
-            .copied()
-            .filter(|&(start, stop)| start < stop)
-            .collect();
-        sorted.sort_unstable();
-        let mut merged: Vec<(Nanos, Nanos)> = Vec::with_capacity(sorted.len());
-        for (start, stop) in sorted {
-            match merged.last_mut() {
-                Some(last) if start <= last.1 => last.1 = last.1.max(stop),
-                _ => merged.push((start, stop)),
-            }
-        }
         let mut first_window = 0;
-        self.spans = merged
+        self.spans = merge_spans(spans_ns)
             .into_iter()
             .map(|(start_ns, stop_ns)| {
                 let span = RateSpan {

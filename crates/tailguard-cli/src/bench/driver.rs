@@ -73,7 +73,7 @@ use tailguard::{
     SchedulerBuilder, StatsSnapshot,
 };
 use tailguard_core::Nanos;
-use tailguard_sim::report::{ClassAccumulator, ClassReport, RunReport};
+use tailguard_sim::report::{merge_spans, ClassAccumulator, ClassReport, RunReport};
 use tailguard_sim::scenario::{derive_seed, Arrival, Scenario};
 use tailguard_sim::workload::{RequestTemplate, Workload};
 
@@ -1223,21 +1223,13 @@ fn accumulators(
 /// stop, none before `from`), merged where they overlap or touch: one span
 /// unless the jobs leave gaps (readers that run and pause in turn).
 fn job_spans(scenario: &Scenario, class: usize, from: Nanos) -> Vec<(Nanos, Nanos)> {
-    let mut spans: Vec<(Nanos, Nanos)> = scenario
+    let spans: Vec<(Nanos, Nanos)> = scenario
         .jobs
         .iter()
         .filter(|job| job.class == class && job.stop_ns > from)
         .map(|job| (job.start_ns.max(from), job.stop_ns))
         .collect();
-    spans.sort_unstable();
-    let mut merged: Vec<(Nanos, Nanos)> = Vec::with_capacity(spans.len());
-    for (start, stop) in spans {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(stop),
-            _ => merged.push((start, stop)),
-        }
-    }
-    merged
+    merge_spans(&spans)
 }
 
 /// Buffers for what the jobs put in flight at once (at most their in-flight
