@@ -368,15 +368,17 @@ impl ControllerChoice {
     }
 
     /// How many pieces of the split size one budget holds while reads come
-    /// (`DispatcherConfig::pipeline_pieces`), on a device that serves its
-    /// commands `through_a_file` without seeking (a loop device) or not: the
-    /// fixed budget takes one there, fewer and larger pieces (see "The split
-    /// size follows the budget" in [`crate::budget`]), and
-    /// [`PIPELINE_PIECES`] elsewhere; the adaptive controller's knee search
-    /// sizes its budget for [`PIPELINE_PIECES`] always.
-    pub fn pipeline_pieces(self, through_a_file: bool) -> u64 {
+    /// (`DispatcherConfig::pipeline_pieces`) on a device that `seeks` or
+    /// not and serves its commands `through_a_file` (a loop device) or not:
+    /// the fixed budget takes one on a device through a file that does not
+    /// seek, fewer and larger pieces (see "The split size follows the budget"
+    /// in [`crate::budget`]), and [`PIPELINE_PIECES`] elsewhere, since a
+    /// device that seeks needs the next piece queued; the adaptive
+    /// controller's knee search sizes its budget for [`PIPELINE_PIECES`]
+    /// always.
+    pub fn pipeline_pieces(self, seeks: bool, through_a_file: bool) -> u64 {
         match self {
-            Self::Fixed if through_a_file => 1,
+            Self::Fixed if through_a_file && !seeks => 1,
             _ => PIPELINE_PIECES,
         }
     }
@@ -1852,13 +1854,13 @@ mod tests {
 
     #[test]
     fn only_the_fixed_budget_on_a_device_through_a_file_takes_one_piece() {
-        assert_eq!(ControllerChoice::Fixed.pipeline_pieces(true), 1);
+        assert_eq!(ControllerChoice::Fixed.pipeline_pieces(false, true), 1);
         assert_eq!(
-            ControllerChoice::Fixed.pipeline_pieces(false),
+            ControllerChoice::Fixed.pipeline_pieces(false, false),
             PIPELINE_PIECES
         );
         assert_eq!(
-            ControllerChoice::Adaptive.pipeline_pieces(true),
+            ControllerChoice::Adaptive.pipeline_pieces(false, true),
             PIPELINE_PIECES
         );
     }

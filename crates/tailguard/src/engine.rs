@@ -666,7 +666,7 @@ impl Engine {
                 DispatcherConfig {
                     quiet_reads: self.quiet_reads,
                     slice_ns: seeks.then(|| DispatcherConfig::default_slice_ns(profile)),
-                    pipeline_pieces: self.controller.pipeline_pieces(through_a_file && !seeks),
+                    pipeline_pieces: self.controller.pipeline_pieces(seeks, through_a_file),
                     ..DispatcherConfig::new(profile.clone())
                 },
                 self.controller.build(profile),
@@ -1112,29 +1112,24 @@ impl Engine {
         // A request cancelled whole never reached the device: it counts for
         // its class, with its time in the queue as its wait, and not for the
         // device or the device time.
-        if finished.dispatched {
+        let left_queue_at = if finished.dispatched {
             let device_state = &mut self.devices[device];
             device_state.ops += 1;
             device_state.bytes += record.transferred;
-        }
-        let class = &mut self.classes[message.class as usize];
-        class.ops += 1;
-        class.bytes += record.transferred;
-        class.errors += u64::from(result.is_err());
-        let left_queue_at = if finished.dispatched {
             finished.last_dispatched_at
         } else {
             now
         };
+        let class = &mut self.classes[message.class as usize];
+        class.ops += 1;
+        class.bytes += record.transferred;
+        class.errors += u64::from(result.is_err());
         stats::record(
             &mut class.queue_wait_ns,
             left_queue_at.saturating_sub(finished.enqueued_at),
         );
         if finished.dispatched {
-            stats::record(
-                &mut class.device_time_ns,
-                now.saturating_sub(finished.last_dispatched_at),
-            );
+            stats::record(&mut class.device_time_ns, now.saturating_sub(left_queue_at));
         }
         stats::record(
             &mut class.latency_ns,
