@@ -17,13 +17,16 @@
 //! rate and mean rate over solo, p99.99 and max. The static points' Pareto
 //! frontier is marked, and each tailguard point is set against the best
 //! static setting writing at its rate (±10%): that is what tailguard buys, or
-//! costs, on this disk.
+//! costs, on this disk. Over several rounds it is also set against each
+//! round's own static points, which cancels a drift of the disk that moves a
+//! whole round.
 //!
 //! - [`grid`]: the points and the flags that pick them;
 //! - [`measure`]: the workload and the interleaved rounds of bench runs;
 //! - [`analysis`]: medians, the Pareto frontier, matching and ties;
-//! - [`result`]: the per-point summaries (also the `--json` output) and the
-//!   terminal table; the chart is [`crate::html::frontier`].
+//! - [`result`]: the per-point summaries, the round-by-round comparisons
+//!   (also the `--json` output) and the terminal table; the chart is
+//!   [`crate::html::frontier`].
 //!
 //! `tailguard demo` runs a small frontier with the same engine ([`trace`]) for
 //! its verdict.

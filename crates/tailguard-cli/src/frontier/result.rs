@@ -11,6 +11,12 @@
 //! its counters) when every run has it, else the writer's for every point, and
 //! [`FrontierResult::write_rate_source`] says which. The same structure is
 //! `--json`'s output.
+//!
+//! Medians taken point by point do not cancel a drift of the disk within a
+//! run that moves every point of a round together, so each tailguard point is
+//! also compared round by round ([`RoundByRound`]): against the static
+//! frontier that round's own static points draw, and against that round's
+//! best static point at its write rate.
 
 use crate::error::CliError;
 use crate::frontier::analysis::{self, Comparison, Position, Standing, Summary};
@@ -107,6 +113,92 @@ pub struct VersusStatic {
     /// The static frontier's line at tailguard's write rate (interpolated
     /// between its points; `None` outside their range).
     pub frontier_worst_500ms_at_rate: Option<f64>,
+    /// The same comparisons within each round (`None` with one round).
+    pub by_round: Option<RoundByRound>,
+}
+
+/// A tailguard point against each round's own static points: per round, its
+/// readers' worst 0.5 s rate over solo minus the static one, summarised over
+/// the rounds that have something to compare with.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RoundByRound {
+    /// Against the line of the round's static frontier at the round's own
+    /// write rate (`None`: the line never reached it).
+    pub against_line: Option<Summary>,
+    /// Rounds in which the line reached tailguard's write rate.
+    pub line_rounds: u32,
+    /// Of those, the rounds in which tailguard was at or above the line.
+    pub line_rounds_at_or_above: u32,
+    /// Against the round's best static point within the same-rate window
+    /// (`None`: no round had one).
+    pub against_same_rate: Option<Summary>,
+    /// Rounds with a static point within the same-rate window.
+    pub same_rate_rounds: u32,
+    /// Of those, the rounds in which tailguard was at or above it.
+    pub same_rate_rounds_at_or_above: u32,
+}
+
+impl RoundByRound {
+    /// Compares `tailguard`'s rounds with the same rounds of `statics`.
+    fn of(
+        tailguard: &PointResult,
+        statics: &[&PointResult],
+        solo: &[Sample],
+        from_disk: bool,
+    ) -> Self {
+        let mut against_line = Vec::new();
+        let mut against_same_rate = Vec::new();
+        for sample in &tailguard.samples {
+            let Some(ours) = position_in_round(sample, solo, from_disk) else {
+                continue;
+            };
+            let theirs: Vec<Position> = statics
+                .iter()
+                .filter_map(|point| point.samples.iter().find(|s| s.round == sample.round))
+                .filter_map(|their| position_in_round(their, solo, from_disk))
+                .collect();
+            if let Some(line) = analysis::frontier_at(ours.write_mb_per_s, &theirs) {
+                against_line.push(ours.worst_ratio - line);
+            }
+            if let Some(index) = analysis::best_match(ours.write_mb_per_s, &theirs) {
+                against_same_rate.push(ours.worst_ratio - theirs[index].worst_ratio);
+            }
+        }
+        let at_or_above = |differences: &[f64]| differences.iter().filter(|d| **d >= 0.0).count();
+        Self {
+            against_line: Summary::of(&against_line),
+            line_rounds: against_line.len() as u32,
+            line_rounds_at_or_above: at_or_above(&against_line) as u32,
+            against_same_rate: Summary::of(&against_same_rate),
+            same_rate_rounds: against_same_rate.len() as u32,
+            same_rate_rounds_at_or_above: at_or_above(&against_same_rate) as u32,
+        }
+    }
+}
+
+/// Where one round's `sample` sits on the trade-off plane, its reads over
+/// the same round's solo run (`None` without one).
+fn position_in_round(sample: &Sample, solo: &[Sample], from_disk: bool) -> Option<Position> {
+    let solo_iops = solo
+        .iter()
+        .find(|reference| reference.round == sample.round)?
+        .read_iops;
+    if solo_iops <= 0.0 {
+        return None;
+    }
+    Some(Position {
+        write_mb_per_s: write_rate(sample, from_disk),
+        worst_ratio: sample.read_worst_500ms_iops.unwrap_or(sample.read_iops) / solo_iops,
+    })
+}
+
+/// A run's write rate: the disk's own when `from_disk`, else the writer's.
+fn write_rate(sample: &Sample, from_disk: bool) -> f64 {
+    if from_disk {
+        sample.disk_write_mb_per_s.unwrap_or(f64::NAN)
+    } else {
+        sample.writer_mb_per_s
+    }
 }
 
 impl FrontierResult {
@@ -132,7 +224,7 @@ impl FrontierResult {
         for (setting, runs) in settings.iter().zip(samples) {
             points.push(summarise(setting, runs, solo, from_disk)?);
         }
-        mark_frontier_and_compare(&mut points);
+        mark_frontier_and_compare(&mut points, solo, from_disk);
         Ok(Self {
             command,
             device,
@@ -206,13 +298,7 @@ fn summarise(
             _ => None,
         },
         adaptive: *setting == Setting::Tailguard(Variant::Adaptive),
-        write_mb_per_s: summary(&|sample| {
-            if from_disk {
-                sample.disk_write_mb_per_s.unwrap_or(f64::NAN)
-            } else {
-                sample.writer_mb_per_s
-            }
-        })?,
+        write_mb_per_s: summary(&|sample| write_rate(sample, from_disk))?,
         worst_500ms_over_solo: summary(&|sample| {
             ratio(
                 sample.read_worst_500ms_iops.unwrap_or(sample.read_iops),
@@ -229,7 +315,7 @@ fn summarise(
     })
 }
 
-fn mark_frontier_and_compare(points: &mut [PointResult]) {
+fn mark_frontier_and_compare(points: &mut [PointResult], solo: &[Sample], from_disk: bool) {
     let static_indices: Vec<usize> = (0..points.len())
         .filter(|&index| points[index].setting.is_static())
         .collect();
@@ -247,6 +333,9 @@ fn mark_frontier_and_compare(points: &mut [PointResult]) {
         let position = points[index].position();
         let comparison: Comparison = analysis::compare(position, &positions);
         let against = comparison.against.map(|at| &points[static_indices[at]]);
+        let statics: Vec<&PointResult> = static_indices.iter().map(|&at| &points[at]).collect();
+        let by_round =
+            (solo.len() > 1).then(|| RoundByRound::of(&points[index], &statics, solo, from_disk));
         points[index].versus_static = Some(VersusStatic {
             standing: comparison.standing,
             static_point: against.map(|point| point.name.clone()),
@@ -258,6 +347,7 @@ fn mark_frontier_and_compare(points: &mut [PointResult]) {
                 position.write_mb_per_s,
                 &positions,
             ),
+            by_round,
         });
     }
 }
@@ -323,6 +413,52 @@ pub fn describe_versus(versus: &VersusStatic) -> String {
     }
 }
 
+/// A tailguard point's round-by-round comparisons in one line:
+/// `against the line -0.03 [-0.08 -0.02], at or above in 0 of 5 rounds;
+/// against the best static point within ±10% +0.01 [-0.02 +0.04], 2 of 3`.
+pub fn describe_by_round(by_round: &RoundByRound) -> String {
+    let part = |summary: Option<Summary>, rounds: u32, at_or_above: u32, last: &str| match summary {
+        Some(summary) => format!(
+            "{:+.3} [{:+.3} {:+.3}], at or above in {at_or_above} of {rounds}{last}",
+            summary.median, summary.min, summary.max
+        ),
+        None => "(no round to compare)".into(),
+    };
+    format!(
+        "against the line {}; against the best static point within ±10% {}",
+        part(
+            by_round.against_line,
+            by_round.line_rounds,
+            by_round.line_rounds_at_or_above,
+            " rounds"
+        ),
+        part(
+            by_round.against_same_rate,
+            by_round.same_rate_rounds,
+            by_round.same_rate_rounds_at_or_above,
+            ""
+        )
+    )
+}
+
+/// The lines under the table that compare each tailguard point round by
+/// round (empty with one round).
+fn by_round_lines(result: &FrontierResult) -> String {
+    let mut out = String::new();
+    for point in result.tailguards() {
+        if let Some(by_round) = point.versus_static.as_ref().and_then(|v| v.by_round) {
+            let _ = writeln!(out, "  {}: {}", point.name, describe_by_round(&by_round));
+        }
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!(
+        "round by round (each round against its own static points; differences in worst \
+         0.5 s/solo, median [min max]):\n{out}"
+    )
+}
+
 /// The terminal table, sorted by write rate; `*` marks the static frontier.
 pub fn render_table(result: &FrontierResult) -> String {
     let rounds = result.rounds;
@@ -384,6 +520,7 @@ pub fn render_table(result: &FrontierResult) -> String {
         let cells: Vec<&str> = row.iter().map(String::as_str).collect();
         line(&mut out, &cells);
     }
+    out.push_str(&by_round_lines(result));
     out.push_str(&footnote(result));
     out
 }
@@ -482,6 +619,139 @@ mod tests {
     }
 
     #[test]
+    fn each_round_is_compared_with_its_own_static_points() {
+        let result = built();
+        let by_round = result.points[3]
+            .versus_static
+            .as_ref()
+            .unwrap()
+            .by_round
+            .unwrap();
+        // Round 0: 0.6 at 460 MB/s; that round's line joins 450/0.9 and
+        // 1800/0.5, so 0.9 - 0.4 * 10/1350 there. Round 1: 440 MB/s is left
+        // of that round's line (470 to 1700), which the medians' line
+        // (460 to 1750) does not reach at the medians' 450 MB/s either.
+        let line_difference = 0.6 - (0.9 - 0.4 * 10.0 / 1350.0);
+        let against_line = by_round.against_line.unwrap();
+        assert!((against_line.median - line_difference).abs() < 1e-9);
+        assert_eq!(
+            (by_round.line_rounds, by_round.line_rounds_at_or_above),
+            (1, 0)
+        );
+        assert_eq!(
+            result.points[3]
+                .versus_static
+                .as_ref()
+                .unwrap()
+                .frontier_worst_500ms_at_rate,
+            None
+        );
+        // Both rounds have QD1 128k within 10% of tailguard's rate: 0.6
+        // against 0.9 in each.
+        let same_rate = by_round.against_same_rate.unwrap();
+        assert!((same_rate.min + 0.3).abs() < 1e-9 && (same_rate.max + 0.3).abs() < 1e-9);
+        assert_eq!(
+            (
+                by_round.same_rate_rounds,
+                by_round.same_rate_rounds_at_or_above
+            ),
+            (2, 0)
+        );
+        let line = describe_by_round(&by_round);
+        assert!(
+            line.starts_with("against the line -0.297 [-0.297 -0.297], at or above in 0 of 1"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("-0.300 [-0.300 -0.300], at or above in 0 of 2"),
+            "{line}"
+        );
+        let table = render_table(&result);
+        assert!(table.contains("round by round"), "{table}");
+        assert!(table.contains(&format!("  tailguard: {line}")), "{table}");
+    }
+
+    #[test]
+    fn a_round_with_tailguard_at_or_above_counts() {
+        let settings = [
+            Setting::Solo,
+            Setting::Static {
+                queue_depth: 1,
+                request_bytes: 256 << 10,
+            },
+            Setting::Static {
+                queue_depth: 2,
+                request_bytes: 256 << 10,
+            },
+            Setting::Tailguard(Variant::Default),
+        ];
+        // The disk drifts: round 1 writes less and reads less everywhere.
+        // Tailguard is 0.01 over each round's own line.
+        let samples = vec![
+            vec![sample(0, 0.0, 1000.0, 950.0), sample(1, 0.0, 1000.0, 950.0)],
+            vec![
+                sample(0, 400.0, 950.0, 900.0),
+                sample(1, 300.0, 850.0, 800.0),
+            ],
+            vec![
+                sample(0, 1000.0, 650.0, 600.0),
+                sample(1, 800.0, 550.0, 500.0),
+            ],
+            vec![
+                sample(0, 940.0, 650.0, 640.0),
+                sample(1, 550.0, 700.0, 660.0),
+            ],
+        ];
+        let result =
+            FrontierResult::build("cmd".into(), "vda".into(), workload(), &settings, &samples)
+                .unwrap();
+        let by_round = result.points[3]
+            .versus_static
+            .as_ref()
+            .unwrap()
+            .by_round
+            .unwrap();
+        assert_eq!(
+            (by_round.line_rounds, by_round.line_rounds_at_or_above),
+            (2, 2)
+        );
+        let against_line = by_round.against_line.unwrap();
+        assert!((against_line.min - 0.01).abs() < 1e-9, "{against_line:?}");
+        // Round 0 matches QD2 256k (1000 MB/s): 0.64 against 0.60. Round 1
+        // has nothing within 10% of 550 MB/s.
+        assert_eq!(
+            (
+                by_round.same_rate_rounds,
+                by_round.same_rate_rounds_at_or_above
+            ),
+            (1, 1)
+        );
+    }
+
+    #[test]
+    fn one_round_has_no_round_by_round_comparison() {
+        let settings = [
+            Setting::Solo,
+            Setting::Static {
+                queue_depth: 1,
+                request_bytes: 128 << 10,
+            },
+            Setting::Tailguard(Variant::Default),
+        ];
+        let samples = vec![
+            vec![sample(0, 0.0, 1000.0, 900.0)],
+            vec![sample(0, 450.0, 900.0, 850.0)],
+            vec![sample(0, 460.0, 850.0, 800.0)],
+        ];
+        let result =
+            FrontierResult::build("cmd".into(), "vda".into(), workload(), &settings, &samples)
+                .unwrap();
+        let versus = result.points[2].versus_static.as_ref().unwrap();
+        assert_eq!(versus.by_round, None);
+        assert!(!render_table(&result).contains("round by round"));
+    }
+
+    #[test]
     fn a_verdict_also_names_the_static_line_at_the_points_own_rate() {
         // The default on the disk: 0.63 at 1293 MB/s, matched with QD2 256k
         // (0.65 at 1753 MB/s, writing more), where the line gives 0.72.
@@ -493,6 +763,7 @@ mod tests {
             worst_500ms_difference: Some(-0.02),
             same_rate: false,
             frontier_worst_500ms_at_rate: Some(0.72),
+            by_round: None,
         };
         assert_eq!(
             describe_versus(&versus),
@@ -569,6 +840,10 @@ mod tests {
             assert_eq!(point["samples"].as_array().unwrap().len(), 2);
         }
         assert_eq!(points[3]["versus_static"]["standing"], "loses");
+        let by_round = &points[3]["versus_static"]["by_round"];
+        assert_eq!(by_round["line_rounds"], 1);
+        assert_eq!(by_round["same_rate_rounds"], 2);
+        assert!(by_round["against_same_rate"]["median"].as_f64().unwrap() < 0.0);
         assert_eq!(points[1]["kind"], "static");
         assert_eq!(points[1]["request_bytes"], 131072);
         assert_eq!(value["write_rate_source"], "disk");

@@ -16,7 +16,7 @@
 use super::svg::{self, escape, Axis, Chart, Plot, Series, PALETTE};
 use crate::frontier::grid::Setting;
 use crate::frontier::measure::ReaderPattern;
-use crate::frontier::result::{describe_versus, FrontierResult, PointResult};
+use crate::frontier::result::{describe_by_round, describe_versus, FrontierResult, PointResult};
 use std::fmt::Write as _;
 use tailguard_sim::report::human_duration;
 
@@ -178,7 +178,14 @@ pub fn section(result: &FrontierResult) -> String {
             point
                 .versus_static
                 .as_ref()
-                .map(describe_versus)
+                .map(|versus| match &versus.by_round {
+                    Some(by_round) => format!(
+                        "{}; round by round: {}",
+                        describe_versus(versus),
+                        describe_by_round(by_round)
+                    ),
+                    None => describe_versus(versus),
+                })
                 .unwrap_or_default(),
         ];
         out.push_str("<tr>");
@@ -274,5 +281,46 @@ mod tests {
             "{svg}"
         );
         assert!(svg.contains("read rate while running / solo"), "{svg}");
+    }
+
+    #[test]
+    fn the_table_gives_round_by_round_verdicts_over_several_rounds() {
+        let settings = [
+            Setting::Solo,
+            Setting::Static {
+                queue_depth: 1,
+                request_bytes: 128 << 10,
+            },
+            Setting::Tailguard(Variant::Default),
+        ];
+        let samples = vec![
+            vec![sample(0, 0.0, 1000.0, 950.0), sample(1, 0.0, 900.0, 850.0)],
+            vec![
+                sample(0, 450.0, 950.0, 900.0),
+                sample(1, 430.0, 850.0, 800.0),
+            ],
+            vec![
+                sample(0, 460.0, 950.0, 920.0),
+                sample(1, 440.0, 850.0, 810.0),
+            ],
+        ];
+        let workload = Workload::with_demo_readers(1 << 20, 1 << 20, 1.0);
+        let result = FrontierResult::build(
+            "tailguard frontier <dir>".into(),
+            "vda".into(),
+            workload,
+            &settings,
+            &samples,
+        )
+        .unwrap();
+        let table = section(&result);
+        assert!(
+            table.contains(
+                "; round by round: against the line (no round to compare); \
+                            against the best static point within ±10% +0.016"
+            ),
+            "{table}"
+        );
+        assert!(table.contains("at or above in 2 of 2"), "{table}");
     }
 }
