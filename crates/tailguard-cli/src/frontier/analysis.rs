@@ -10,8 +10,9 @@
 //! [`MATCH_TOLERANCE`] of its rate; with none in that window, a static point
 //! that writes at least as fast and reads at least as well still beats it
 //! (it dominates), and otherwise the point is unmatched; [`frontier_at`] then
-//! still places it against the line joining the frontier's points (a rate no
-//! single static setting gives, so a guide, not a verdict). Differences within
+//! still places it against the line joining the frontier's points, from the
+//! readers alone (no writer) on (a rate no single static setting gives, but
+//! one a writer that alternates between two settings does). Differences within
 //! [`TIE_TOLERANCE`] of the solo rate count as a tie: the rounds of one run
 //! scatter by about that much on a busy disk.
 

@@ -111,7 +111,8 @@ pub struct VersusStatic {
     /// dominates from a higher write rate).
     pub same_rate: bool,
     /// The static frontier's line at tailguard's write rate (interpolated
-    /// between its points; `None` outside their range).
+    /// between its points, from the readers alone with no writer; `None`
+    /// beyond the fastest).
     pub frontier_worst_500ms_at_rate: Option<f64>,
     /// The same comparisons within each round (`None` with one round).
     pub by_round: Option<RoundByRound>,
@@ -122,8 +123,9 @@ pub struct VersusStatic {
 /// the rounds that have something to compare with.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct RoundByRound {
-    /// Against the line of the round's static frontier at the round's own
-    /// write rate (`None`: the line never reached it).
+    /// Against the line of the round's static frontier (from the round's
+    /// readers alone) at the round's own write rate (`None`: the line never
+    /// reached it).
     pub against_line: Option<Summary>,
     /// Rounds in which the line reached tailguard's write rate.
     pub line_rounds: u32,
@@ -157,7 +159,13 @@ impl RoundByRound {
                 .filter_map(|point| point.samples.iter().find(|s| s.round == sample.round))
                 .filter_map(|their| position_in_round(their, solo, from_disk))
                 .collect();
-            if let Some(line) = analysis::frontier_at(ours.write_mb_per_s, &theirs) {
+            let mut line_points = theirs.clone();
+            line_points.extend(
+                solo.iter()
+                    .filter(|reference| reference.round == sample.round)
+                    .filter_map(|reference| position_in_round(reference, solo, from_disk)),
+            );
+            if let Some(line) = analysis::frontier_at(ours.write_mb_per_s, &line_points) {
                 against_line.push(ours.worst_ratio - line);
             }
             if let Some(index) = analysis::best_match(ours.write_mb_per_s, &theirs) {
@@ -241,11 +249,6 @@ impl FrontierResult {
         })
     }
 
-    /// The static points.
-    pub fn statics(&self) -> impl Iterator<Item = &PointResult> {
-        self.points.iter().filter(|point| point.setting.is_static())
-    }
-
     /// The tailguard points.
     pub fn tailguards(&self) -> impl Iterator<Item = &PointResult> {
         self.points
@@ -326,6 +329,16 @@ fn mark_frontier_and_compare(points: &mut [PointResult], solo: &[Sample], from_d
     for (&index, on) in static_indices.iter().zip(analysis::pareto(&positions)) {
         points[index].on_static_frontier = on;
     }
+    // The line starts at the readers alone: no writer at all is a static
+    // setting too, and one that pauses between bursts of another lands on
+    // the line between them.
+    let mut line_positions = positions.clone();
+    line_positions.extend(
+        points
+            .iter()
+            .filter(|point| point.setting == Setting::Solo)
+            .map(PointResult::position),
+    );
     for index in 0..points.len() {
         if !points[index].setting.is_tailguard() {
             continue;
@@ -345,7 +358,7 @@ fn mark_frontier_and_compare(points: &mut [PointResult], solo: &[Sample], from_d
             same_rate: comparison.same_rate,
             frontier_worst_500ms_at_rate: analysis::frontier_at(
                 position.write_mb_per_s,
-                &positions,
+                &line_positions,
             ),
             by_round,
         });
@@ -628,24 +641,33 @@ mod tests {
             .by_round
             .unwrap();
         // Round 0: 0.6 at 460 MB/s; that round's line joins 450/0.9 and
-        // 1800/0.5, so 0.9 - 0.4 * 10/1350 there. Round 1: 440 MB/s is left
-        // of that round's line (470 to 1700), which the medians' line
-        // (460 to 1750) does not reach at the medians' 450 MB/s either.
-        let line_difference = 0.6 - (0.9 - 0.4 * 10.0 / 1350.0);
+        // 1800/0.5 there. Round 1: 440 MB/s is left of that round's static
+        // points (470 to 1700), where the line runs from the readers alone
+        // (1 MB/s, 760/800).
+        let round_0 = 0.6 - (0.9 - 0.4 * 10.0 / 1350.0);
+        let round_1 = 0.6 - (0.95 - 0.05 * 439.0 / 469.0);
         let against_line = by_round.against_line.unwrap();
-        assert!((against_line.median - line_difference).abs() < 1e-9);
+        assert!(
+            (against_line.min - round_1).abs() < 1e-9,
+            "{against_line:?}"
+        );
+        assert!(
+            (against_line.max - round_0).abs() < 1e-9,
+            "{against_line:?}"
+        );
         assert_eq!(
             (by_round.line_rounds, by_round.line_rounds_at_or_above),
-            (1, 0)
+            (2, 0)
         );
-        assert_eq!(
-            result.points[3]
-                .versus_static
-                .as_ref()
-                .unwrap()
-                .frontier_worst_500ms_at_rate,
-            None
-        );
+        // The medians' line also starts at the readers alone: 1 MB/s, 0.95
+        // (both rounds' 950/1000 and 760/800), to QD1 128k's 460/0.9.
+        let medians_line = result.points[3]
+            .versus_static
+            .as_ref()
+            .unwrap()
+            .frontier_worst_500ms_at_rate
+            .unwrap();
+        assert!((medians_line - (0.95 - 0.05 * 449.0 / 459.0)).abs() < 1e-9);
         // Both rounds have QD1 128k within 10% of tailguard's rate: 0.6
         // against 0.9 in each.
         let same_rate = by_round.against_same_rate.unwrap();
@@ -659,7 +681,7 @@ mod tests {
         );
         let line = describe_by_round(&by_round);
         assert!(
-            line.starts_with("against the line -0.297 [-0.297 -0.297], at or above in 0 of 1"),
+            line.starts_with("against the line -0.300 [-0.303 -0.297], at or above in 0 of 2"),
             "{line}"
         );
         assert!(
@@ -841,7 +863,7 @@ mod tests {
         }
         assert_eq!(points[3]["versus_static"]["standing"], "loses");
         let by_round = &points[3]["versus_static"]["by_round"];
-        assert_eq!(by_round["line_rounds"], 1);
+        assert_eq!(by_round["line_rounds"], 2);
         assert_eq!(by_round["same_rate_rounds"], 2);
         assert!(by_round["against_same_rate"]["median"].as_f64().unwrap() < 0.0);
         assert_eq!(points[1]["kind"], "static");
