@@ -320,19 +320,65 @@ impl From<Error> for io::Error {
 }
 
 /// The errno behind `error`: its raw OS error, or that of a request the
-/// kernel failed (an [`Error`] inside it).
+/// kernel failed (an [`Error`] inside it), looked for along the chain of
+/// errors it carries (a stream's report carries the request's error as its
+/// source).
 pub fn os_error_code(error: &io::Error) -> Option<i32> {
-    error.raw_os_error().or_else(|| {
-        error
-            .get_ref()?
-            .downcast_ref::<Error>()
-            .and_then(Error::raw_os_error)
-    })
+    errno_in(error)
+}
+
+/// The first errno along `error`'s chain: an [`io::Error`]'s raw OS error
+/// or payload, an [`Error`]'s errno, or else the error's source.
+fn errno_in(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    if let Some(detail) = error.downcast_ref::<Error>() {
+        return detail.raw_os_error();
+    }
+    if let Some(io_error) = error.downcast_ref::<io::Error>() {
+        return io_error
+            .raw_os_error()
+            .or_else(|| errno_in(io_error.get_ref()?));
+    }
+    errno_in(error.source()?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error that names another as its source, as a stream's report does.
+    #[derive(Debug)]
+    struct Wrapping(io::Error);
+
+    impl fmt::Display for Wrapping {
+        fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(formatter, "while writing: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapping {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn the_errno_is_found_along_the_chain() {
+        let request = Error::new(ErrorKind::Request {
+            errno: libc::ENOSPC,
+            operation: Operation::Write,
+            offset: 0,
+            length_bytes: 4096,
+        });
+        let direct = io::Error::from(request.clone());
+        assert_eq!(direct.raw_os_error(), None, "the payload hides it");
+        assert_eq!(os_error_code(&direct), Some(libc::ENOSPC));
+        let wrapped = io::Error::new(io::ErrorKind::StorageFull, Wrapping(direct));
+        assert_eq!(os_error_code(&wrapped), Some(libc::ENOSPC));
+        let raw = io::Error::other(Wrapping(io::Error::from_raw_os_error(libc::EIO)));
+        assert_eq!(os_error_code(&raw), Some(libc::EIO));
+        let none = io::Error::other("no errno here");
+        assert_eq!(os_error_code(&none), None);
+    }
 
     #[test]
     fn the_io_error_carries_the_error_with_its_kind() {

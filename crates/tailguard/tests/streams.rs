@@ -369,6 +369,11 @@ fn write_until_error(writer: &mut StreamWriter, total_bytes: usize) -> io::Error
         let later = later.expect("the error is sticky");
         assert!(later.to_string().contains("failed earlier"), "{later}");
         assert_eq!(later.kind(), error.kind());
+        assert_eq!(
+            tailguard::os_error_code(&later),
+            tailguard::os_error_code(&error),
+            "the errno survives every report: {later}"
+        );
     }
     error
 }
@@ -388,6 +393,11 @@ fn a_file_that_refuses_writes_fails_the_stream_and_the_error_sticks() {
                 .to_string()
                 .contains("write of 8192 bytes at offset 0"),
             "the error names the write: {error}"
+        );
+        assert_eq!(
+            tailguard::os_error_code(&error),
+            Some(libc::EBADF),
+            "{error}"
         );
         drop(writer);
     });
@@ -417,6 +427,11 @@ fn a_full_device_in_the_middle_of_a_stream_is_reported_body() {
         let mut writer = StreamWriter::new(file, &class, SMALL);
         let error = write_until_error(&mut writer, 4 << 20);
         assert_eq!(error.kind(), io::ErrorKind::StorageFull, "{error}");
+        assert_eq!(
+            tailguard::os_error_code(&error),
+            Some(libc::ENOSPC),
+            "{error}"
+        );
         drop(writer);
         std::fs::remove_file(&path).unwrap();
     }
@@ -437,5 +452,12 @@ fn a_read_error_in_a_stream_is_reported_and_sticks() {
         assert!(error.to_string().contains("read of"), "{choice:?}: {error}");
         let later = reader.read(&mut out).unwrap_err();
         assert!(later.to_string().contains("failed earlier"), "{later}");
+        for report in [&error, &later] {
+            assert_eq!(
+                tailguard::os_error_code(report),
+                Some(libc::EBADF),
+                "{choice:?}: {report}"
+            );
+        }
     });
 }

@@ -21,8 +21,10 @@
 //!   task: they block its thread.
 //!
 //! Errors are sticky: once a request of the stream fails, the call that sees
-//! it reports the original error, and every later call reports a copy that
-//! says the stream failed earlier. A failed write is never forgotten, even if
+//! it reports what the stream was doing and the error it got, and every later
+//! call reports the same, saying the stream failed earlier. Each report keeps
+//! the error it got as its source, so [`crate::os_error_code`] finds the
+//! kernel's errno in all of them. A failed write is never forgotten, even if
 //! the bytes it carried were accepted by an earlier call that returned `Ok`.
 //!
 //! [`File`]: crate::File
@@ -38,9 +40,11 @@ pub use writer::{StreamWriter, WriterOptions};
 use crate::completion::IoFuture;
 use crate::scheduler::{File, Scheduler};
 use granularity_of as granularity;
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 /// The allocation alignment of stream buffers: a page, which satisfies every
@@ -105,40 +109,101 @@ impl<T> Flight<T> {
 /// The first error of a stream, kept for every later call.
 #[derive(Default)]
 struct StickyError {
-    /// The original, until a call has reported it.
-    original: Option<io::Error>,
-    /// What every later call reports: its kind and text.
-    copy: Option<(io::ErrorKind, String)>,
+    failure: Option<(io::ErrorKind, Arc<Failure>)>,
+    /// Whether a call has reported it already.
+    reported: bool,
+}
+
+/// Why a stream stopped: what it was doing, and the error it got.
+#[derive(Debug)]
+struct Failure {
+    context: Option<String>,
+    source: Option<io::Error>,
+}
+
+/// A stream's failure as an [`io::Error`]'s payload. Its source is the error
+/// the stream got, so [`crate::os_error_code`] finds the kernel's errno in
+/// every report, the later ones included.
+#[derive(Debug)]
+struct Report {
+    failure: Arc<Failure>,
+    /// A later report: says the stream failed earlier.
+    later: bool,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.later {
+            formatter.write_str("the stream failed earlier and accepts no more requests: ")?;
+        }
+        match (&self.failure.context, &self.failure.source) {
+            (Some(context), Some(source)) => write!(formatter, "{context}: {source}"),
+            (Some(context), None) => formatter.write_str(context),
+            (None, Some(source)) => write!(formatter, "{source}"),
+            (None, None) => formatter.write_str("the stream failed"),
+        }
+    }
+}
+
+impl std::error::Error for Report {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.failure
+            .source
+            .as_ref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl StickyError {
-    /// Records `error` unless one is recorded already (then `error` is logged:
-    /// the first is the one reported).
-    fn set(&mut self, error: io::Error) {
-        if self.copy.is_some() {
-            tracing::warn!("stream error after an earlier one: {error}");
+    /// Records that the stream failed with `source` while doing what
+    /// `context` says, reported as `kind`, unless a failure is recorded
+    /// already (then this one is logged: the first is the one reported).
+    fn set(&mut self, kind: io::ErrorKind, context: Option<String>, source: Option<io::Error>) {
+        let failure = Failure { context, source };
+        if self.failure.is_some() {
+            tracing::warn!(
+                "stream error after an earlier one: {}",
+                Report {
+                    failure: Arc::new(failure),
+                    later: false
+                }
+            );
             return;
         }
-        self.copy = Some((error.kind(), error.to_string()));
-        self.original = Some(error);
+        self.failure = Some((kind, Arc::new(failure)));
+    }
+
+    /// Records `error` as it is (of its own kind, with no context).
+    fn set_error(&mut self, error: io::Error) {
+        self.set(error.kind(), None, Some(error));
     }
 
     fn is_set(&self) -> bool {
-        self.copy.is_some()
+        self.failure.is_some()
     }
 
-    /// The error to report now, if any: the original the first time.
+    /// The failure as its first report, if no call has reported it yet.
+    fn unreported(&mut self) -> Option<io::Error> {
+        if self.reported {
+            return None;
+        }
+        self.check().err()
+    }
+
+    /// The error to report now, if any: the later reports say the stream
+    /// failed earlier.
     fn check(&mut self) -> io::Result<()> {
-        if let Some(original) = self.original.take() {
-            return Err(original);
-        }
-        match &self.copy {
-            Some((kind, text)) => Err(io::Error::new(
-                *kind,
-                format!("the stream failed earlier and accepts no more requests: {text}"),
-            )),
-            None => Ok(()),
-        }
+        let Some((kind, failure)) = &self.failure else {
+            return Ok(());
+        };
+        let later = std::mem::replace(&mut self.reported, true);
+        Err(io::Error::new(
+            *kind,
+            Report {
+                failure: failure.clone(),
+                later,
+            },
+        ))
     }
 }
 

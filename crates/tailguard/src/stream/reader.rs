@@ -183,14 +183,15 @@ impl StreamReader {
                 Err(error) => {
                     let offset =
                         self.next_offset - (self.reads.len() as u64 + 1) * self.buffer_bytes as u64;
-                    self.error.set(io::Error::new(
+                    self.error.set(
                         error.kind(),
-                        format!(
-                            "{}: read of {} bytes at offset {offset} failed: {error}",
+                        Some(format!(
+                            "{}: read of {} bytes at offset {offset} failed",
                             self.file.path().display(),
                             self.buffer_bytes
-                        ),
-                    ));
+                        )),
+                        Some(error),
+                    );
                     return Poll::Ready(self.error.check().map(|()| 0));
                 }
             };

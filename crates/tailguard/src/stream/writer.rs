@@ -300,7 +300,7 @@ impl StreamWriter {
         if let Err(error) = result {
             // After a failed fdatasync the kernel may have dropped the dirty
             // data: the stream cannot promise anything any more.
-            self.error.set(error);
+            self.error.set_error(error);
         }
         Poll::Ready(self.error.check())
     }
@@ -414,23 +414,25 @@ impl StreamWriter {
                     self.written_through = self.written_through.max(end);
                 }
             }
-            Ok(written) => self.error.set(io::Error::new(
+            Ok(written) => self.error.set(
                 io::ErrorKind::WriteZero,
-                format!(
+                Some(format!(
                     "{}: short write, {written} of {requested} bytes at offset {}; the device \
                      or filesystem is probably full",
                     self.file.path().display(),
                     write.offset
-                ),
-            )),
-            Err(error) => self.error.set(io::Error::new(
+                )),
+                None,
+            ),
+            Err(error) => self.error.set(
                 error.kind(),
-                format!(
-                    "{}: write of {requested} bytes at offset {} failed: {error}",
+                Some(format!(
+                    "{}: write of {requested} bytes at offset {} failed",
                     self.file.path().display(),
                     write.offset
-                ),
-            )),
+                )),
+                Some(error),
+            ),
         }
     }
 
@@ -470,13 +472,14 @@ impl StreamWriter {
     fn truncate_to_logical_len(&mut self) -> io::Result<()> {
         let length = self.logical_len();
         if let Err(error) = self.file.std_file().set_len(length) {
-            self.error.set(io::Error::new(
+            self.error.set(
                 error.kind(),
-                format!(
-                    "{}: truncating to the logical length {length} failed: {error}",
+                Some(format!(
+                    "{}: truncating to the logical length {length} failed",
                     self.file.path().display()
-                ),
-            ));
+                )),
+                Some(error),
+            );
             return self.error.check();
         }
         self.padded_on_disk = false;
@@ -547,7 +550,7 @@ impl Drop for StreamWriter {
         }
         if self.error.is_set() {
             // An error no call has reported yet must not vanish unseen.
-            if let Some(error) = self.error.original.take() {
+            if let Some(error) = self.error.unreported() {
                 tracing::error!("a dropped stream writer had failed: {error}");
             }
             return;
