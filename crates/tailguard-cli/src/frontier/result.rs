@@ -564,41 +564,63 @@ fn footnote(result: &FrontierResult) -> String {
     )
 }
 
+/// One round of a point for tests: disk write MB/s, mean reads/s, worst
+/// 0.5 s reads/s.
+#[cfg(test)]
+pub(crate) type TestRound = (f64, f64, f64);
+
+/// A frontier for tests over the demo's workload: each point's rounds, in
+/// round order.
+#[cfg(test)]
+pub(crate) fn frontier_of(points: &[(Setting, &[TestRound])]) -> FrontierResult {
+    let settings: Vec<Setting> = points.iter().map(|(setting, _)| *setting).collect();
+    let samples: Vec<Vec<Sample>> = points
+        .iter()
+        .map(|(_, rounds)| {
+            (0u32..)
+                .zip(rounds.iter())
+                .map(|(round, &(write, iops, worst))| {
+                    crate::frontier::measure::sample(round, write, iops, worst)
+                })
+                .collect()
+        })
+        .collect();
+    let workload = crate::frontier::measure::Workload::with_demo_readers(1 << 20, 1 << 20, 1.0);
+    FrontierResult::build("cmd".into(), "vda".into(), workload, &settings, &samples)
+        .expect("the points hold solo")
+}
+
+/// A static point for tests: the writer at `queue_depth` × `request_kib` KiB.
+#[cfg(test)]
+pub(crate) fn direct(queue_depth: u32, request_kib: u64) -> Setting {
+    Setting::Static {
+        queue_depth,
+        request_bytes: request_kib << 10,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::frontier::measure::sample;
 
     fn built() -> FrontierResult {
-        let settings = [
-            Setting::Solo,
-            Setting::Static {
-                queue_depth: 1,
-                request_bytes: 128 << 10,
-            },
-            Setting::Static {
-                queue_depth: 2,
-                request_bytes: 1 << 20,
-            },
-            Setting::Tailguard(Variant::Default),
-        ];
         // Two rounds; solo reads 1000/s then 800/s.
-        let samples = vec![
-            vec![sample(0, 1.0, 1000.0, 950.0), sample(1, 1.0, 800.0, 760.0)],
-            vec![
-                sample(0, 450.0, 950.0, 900.0),
-                sample(1, 470.0, 760.0, 720.0),
-            ],
-            vec![
-                sample(0, 1800.0, 700.0, 500.0),
-                sample(1, 1700.0, 560.0, 400.0),
-            ],
-            vec![
-                sample(0, 460.0, 800.0, 600.0),
-                sample(1, 440.0, 640.0, 480.0),
-            ],
-        ];
-        FrontierResult::build("cmd".into(), "vda".into(), workload(), &settings, &samples).unwrap()
+        frontier_of(&[
+            (Setting::Solo, &[(1.0, 1000.0, 950.0), (1.0, 800.0, 760.0)]),
+            (
+                direct(1, 128),
+                &[(450.0, 950.0, 900.0), (470.0, 760.0, 720.0)],
+            ),
+            (
+                direct(2, 1024),
+                &[(1800.0, 700.0, 500.0), (1700.0, 560.0, 400.0)],
+            ),
+            (
+                Setting::Tailguard(Variant::Default),
+                &[(460.0, 800.0, 600.0), (440.0, 640.0, 480.0)],
+            ),
+        ])
     }
 
     fn workload() -> Workload {
@@ -695,38 +717,23 @@ mod tests {
 
     #[test]
     fn a_round_with_tailguard_at_or_above_counts() {
-        let settings = [
-            Setting::Solo,
-            Setting::Static {
-                queue_depth: 1,
-                request_bytes: 256 << 10,
-            },
-            Setting::Static {
-                queue_depth: 2,
-                request_bytes: 256 << 10,
-            },
-            Setting::Tailguard(Variant::Default),
-        ];
         // The disk drifts: round 1 writes less and reads less everywhere.
         // Tailguard is 0.01 over each round's own line.
-        let samples = vec![
-            vec![sample(0, 0.0, 1000.0, 950.0), sample(1, 0.0, 1000.0, 950.0)],
-            vec![
-                sample(0, 400.0, 950.0, 900.0),
-                sample(1, 300.0, 850.0, 800.0),
-            ],
-            vec![
-                sample(0, 1000.0, 650.0, 600.0),
-                sample(1, 800.0, 550.0, 500.0),
-            ],
-            vec![
-                sample(0, 940.0, 650.0, 640.0),
-                sample(1, 550.0, 700.0, 660.0),
-            ],
-        ];
-        let result =
-            FrontierResult::build("cmd".into(), "vda".into(), workload(), &settings, &samples)
-                .unwrap();
+        let result = frontier_of(&[
+            (Setting::Solo, &[(0.0, 1000.0, 950.0), (0.0, 1000.0, 950.0)]),
+            (
+                direct(1, 256),
+                &[(400.0, 950.0, 900.0), (300.0, 850.0, 800.0)],
+            ),
+            (
+                direct(2, 256),
+                &[(1000.0, 650.0, 600.0), (800.0, 550.0, 500.0)],
+            ),
+            (
+                Setting::Tailguard(Variant::Default),
+                &[(940.0, 650.0, 640.0), (550.0, 700.0, 660.0)],
+            ),
+        ]);
         let by_round = result.points[3]
             .versus_static
             .as_ref()
@@ -752,22 +759,14 @@ mod tests {
 
     #[test]
     fn one_round_has_no_round_by_round_comparison() {
-        let settings = [
-            Setting::Solo,
-            Setting::Static {
-                queue_depth: 1,
-                request_bytes: 128 << 10,
-            },
-            Setting::Tailguard(Variant::Default),
-        ];
-        let samples = vec![
-            vec![sample(0, 0.0, 1000.0, 900.0)],
-            vec![sample(0, 450.0, 900.0, 850.0)],
-            vec![sample(0, 460.0, 850.0, 800.0)],
-        ];
-        let result =
-            FrontierResult::build("cmd".into(), "vda".into(), workload(), &settings, &samples)
-                .unwrap();
+        let result = frontier_of(&[
+            (Setting::Solo, &[(0.0, 1000.0, 900.0)]),
+            (direct(1, 128), &[(450.0, 900.0, 850.0)]),
+            (
+                Setting::Tailguard(Variant::Default),
+                &[(460.0, 850.0, 800.0)],
+            ),
+        ]);
         let versus = result.points[2].versus_static.as_ref().unwrap();
         assert_eq!(versus.by_round, None);
         assert!(!render_table(&result).contains("round by round"));

@@ -218,6 +218,7 @@ mod tests {
     use super::*;
     use crate::frontier::grid::Variant;
     use crate::frontier::measure::{sample, Workload};
+    use crate::frontier::result::{direct, frontier_of};
 
     #[test]
     fn the_chart_draws_every_point_and_both_lines() {
@@ -289,34 +290,17 @@ mod tests {
 
     #[test]
     fn the_table_gives_round_by_round_verdicts_over_several_rounds() {
-        let settings = [
-            Setting::Solo,
-            Setting::Static {
-                queue_depth: 1,
-                request_bytes: 128 << 10,
-            },
-            Setting::Tailguard(Variant::Default),
-        ];
-        let samples = vec![
-            vec![sample(0, 0.0, 1000.0, 950.0), sample(1, 0.0, 900.0, 850.0)],
-            vec![
-                sample(0, 450.0, 950.0, 900.0),
-                sample(1, 430.0, 850.0, 800.0),
-            ],
-            vec![
-                sample(0, 460.0, 950.0, 920.0),
-                sample(1, 440.0, 850.0, 810.0),
-            ],
-        ];
-        let workload = Workload::with_demo_readers(1 << 20, 1 << 20, 1.0);
-        let result = FrontierResult::build(
-            "tailguard frontier <dir>".into(),
-            "vda".into(),
-            workload,
-            &settings,
-            &samples,
-        )
-        .unwrap();
+        let result = frontier_of(&[
+            (Setting::Solo, &[(0.0, 1000.0, 950.0), (0.0, 900.0, 850.0)]),
+            (
+                direct(1, 128),
+                &[(450.0, 950.0, 900.0), (430.0, 850.0, 800.0)],
+            ),
+            (
+                Setting::Tailguard(Variant::Default),
+                &[(460.0, 950.0, 920.0), (440.0, 850.0, 810.0)],
+            ),
+        ]);
         let table = section(&result);
         assert!(
             table.contains(
