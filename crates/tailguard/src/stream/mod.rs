@@ -109,16 +109,29 @@ impl<T> Flight<T> {
 /// The first error of a stream, kept for every later call.
 #[derive(Default)]
 struct StickyError {
-    failure: Option<(io::ErrorKind, Arc<Failure>)>,
+    failure: Option<Arc<Failure>>,
     /// Whether a call has reported it already.
     reported: bool,
 }
 
-/// Why a stream stopped: what it was doing, and the error it got.
+/// Why a stream stopped: what it was doing, and the error it got, reported
+/// as `kind`.
 #[derive(Debug)]
 struct Failure {
+    kind: io::ErrorKind,
     context: Option<String>,
     source: Option<io::Error>,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.context, &self.source) {
+            (Some(context), Some(source)) => write!(formatter, "{context}: {source}"),
+            (Some(context), None) => formatter.write_str(context),
+            (None, Some(source)) => write!(formatter, "{source}"),
+            (None, None) => formatter.write_str("the stream failed"),
+        }
+    }
 }
 
 /// A stream's failure as an [`io::Error`]'s payload. Its source is the error
@@ -136,12 +149,7 @@ impl fmt::Display for Report {
         if self.later {
             formatter.write_str("the stream failed earlier and accepts no more requests: ")?;
         }
-        match (&self.failure.context, &self.failure.source) {
-            (Some(context), Some(source)) => write!(formatter, "{context}: {source}"),
-            (Some(context), None) => formatter.write_str(context),
-            (None, Some(source)) => write!(formatter, "{source}"),
-            (None, None) => formatter.write_str("the stream failed"),
-        }
+        write!(formatter, "{}", self.failure)
     }
 }
 
@@ -159,18 +167,16 @@ impl StickyError {
     /// `context` says, reported as `kind`, unless a failure is recorded
     /// already (then this one is logged: the first is the one reported).
     fn set(&mut self, kind: io::ErrorKind, context: Option<String>, source: Option<io::Error>) {
-        let failure = Failure { context, source };
+        let failure = Failure {
+            kind,
+            context,
+            source,
+        };
         if self.failure.is_some() {
-            tracing::warn!(
-                "stream error after an earlier one: {}",
-                Report {
-                    failure: Arc::new(failure),
-                    later: false
-                }
-            );
+            tracing::warn!("stream error after an earlier one: {failure}");
             return;
         }
-        self.failure = Some((kind, Arc::new(failure)));
+        self.failure = Some(Arc::new(failure));
     }
 
     /// Records `error` as it is (of its own kind, with no context).
@@ -193,12 +199,12 @@ impl StickyError {
     /// The error to report now, if any: the later reports say the stream
     /// failed earlier.
     fn check(&mut self) -> io::Result<()> {
-        let Some((kind, failure)) = &self.failure else {
+        let Some(failure) = &self.failure else {
             return Ok(());
         };
         let later = std::mem::replace(&mut self.reported, true);
         Err(io::Error::new(
-            *kind,
+            failure.kind,
             Report {
                 failure: failure.clone(),
                 later,
