@@ -159,11 +159,13 @@ impl RoundByRound {
                 .filter_map(|point| point.samples.iter().find(|s| s.round == sample.round))
                 .filter_map(|their| position_in_round(their, solo, from_disk))
                 .collect();
+            // The round's line starts at its readers alone, as the medians'
+            // does (`PointResult::on_static_line`).
             let mut line_points = theirs.clone();
             line_points.extend(
                 solo.iter()
-                    .filter(|reference| reference.round == sample.round)
-                    .filter_map(|reference| position_in_round(reference, solo, from_disk)),
+                    .find(|reference| reference.round == sample.round)
+                    .and_then(|reference| position_in_round(reference, solo, from_disk)),
             );
             if let Some(line) = analysis::frontier_at(ours.write_mb_per_s, &line_points) {
                 against_line.push(ours.worst_ratio - line);
@@ -265,6 +267,14 @@ impl PointResult {
             worst_ratio: self.worst_500ms_over_solo.median,
         }
     }
+
+    /// Whether the static line joins it: the readers alone (no writer at
+    /// all is a static setting too, and a writer that pauses between bursts
+    /// of another lands on the line between them), or a static point on the
+    /// frontier.
+    pub fn on_static_line(&self) -> bool {
+        self.setting == Setting::Solo || self.on_static_frontier
+    }
 }
 
 fn summarise(
@@ -303,10 +313,7 @@ fn summarise(
         adaptive: *setting == Setting::Tailguard(Variant::Adaptive),
         write_mb_per_s: summary(&|sample| write_rate(sample, from_disk))?,
         worst_500ms_over_solo: summary(&|sample| {
-            ratio(
-                sample.read_worst_500ms_iops.unwrap_or(sample.read_iops),
-                solo_iops(sample),
-            )
+            position_in_round(sample, solo, from_disk).map_or(f64::NAN, |at| at.worst_ratio)
         })?,
         mean_over_solo: summary(&|sample| ratio(sample.read_iops, solo_iops(sample)))?,
         read_p9999_us: summary(&|sample| sample.read_p9999_us)?,
@@ -329,16 +336,11 @@ fn mark_frontier_and_compare(points: &mut [PointResult], solo: &[Sample], from_d
     for (&index, on) in static_indices.iter().zip(analysis::pareto(&positions)) {
         points[index].on_static_frontier = on;
     }
-    // The line starts at the readers alone: no writer at all is a static
-    // setting too, and one that pauses between bursts of another lands on
-    // the line between them.
-    let mut line_positions = positions.clone();
-    line_positions.extend(
-        points
-            .iter()
-            .filter(|point| point.setting == Setting::Solo)
-            .map(PointResult::position),
-    );
+    let line_positions: Vec<Position> = points
+        .iter()
+        .filter(|point| point.on_static_line())
+        .map(PointResult::position)
+        .collect();
     for index in 0..points.len() {
         if !points[index].setting.is_tailguard() {
             continue;

@@ -78,30 +78,26 @@ pub fn chart(result: &FrontierResult) -> String {
         .iter()
         .map(|point| point.worst_500ms_over_solo.max)
         .fold(1.0f64, f64::max);
-    let chart =
-        Chart {
-            title: format!(
-                "readers' worst 0.5 s rate against disk writes: {}",
-                result.workload.reader_pattern.describe()
-            ),
-            x: Axis::linear_from_zero("disk write MB/s", write_max * 1.05, |value| {
-                format!("{value:.0}")
-            }),
-            y: Axis::linear_from_zero(y_label(result), ratio_max, |value| format!("{value:.1}")),
-            series: vec![
-                Series {
-                    name: "static O_DIRECT (frontier)".into(),
-                    // From the readers alone (no writer), as the verdicts' line.
-                    points: line_of(result.points.iter().filter(|point| {
-                        point.setting == Setting::Solo || point.on_static_frontier
-                    })),
-                },
-                Series {
-                    name: "tailguard".into(),
-                    points: line_of(result.tailguards()),
-                },
-            ],
-        };
+    let chart = Chart {
+        title: format!(
+            "readers' worst 0.5 s rate against disk writes: {}",
+            result.workload.reader_pattern.describe()
+        ),
+        x: Axis::linear_from_zero("disk write MB/s", write_max * 1.05, |value| {
+            format!("{value:.0}")
+        }),
+        y: Axis::linear_from_zero(y_label(result), ratio_max, |value| format!("{value:.1}")),
+        series: vec![
+            Series {
+                name: "static O_DIRECT (frontier)".into(),
+                points: line_of(result.points.iter().filter(|point| point.on_static_line())),
+            },
+            Series {
+                name: "tailguard".into(),
+                points: line_of(result.tailguards()),
+            },
+        ],
+    };
     chart.to_svg_with(|plot, out| {
         for point in &shown {
             let colour = if point.setting.is_tailguard() {
