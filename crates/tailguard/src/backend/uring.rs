@@ -10,16 +10,26 @@
 //! Any other setup error (ENOSYS, EPERM, ENOMEM) is returned as is, raw errno
 //! intact, so that [`super::auto`] can name the reason and fall back.
 //!
-//! [`Uring::new_shared`] sets none of them, for a ring that waiters running the
-//! engine drive in turn (see [`crate::engine`]): `SINGLE_ISSUER` would refuse
-//! their `io_uring_enter` (EEXIST); `DEFER_TASKRUN` (which needs it) posts
-//! completions only when the submitting task enters again; and
-//! `COOP_TASKRUN` leaves the completion work of a request queued on the task that
-//! submitted it, without interrupting it, so a helper that submitted other
-//! threads' requests and then went to sleep elsewhere would hold their
-//! completions back from whoever waits in the ring. Without them the kernel
-//! interrupts the submitting task to post a completion, which costs little
-//! where, as at low queue depth, the submitter is the waiter.
+//! [`Uring::new_shared`] asks for `COOP_TASKRUN` alone (none where the kernel
+//! refuses it), for a ring that waiters running the engine drive in turn (see
+//! [`crate::engine`]): `SINGLE_ISSUER` would refuse their `io_uring_enter`
+//! (EEXIST), and `DEFER_TASKRUN` (which needs it) posts completions only when
+//! the submitting task enters again.
+//!
+//! A completion's last step (posting it) runs on the task that submitted the
+//! request. Without `COOP_TASKRUN` the kernel interrupts that task for it, an
+//! inter-processor interrupt whenever the task is running: one per completion,
+//! which on a device faster than the software path (and on a virtual machine,
+//! where each interrupt is a trip through the hypervisor) costs more than the
+//! rest of the request. With it, the kernel wakes the submitter if it sleeps
+//! interruptibly (in a futex, in this ring, in `poll`), exactly as without it,
+//! and otherwise lets the posting wait for the submitter's next entry into the
+//! kernel: its next system call, or at the latest the next interrupt on its CPU,
+//! the scheduler's tick (1-4 ms) included. A task in an uninterruptible sleep
+//! runs it when it wakes, with or without the flag. So the price of the flag is
+//! bounded: a helper that submitted other threads' requests and went on
+//! computing without a system call delays their completions by at most a tick;
+//! a helper that waits (on its next request, or anywhere else) delays nothing.
 //!
 //! With `SINGLE_ISSUER` the kernel binds the ring to the thread that created it:
 //! `io_uring_enter` from any other thread fails with EEXIST. The engine creates its
@@ -76,7 +86,10 @@
 //! such a wait as it ends `submit`'s, provided the wake read is armed:
 //! [`Backend::rearm_wake`] re-arms it after a reap took its completion. The
 //! handle keeps the wake read's buffer and the eventfd alive for as long as its
-//! descriptor keeps the ring alive.
+//! descriptor keeps the ring alive. With `COOP_TASKRUN`, the waiter sees an op's
+//! completion once the thread that submitted it has posted it (see "Ring
+//! setup"): at once if that thread sleeps, at its next entry into the kernel if
+//! it runs. The wake read is such an op too, posted by the thread that armed it.
 //!
 //! # Timed waits
 //!
@@ -154,12 +167,20 @@ pub const WAKE_USER_DATA: u64 = u64::MAX;
 pub const TIMED_WAIT_POLL: Duration = Duration::from_millis(1);
 
 /// A ring any thread may enter (waiters that run the engine): none of the
-/// features that bind the ring or its completions to one task.
-const SHARED_SETUP: [Features; 1] = [Features {
-    single_issuer: false,
-    defer_taskrun: false,
-    coop_taskrun: false,
-}];
+/// features that bind the ring or its completions to one task; cooperative task
+/// run where the kernel has it (see "Ring setup").
+const SHARED_SETUP: [Features; 2] = [
+    Features {
+        single_issuer: false,
+        defer_taskrun: false,
+        coop_taskrun: true,
+    },
+    Features {
+        single_issuer: false,
+        defer_taskrun: false,
+        coop_taskrun: false,
+    },
+];
 
 /// The optional setup flags, most wanted first; each step drops one more feature.
 const SETUP_ATTEMPTS: [Features; 4] = [
@@ -407,8 +428,8 @@ impl Uring {
     }
 
     /// A ring that any thread may drive, one at a time (the caller serialises
-    /// access): set up without `SINGLE_ISSUER`, `DEFER_TASKRUN` and
-    /// `COOP_TASKRUN` (see the module docs).
+    /// access): set up without `SINGLE_ISSUER` and `DEFER_TASKRUN`, with
+    /// `COOP_TASKRUN` where the kernel has it (see the module docs).
     pub fn new_shared(depth: u32) -> io::Result<Self> {
         Self::with_options(
             depth,
@@ -847,7 +868,7 @@ impl Backend for Uring {
     /// beside the driver" in the module docs.
     fn completion_wait(&self) -> Option<Arc<dyn CompletionWait>> {
         let features = self.features;
-        if features.single_issuer || features.defer_taskrun || features.coop_taskrun {
+        if features.single_issuer || features.defer_taskrun {
             return None;
         }
         if !self.ring.params().is_feature_ext_arg() {
