@@ -23,7 +23,7 @@
 
 use crate::device::{DeviceCompletion, DeviceModel};
 use crate::policy::{self, Policy, PolicyName, SimRequest, Submission};
-use crate::report::{merge_spans, ClassAccumulator, RunReport};
+use crate::report::{ClassAccumulator, RunReport};
 use crate::scenario::Scenario;
 use crate::workload::{RequestTemplate, Workload};
 use crate::ConfigError;
@@ -388,17 +388,13 @@ fn build_rows(scenario: &Scenario) -> (Vec<ClassAccumulator>, Vec<usize>) {
         .map(|(&(class, device), spans)| {
             let start = spans.iter().map(|span| span.0).min().unwrap_or(0);
             let stop = spans.iter().map(|span| span.1).max().unwrap_or(start);
-            let accumulator = ClassAccumulator::new(
+            ClassAccumulator::new(
                 scenario.classes[class].name.clone(),
                 scenario.devices[device].name.clone(),
                 stop - start,
             )
-            .starting_at(start);
-            if merge_spans(spans).len() > 1 {
-                accumulator.active_during(spans)
-            } else {
-                accumulator
-            }
+            .starting_at(start)
+            .active_during(spans)
         })
         .collect();
     (rows, row_of_job)

@@ -197,7 +197,7 @@ struct SecondBin {
 /// `spans_ns` (start, stop) sorted, without empty ones, and merged where
 /// they overlap or touch: one span for jobs that run back to back, several
 /// where they leave gaps (see [`ClassAccumulator::active_during`]).
-pub fn merge_spans(spans_ns: &[(Nanos, Nanos)]) -> Vec<(Nanos, Nanos)> {
+fn merge_spans(spans_ns: &[(Nanos, Nanos)]) -> Vec<(Nanos, Nanos)> {
     let mut sorted: Vec<(Nanos, Nanos)> = spans_ns
         .iter()
         .copied()
@@ -784,6 +784,8 @@ mod tests {
         );
         let touching = [(0, 1_000_000_000), (1_000_000_000, window_ns)];
         assert_eq!(plain.worst_500ms_iops, fill(&touching).worst_500ms_iops);
+        let overlapping = [(1_000_000_000, window_ns), (0, 1_500_000_000)];
+        assert_eq!(plain.worst_500ms_iops, fill(&overlapping).worst_500ms_iops);
         // A gap in the slowest stretch leaves it out: the worst rate rises.
         let gapped = [(0, 1_000_000_000), (1_100_000_000, 1_600_000_000)];
         let higher = fill(&gapped).worst_500ms_iops.unwrap();

@@ -209,6 +209,23 @@ pub(crate) struct DeviceKind {
     pub(crate) through_a_file: bool,
 }
 
+impl DeviceKind {
+    /// A device that neither seeks nor serves through a file: the shape
+    /// every device takes unless what the kernel says of it differs.
+    pub(crate) const PLAIN: Self = Self {
+        seeks: false,
+        through_a_file: false,
+    };
+
+    /// What the kernel says of the device behind `info`.
+    pub(crate) fn of(info: &crate::device::DeviceInfo) -> Self {
+        Self {
+            seeks: crate::scheduler::seeks(info),
+            through_a_file: crate::scheduler::serves_through_a_file(info),
+        }
+    }
+}
+
 /// Everything submitters send the engine.
 pub(crate) enum Message {
     /// Unboxed: a box would cost an allocation and a free per request.
@@ -1661,7 +1678,7 @@ mod tests {
         let profile = crate::DEFAULT_DISK_PROFILE.clone();
         let kind = |seeks| DeviceKind {
             seeks,
-            through_a_file: false,
+            ..DeviceKind::PLAIN
         };
         engine.add_device(DeviceId(1), "sda".into(), kind(true), profile.clone());
         engine.add_device(DeviceId(2), "nvme0n1".into(), kind(false), profile.clone());

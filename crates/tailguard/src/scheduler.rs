@@ -213,10 +213,7 @@ impl SchedulerBuilder {
         scheduler.announce_device(
             NULL_DEVICE,
             "null".to_string(),
-            DeviceKind {
-                seeks: false,
-                through_a_file: false,
-            },
+            DeviceKind::PLAIN,
             DeviceProfile {
                 read_iops: 1e9,
                 write_iops: 1e9,
@@ -334,6 +331,18 @@ impl Inner {
             }
             Err(_) => Err(shut_down()),
         }
+    }
+
+    /// Asks the engine a question (`message` wraps the responder its answer
+    /// goes to) and waits for the answer, helping the engine meanwhile as
+    /// any waiter does.
+    fn ask<T>(&self, message: fn(Responder<io::Result<T>>) -> Message) -> io::Result<T> {
+        let (responder, mut future) = Responder::new(engine::stopped);
+        match self.handoff().push(message(responder), &self.shared.waker) {
+            Ok(pushed) => future.attach(self.driver.clone(), pushed == Pushed::Deferred),
+            Err(_) => return Err(shut_down()),
+        }
+        future.wait()
     }
 
     /// Sends a request whose result `future` will carry; a deferred push
@@ -481,15 +490,26 @@ impl Scheduler {
     /// A request that does nothing, through a dispatcher like any other: for
     /// measuring the engine's own overhead.
     pub fn nop(&self, class: &IoClass) -> IoFuture<io::Result<()>> {
+        self.request_without_data(class, NULL_DEVICE, None, IoKind::Nop)
+    }
+
+    /// A request that moves no data (a nop, a sync) of `class` on `device`.
+    fn request_without_data(
+        &self,
+        class: &IoClass,
+        device: DeviceId,
+        file: Option<Arc<std::fs::File>>,
+        kind: IoKind,
+    ) -> IoFuture<io::Result<()>> {
         if let Err(error) = class.check_usable_on(self) {
             return IoFuture::ready(Err(error));
         }
         let (responder, mut future) = Responder::new(engine::stopped);
         let message = IoMessage {
             class: class.number,
-            device: NULL_DEVICE,
-            file: None,
-            kind: IoKind::Nop,
+            device,
+            file,
+            kind,
             buffer: None,
             offset: 0,
             submitted_at_ns: engine::monotonic_ns(),
@@ -544,16 +564,7 @@ impl Scheduler {
 
     /// A consistent snapshot of every counter and histogram.
     pub fn stats(&self) -> io::Result<StatsSnapshot> {
-        let (responder, mut future) = Responder::new(engine::stopped);
-        match self
-            .inner
-            .handoff()
-            .push(Message::Stats(responder), &self.inner.shared.waker)
-        {
-            Ok(pushed) => future.attach(self.inner.driver.clone(), pushed == Pushed::Deferred),
-            Err(_) => return Err(shut_down()),
-        }
-        future.wait()
+        self.inner.ask(Message::Stats)
     }
 
     /// Stops accepting requests, completes every one already accepted, and
@@ -593,16 +604,7 @@ impl Scheduler {
     /// cancelled, whole or in part (a partly cancelled one completes when its
     /// pieces in flight do, with a short count).
     pub fn cancel_pending(&self) -> io::Result<usize> {
-        let (responder, mut future) = Responder::new(engine::stopped);
-        match self
-            .inner
-            .handoff()
-            .push(Message::CancelPending(responder), &self.inner.shared.waker)
-        {
-            Ok(pushed) => future.attach(self.inner.driver.clone(), pushed == Pushed::Deferred),
-            Err(_) => return Err(shut_down()),
-        }
-        future.wait()
+        self.inner.ask(Message::CancelPending)
     }
 
     fn announce_device(
@@ -951,11 +953,7 @@ impl OpenOptions {
             }
         };
         let profile = scheduler.profile_for(&info);
-        let kind = DeviceKind {
-            seeks: seeks(&info),
-            through_a_file: serves_through_a_file(&info),
-        };
-        scheduler.announce_device(info.id, info.name.clone(), kind, profile)?;
+        scheduler.announce_device(info.id, info.name.clone(), DeviceKind::of(&info), profile)?;
         Ok(File {
             scheduler: scheduler.clone(),
             file: Some(Arc::new(file)),
@@ -1152,24 +1150,12 @@ impl File {
     }
 
     fn sync_request(&self, kind: IoKind, class: &IoClass) -> IoFuture<io::Result<()>> {
-        if let Err(error) = class.check_usable_on(&self.scheduler) {
-            return IoFuture::ready(Err(error));
-        }
-        let (responder, mut future) = Responder::new(engine::stopped);
-        let message = IoMessage {
-            class: class.number,
-            device: self.device.id,
-            file: Some(self.handle().clone()),
+        self.scheduler.request_without_data(
+            class,
+            self.device.id,
+            Some(self.handle().clone()),
             kind,
-            buffer: None,
-            offset: 0,
-            submitted_at_ns: engine::monotonic_ns(),
-            reply: Reply::Unit(responder),
-        };
-        match self.scheduler.inner.send_io(message, &mut future) {
-            Ok(()) => future,
-            Err(_) => IoFuture::ready(Err(shut_down())),
-        }
+        )
     }
 }
 
