@@ -652,6 +652,14 @@ impl Engine {
             Message::Shutdown { cancel_pending } => {
                 self.handoff.close();
                 self.shutting_down = true;
+                // Messages pushed after this batch was taken and before the
+                // close were accepted: they are served (or cancelled) like
+                // the rest, and the closed handoff takes no more.
+                let mut late = Vec::new();
+                self.handoff.take_all(&mut late);
+                for message in late {
+                    self.handle(now, message);
+                }
                 if cancel_pending {
                     self.cancelling = true;
                     self.cancel_queued(now);
@@ -1670,6 +1678,60 @@ mod tests {
             None,
             true,
         )
+    }
+
+    struct NoWake;
+
+    impl crate::handoff::Wake for NoWake {
+        fn wake(&self) {}
+    }
+
+    #[test]
+    fn a_request_accepted_while_the_shutdown_is_handled_is_still_served() {
+        // A submitter's push can land after the engine took the batch that
+        // holds `Shutdown` and before the handoff closes: it was accepted.
+        let mut engine = engine();
+        let profile = crate::DEFAULT_SSD_PROFILE.clone();
+        engine.add_device(DeviceId(1), "null".into(), DeviceKind::PLAIN, profile);
+        engine.handle(
+            0,
+            Message::AddClass {
+                class: 0,
+                name: "c".into(),
+                shares: 100,
+                rate_limit: None,
+            },
+        );
+        let (responder, future) = Responder::new(stopped);
+        let message = IoMessage {
+            class: 0,
+            device: DeviceId(1),
+            file: None,
+            kind: IoKind::Nop,
+            buffer: None,
+            offset: 0,
+            submitted_at_ns: 0,
+            reply: Reply::Unit(responder),
+        };
+        let pushed = engine.handoff.push(Message::Io(message), &NoWake);
+        assert!(pushed.is_ok());
+        engine.handle(
+            1,
+            Message::Shutdown {
+                cancel_pending: false,
+            },
+        );
+        for _ in 0..1_000 {
+            if engine.finished() {
+                break;
+            }
+            engine.turn(&|| false);
+        }
+        assert!(engine.finished());
+        // Dropping the engine drops whatever its handoff still holds, which
+        // would answer the request with the engine's "stopped" error.
+        drop(engine);
+        future.wait().expect("served, not dropped");
     }
 
     #[test]
