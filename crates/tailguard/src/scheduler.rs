@@ -465,14 +465,17 @@ impl Scheduler {
                 )));
             }
             registry.classes.push((name.to_string(), true));
-            (registry.classes.len() - 1) as ClassNumber
+            let number = (registry.classes.len() - 1) as ClassNumber;
+            // Sent under the registry's lock, so that the engine learns of
+            // classes in the order of their numbers, whatever threads add them.
+            self.inner.send(Message::AddClass {
+                class: number,
+                name: name.to_string(),
+                shares,
+                rate_limit: options.rate_limit,
+            })?;
+            number
         };
-        self.inner.send(Message::AddClass {
-            class: number,
-            name: name.to_string(),
-            shares,
-            rate_limit: options.rate_limit,
-        })?;
         Ok(IoClass {
             scheduler: self.clone(),
             number,
@@ -614,14 +617,11 @@ impl Scheduler {
         kind: DeviceKind,
         profile: DeviceProfile,
     ) -> io::Result<()> {
-        let new = self
-            .inner
-            .registry
-            .lock()
-            .expect("lock poisoned")
-            .devices
-            .insert(device);
-        if new {
+        let mut registry = self.inner.registry.lock().expect("lock poisoned");
+        if registry.devices.insert(device) {
+            // Sent under the registry's lock: another thread opening a file on
+            // the same device waits for the lock, so its first request reaches
+            // the engine after the device does.
             self.inner.send(Message::AddDevice {
                 device,
                 name,

@@ -828,3 +828,77 @@ fn a_file_closed_while_idle_is_released_by_the_next_request() {
     }
     std::fs::remove_file(&path).unwrap();
 }
+
+/// Classes added from many threads at once reach the engine in the order of
+/// their numbers: each class's requests are counted under its own name.
+#[test]
+fn classes_added_from_many_threads_keep_their_names_and_counts() {
+    for (choice, scheduler) in backends() {
+        let classes: Vec<tailguard::IoClass> = std::thread::scope(|scope| {
+            let adders: Vec<_> = (0..8)
+                .map(|thread| {
+                    let scheduler = &scheduler;
+                    scope.spawn(move || {
+                        (0..40)
+                            .map(|index| {
+                                let name = format!("t{thread}-c{index}");
+                                scheduler.add_class(&name, 1 + index).unwrap()
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            adders
+                .into_iter()
+                .flat_map(|adder| adder.join().unwrap())
+                .collect()
+        });
+        for (count, class) in classes.iter().enumerate() {
+            for _ in 0..count % 3 + 1 {
+                scheduler.nop(class).wait().unwrap();
+            }
+        }
+        let stats = scheduler.stats().unwrap();
+        for (count, class) in classes.iter().enumerate() {
+            let counted = stats.class(class.name()).map(|class| class.ops);
+            assert_eq!(
+                counted,
+                Some(count as u64 % 3 + 1),
+                "{choice:?} {}",
+                class.name()
+            );
+        }
+    }
+}
+
+/// Files on a device the scheduler has not seen, opened from several threads
+/// at once, each read at once: every first request finds its device known.
+#[test]
+fn a_new_device_opened_from_several_threads_serves_every_first_request() {
+    let path = scratch("new-device");
+    std::fs::write(&path, vec![7u8; BLOCK]).unwrap();
+    for round in 0..40 {
+        let choice = [BackendChoice::IoUring, BackendChoice::Threads][round % 2];
+        let Some(scheduler) = scheduler(choice) else {
+            continue;
+        };
+        let class = scheduler.add_class("reads", 100).unwrap();
+        let barrier = std::sync::Barrier::new(4);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    barrier.wait();
+                    let file = OpenOptions::new()
+                        .read(true)
+                        .open(&scheduler, &path)
+                        .unwrap();
+                    let buffer = AlignedBuffer::new(BLOCK, BLOCK).unwrap();
+                    let (result, buffer) = file.read_at(&class, buffer, 0).wait();
+                    assert_eq!(result.unwrap(), BLOCK, "{choice:?} round {round}");
+                    assert!(buffer.iter().all(|&byte| byte == 7));
+                });
+            }
+        });
+    }
+    std::fs::remove_file(&path).unwrap();
+}
