@@ -280,6 +280,21 @@ pub fn check_alignment(
     Ok(())
 }
 
+/// Checks that a request of `length` bytes at `offset` ends at or before the
+/// largest file offset the kernel accepts (`i64::MAX`), as an [`Error`] of
+/// kind [`ErrorKind::OffsetOutOfRange`]: past it the end would wrap, and a
+/// request split into pieces would write its later pieces at the file's
+/// start.
+pub(crate) fn check_range(offset: u64, length: u64) -> Result<(), Error> {
+    match offset.checked_add(length) {
+        Some(end) if end <= i64::MAX as u64 => Ok(()),
+        _ => Err(Error::new(ErrorKind::OffsetOutOfRange {
+            offset,
+            length_bytes: length,
+        })),
+    }
+}
+
 /// Whether `value` is a multiple of `align` (not 0). Alignments are powers of
 /// two in practice, and a mask then spares the division (tens of cycles, three
 /// times per request); any other value still gets the exact answer.

@@ -79,6 +79,14 @@ pub enum ErrorKind {
         /// The device's direct-I/O memory alignment.
         required_bytes: u32,
     },
+    /// A request that would end past the largest file offset the kernel
+    /// accepts (`i64::MAX`): its offset plus its length overflows it.
+    OffsetOutOfRange {
+        /// The request's first byte in the file.
+        offset: u64,
+        /// The request's length in bytes.
+        length_bytes: u64,
+    },
     /// A buffer's alignment is not a power of two (0 included).
     AlignmentNotPowerOfTwo {
         /// The alignment asked for.
@@ -259,6 +267,15 @@ impl Error {
                 "buffer address {pointer:#x} is not a multiple of {required_bytes} (this \
                  device's direct-I/O memory alignment); allocate it with \
                  AlignedBuffer::new(len, {required_bytes})"
+            ),
+            ErrorKind::OffsetOutOfRange {
+                offset,
+                length_bytes,
+            } => write!(
+                formatter,
+                "a request of {length_bytes} bytes at offset {offset} would end past the \
+                 largest file offset, {}; keep offset + length at most that",
+                i64::MAX
             ),
             ErrorKind::AlignmentNotPowerOfTwo { alignment_bytes } => write!(
                 formatter,

@@ -1120,12 +1120,11 @@ impl File {
         if let Err(error) = class.check_usable_on(&self.scheduler) {
             return IoFuture::ready((Err(error), buffer));
         }
-        if let Err(error) = check_alignment(
-            buffer.as_ptr() as usize,
-            buffer.len() as u64,
-            offset,
-            self.alignment,
-        ) {
+        let length = buffer.len() as u64;
+        let checked = crate::buffer::check_range(offset, length).and_then(|()| {
+            check_alignment(buffer.as_ptr() as usize, length, offset, self.alignment)
+        });
+        if let Err(error) = checked {
             let error = io::Error::from(error.with_path(self.path.clone()));
             return IoFuture::ready((Err(error), buffer));
         }

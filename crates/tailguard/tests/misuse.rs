@@ -99,3 +99,50 @@ fn a_removed_class_is_refused_through_its_clones() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A request whose end would pass the largest file offset is refused before
+/// it reaches the engine: split into pieces, its end would wrap and a later
+/// piece would write at the file's start.
+#[test]
+fn a_request_ending_past_the_largest_offset_is_refused_and_writes_nothing() {
+    let path = scratch("offset-range");
+    let scheduler = Scheduler::builder()
+        .backend(BackendChoice::Threads)
+        .default_profile(tailguard::Profile {
+            max_request_bytes: BLOCK as u64,
+            ..tailguard::DEFAULT_SSD_PROFILE.clone()
+        })
+        .build()
+        .unwrap();
+    let class = scheduler.add_class("writes", 100).unwrap();
+    let file = scheduler.open(&path).unwrap();
+    let mut zeros = AlignedBuffer::new(2 * BLOCK, BLOCK).unwrap();
+    for offset in [
+        u64::MAX - BLOCK as u64 + 1,
+        i64::MAX as u64 - BLOCK as u64 + 1,
+    ] {
+        let (result, returned) = file.write_at(&class, zeros, offset).wait();
+        let error = result.unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{error}");
+        let detail = error
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<tailguard::Error>())
+            .expect("a tailguard::Error");
+        assert!(
+            matches!(
+                detail.kind(),
+                tailguard::ErrorKind::OffsetOutOfRange { length_bytes, .. }
+                    if *length_bytes == 2 * BLOCK as u64
+            ),
+            "{detail:?}"
+        );
+        assert!(error.to_string().contains("largest file offset"), "{error}");
+        zeros = returned;
+    }
+    let (result, data) = file.read_at(&class, buffer(), 0).wait();
+    assert_eq!(result.unwrap(), BLOCK);
+    assert!(
+        data.iter().all(|&byte| byte == 7),
+        "the file's start is intact"
+    );
+}

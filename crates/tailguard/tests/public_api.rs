@@ -138,6 +138,10 @@ fn errors(error: &Error) {
             pointer: _,
             required_bytes: _,
         } => {}
+        ErrorKind::OffsetOutOfRange {
+            offset: _,
+            length_bytes: _,
+        } => {}
         ErrorKind::AlignmentNotPowerOfTwo { alignment_bytes: _ } => {}
         ErrorKind::BufferTooLarge {
             length_bytes: _,
