@@ -45,6 +45,10 @@ use serde::{Deserialize, Serialize};
 pub const LATENCY_TARGET_US_MIN: u64 = 10;
 /// The smallest `max_request_bytes` accepted: one 4 KiB page.
 pub const MAX_REQUEST_BYTES_MIN: u64 = 4096;
+/// The largest `max_request_bytes` accepted, 1 GiB: far above any device's
+/// largest command, and below the kernel's limit on one read or write (2 GiB
+/// less a page), which would shorten a larger piece.
+pub const MAX_REQUEST_BYTES_MAX: u64 = 1 << 30;
 
 /// What a device can do, as calibration measures it, and the latency asked of it.
 ///
@@ -86,12 +90,12 @@ impl DeviceProfile {
                 });
             }
         }
-        if self.max_request_bytes < MAX_REQUEST_BYTES_MIN {
+        if !(MAX_REQUEST_BYTES_MIN..=MAX_REQUEST_BYTES_MAX).contains(&self.max_request_bytes) {
             return Err(CoreError::InvalidProfile {
                 key: "max_request_bytes",
                 message: format!(
-                    "must be at least {MAX_REQUEST_BYTES_MIN}, got {}; use the device's \
-                     max_sectors_kb × 1024",
+                    "must be from {MAX_REQUEST_BYTES_MIN} to {MAX_REQUEST_BYTES_MAX}, got {}; \
+                     use the device's max_sectors_kb × 1024",
                     self.max_request_bytes
                 ),
             });
@@ -281,18 +285,23 @@ mod tests {
             ),
             "{error:?}"
         );
+        for bytes in [512, MAX_REQUEST_BYTES_MAX + 4096, 4 << 30] {
+            let mut profile = sata_ssd();
+            profile.max_request_bytes = bytes;
+            let error = profile.validate().unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    CoreError::InvalidProfile {
+                        key: "max_request_bytes",
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+        }
         let mut profile = sata_ssd();
-        profile.max_request_bytes = 512;
-        let error = profile.validate().unwrap_err();
-        assert!(
-            matches!(
-                error,
-                CoreError::InvalidProfile {
-                    key: "max_request_bytes",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
+        profile.max_request_bytes = MAX_REQUEST_BYTES_MAX;
+        profile.validate().unwrap();
     }
 }
