@@ -137,6 +137,11 @@ thread_local! {
     static DRIVING: Cell<usize> = const { Cell::new(0) };
     /// The driver this thread holds the engine of ([`EngineHold`]; 0: none).
     static HOLDING: Cell<usize> = const { Cell::new(0) };
+    /// Whether the helping session of this thread's hold is open (counted by
+    /// `HOLDING`'s driver). One flag for the thread, not one per `block_on`:
+    /// a wait in any `block_on` may end the session, and the hold may be
+    /// dropped inside one, so they all read and write this.
+    static HOLD_OPEN: Cell<bool> = const { Cell::new(false) };
     /// Its address identifies the thread.
     #[cfg(not(tailguard_loom))]
     static THREAD_TOKEN: u8 = const { 0 };
@@ -166,27 +171,27 @@ fn thread_token() -> ThreadToken {
 }
 
 /// Polls `future` to completion on this thread, running the engine of `driver`
-/// while it is pending (see the module docs).
+/// while it is pending (see the module docs). While this thread holds the
+/// engine ([`EngineHold`]), its waits keep the hold's session; otherwise this
+/// call opens one of its own when it helps, and ends it on return.
 pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Output {
     struct Restore {
         previous: usize,
         driver: Arc<dyn Driver>,
+        /// This call's own session (not the hold's).
         session: bool,
-        /// This thread holds the engine ([`EngineHold`]): its session outlives
-        /// this call.
-        held: bool,
     }
     impl Drop for Restore {
         fn drop(&mut self) {
             DRIVING.set(self.previous);
-            if self.held {
-                // A wait that found the engine busy ended the held session
-                // (so the engine thread took over); the hold reopens it.
-                if !self.session {
-                    self.driver.begin_session();
-                }
-            } else if self.session {
+            if self.session {
                 self.driver.end_session();
+            }
+            // A wait that found the engine busy ended the hold's session (so
+            // the engine thread took over); the hold reopens it.
+            if HOLDING.get() == driver_id(&self.driver) && !HOLD_OPEN.get() {
+                self.driver.begin_session();
+                HOLD_OPEN.set(true);
             }
             // Pushes deferred in here and not taken by this thread.
             self.driver.kick();
@@ -196,18 +201,24 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
     let waker = Waker::from(parker.clone());
     let mut context = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
-    let held = HOLDING.get() == driver_id(driver);
+    let id = driver_id(driver);
     let mut restore = Restore {
-        previous: DRIVING.replace(driver_id(driver)),
+        previous: DRIVING.replace(id),
         driver: driver.clone(),
-        session: held,
-        held,
+        session: false,
     };
     loop {
         if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
             return value;
         }
-        driver.drive_until_notified(&parker, &mut restore.session);
+        // The future may have made or dropped a hold: look each time.
+        if HOLDING.get() == id {
+            let mut open = HOLD_OPEN.get();
+            driver.drive_until_notified(&parker, &mut open);
+            HOLD_OPEN.set(open);
+        } else {
+            driver.drive_until_notified(&parker, &mut restore.session);
+        }
     }
 }
 
@@ -222,18 +233,24 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
 /// completion). Dropping it ends the session: the engine thread takes over
 /// whatever is left.
 pub struct EngineHold {
-    /// `None`: waiters may not run this engine, so there is nothing to hold.
+    /// `None`: waiters may not run this engine, so there is nothing to hold,
+    /// or this thread held it already (an inner hold changes nothing).
     driver: Option<Arc<dyn Driver>>,
-    previous: usize,
+    /// `HOLDING` and `HOLD_OPEN` before this hold, restored when it ends.
+    previous: (usize, bool),
     /// The session belongs to this thread: the guard is not `Send`.
     _thread_bound: std::marker::PhantomData<*const ()>,
 }
 
 impl EngineHold {
     /// Opens the session on `driver`, whose waiters may run its engine.
+    /// A second hold of the same engine on this thread is [`EngineHold::inert`].
     pub(crate) fn new(driver: Arc<dyn Driver>) -> Self {
+        if HOLDING.get() == driver_id(&driver) {
+            return Self::inert();
+        }
         driver.begin_session();
-        let previous = HOLDING.replace(driver_id(&driver));
+        let previous = (HOLDING.replace(driver_id(&driver)), HOLD_OPEN.replace(true));
         Self {
             driver: Some(driver),
             previous,
@@ -241,11 +258,12 @@ impl EngineHold {
         }
     }
 
-    /// A hold of an engine that only its own thread runs: it changes nothing.
+    /// A hold that changes nothing: of an engine that only its own thread
+    /// runs, or of one this thread holds already.
     pub(crate) fn inert() -> Self {
         Self {
             driver: None,
-            previous: HOLDING.get(),
+            previous: (0, false),
             _thread_bound: std::marker::PhantomData,
         }
     }
@@ -258,12 +276,18 @@ impl std::fmt::Debug for EngineHold {
 }
 
 impl Drop for EngineHold {
+    /// Ends the hold's session if a wait did not end it already (whether
+    /// dropped between waits or inside a `block_on`'s future).
     fn drop(&mut self) {
-        HOLDING.set(self.previous);
-        if let Some(driver) = &self.driver {
+        let Some(driver) = &self.driver else {
+            return;
+        };
+        if HOLD_OPEN.get() {
             driver.end_session();
-            driver.kick();
         }
+        HOLDING.set(self.previous.0);
+        HOLD_OPEN.set(self.previous.1);
+        driver.kick();
     }
 }
 

@@ -219,3 +219,65 @@ fn a_thread_holding_the_engine_can_shut_it_down() {
         }
     });
 }
+
+/// A future that is pending at its first poll and woken from another thread
+/// right after it, so the `block_on` polling it blocks once (which ends the
+/// thread's helping session) before it completes.
+struct PendingOnce {
+    polled: Option<std::sync::mpsc::Sender<Waker>>,
+}
+
+impl Future for PendingOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        match self.polled.take() {
+            Some(sender) => {
+                sender.send(context.waker().clone()).unwrap();
+                Poll::Pending
+            }
+            None => Poll::Ready(()),
+        }
+    }
+}
+
+/// A hold moved into the future `block_on` polls and dropped there, after a
+/// wait that blocked: the session it kept is closed once, not twice, and the
+/// scheduler goes on serving this thread and others.
+#[test]
+fn a_hold_dropped_inside_block_on_closes_its_session_once() {
+    common::watched(WATCHDOG, || {
+        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
+            let name = format!("dropped-inside-{choice:?}");
+            let Some((scheduler, file, path)) = scheduler_and_file(choice, &name) else {
+                continue;
+            };
+            let class = scheduler.add_class("reads", 100).unwrap();
+            let read = |offset: u64| {
+                let buffer = AlignedBuffer::new(4096, 4096).unwrap();
+                file.read_at(&class, buffer, offset)
+            };
+            for round in 0..3 {
+                let hold = scheduler.hold_engine();
+                let (sender, receiver) = std::sync::mpsc::channel::<Waker>();
+                let waking = std::thread::spawn(move || receiver.recv().unwrap().wake());
+                scheduler.block_on(async move {
+                    PendingOnce {
+                        polled: Some(sender),
+                    }
+                    .await;
+                    drop(hold);
+                    read(4096 * round).await.0.unwrap();
+                });
+                waking.join().unwrap();
+                // Served from another thread, the engine thread's way.
+                std::thread::scope(|scope| {
+                    scope.spawn(|| read(0).wait().0.unwrap());
+                });
+            }
+            drop(file);
+            drop(scheduler);
+            let _ = std::fs::remove_file(path);
+        }
+    });
+}
