@@ -140,6 +140,12 @@ pub const CONTROLLER_TARGET: &str = "tailguard::controller";
 /// atomic load per registered file per sweep.
 pub const FILE_SWEEP_INTERVAL_NS: Nanos = 1_000_000;
 
+/// The most turns a submitter runs the engine beside the engine thread's
+/// ring wait before it hands the rest back: enough to submit its request
+/// and reap what completed meanwhile, few enough that a submit call returns
+/// promptly under any load (the engine thread, woken, serves the rest).
+const BESIDE_RING_WAIT_TURNS_MAX: u32 = 4;
+
 /// Which policy sizes each device's in-flight budget: the core's one list.
 /// [`ControllerChoice::Adaptive`] logs every change at target
 /// [`CONTROLLER_TARGET`].
@@ -498,14 +504,14 @@ impl Engine {
         // the sleep (see `crate::handoff`).
         let announced = !self.drained() && self.handoff.prepare_to_sleep();
         let sleep = announced && !done();
-        self.unsubmitted = false;
         // Work held by a rate limit needs a wake-up when it may go, whether
         // or not anything else is in flight.
         let submitted = match self.rate_limit_wait().filter(|_| sleep) {
             Some(timeout) => self.backend.submit_wait_timeout(timeout),
             None => self.backend.submit(sleep),
         };
-        self.fail_if_refused(submitted);
+        // Retried by the next submit: a ring wait is refused meanwhile.
+        self.unsubmitted = self.fail_if_refused(submitted);
         if announced {
             self.handoff.awake();
         }
@@ -552,11 +558,21 @@ impl Engine {
     }
 
     /// Runs the engine for a thread other than the engine thread, which waits
-    /// in the ring: turns until one makes no progress, then re-arms the
-    /// backend's wake ([`Engine::ready_to_leave`]).
+    /// in the ring: turns until one makes no progress, at most
+    /// [`BESIDE_RING_WAIT_TURNS_MAX`], then re-arms the backend's wake
+    /// ([`Engine::ready_to_leave`]). Returns whether the engine thread must
+    /// look: also when the last turn still made progress, since more work
+    /// is then waiting and it is the engine thread's to serve, not this
+    /// submitter's (perhaps an async runtime's worker, inside a submit call).
     fn run_beside_ring_wait(&mut self) -> bool {
-        while self.turn_awake() {}
-        self.ready_to_leave()
+        let mut progress = true;
+        for _ in 0..BESIDE_RING_WAIT_TURNS_MAX {
+            progress = self.turn_awake();
+            if !progress {
+                break;
+            }
+        }
+        self.ready_to_leave() || progress
     }
 
     /// Re-arms the backend's wake before a thread other than the engine
@@ -1245,9 +1261,10 @@ impl Engine {
         }
     }
 
-    /// A submit call failed outright: the ops it held never reached the kernel.
-    /// The backend reports them through `reap` with an error where it can; this
-    /// only logs, since the requests stay tracked and complete through `reap`.
+    /// A submit call failed outright: the ops it held have not reached the
+    /// kernel. They stay queued in the backend (io_uring's submission queue)
+    /// and the next submit retries them, so this only logs: the requests stay
+    /// tracked and complete through `reap`.
     fn fail_unsubmitted(&mut self, error: &io::Error) {
         tracing::warn!(%error, in_flight = self.backend.in_flight(), "submit error");
     }
@@ -1305,6 +1322,11 @@ impl Engine {
         }
         // Requests answered before the panic: their futures must still wake.
         self.wake_answered();
+        // A thread that ran the engine beside the ring wait may have reaped
+        // the engine thread's wake read: re-arm it, so that the wake-up that
+        // thread sends on leaving reaches the engine thread (best effort: the
+        // backend may be what failed).
+        let _ = self.backend.rearm_wake();
     }
 }
 

@@ -65,9 +65,9 @@
 //! waits in the ring (`in_ring`), so that a submitter finding the engine free
 //! takes it, pushes its message without waking anyone
 //! ([`Handoff::try_push_beside_ring_wait`]), runs the engine until it has
-//! nothing left to do (submitting, and reaping whatever completed, its own
-//! results included), and leaves. The engine thread wakes at the next
-//! completion, whoever reaps it. The rules:
+//! nothing left to do or for a few turns at most (submitting, and reaping
+//! whatever completed, its own results included), and leaves. The engine
+//! thread wakes at the next completion, whoever reaps it. The rules:
 //!
 //! 1. the engine thread sets `in_ring` (and clears `ring_woken`) only if the
 //!    queue is empty, after re-arming the backend's wake, and clears `in_ring`
@@ -78,7 +78,9 @@
 //!    ([`Handoff::leave_engine_beside_ring_wait`]) wakes the engine thread
 //!    again if `ring_woken`: its reaps may have taken that wake, whose
 //!    message it may not have taken; and also when the engine thread's timed
-//!    wait may now be too long (work held by a rate limit).
+//!    wait may now be too long (work held by a rate limit), or when it leaves
+//!    with work undone (its turns are capped, so that a submit call returns
+//!    promptly under any load).
 //!
 //! A message pushed beside the wait is taken by the runner that pushed it; a
 //! message pushed plainly wakes the engine thread, or finds `ring_woken` set,
@@ -86,8 +88,9 @@
 //! reap took it sends another when it leaves (the loom model
 //! `a_runner_beside_the_ring_wait_never_strands_the_engine_thread`).
 //!
-//! After [`Handoff::close`] pushes are refused, so nothing is accepted that the
-//! engine would never see.
+//! After [`Handoff::close`] pushes are refused, and the engine, which closes
+//! it while handling a shutdown, then takes what was pushed before the close:
+//! nothing is accepted that the engine would never see.
 
 use crate::sync::{Condvar, Mutex};
 
