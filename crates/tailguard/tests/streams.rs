@@ -286,9 +286,15 @@ fn a_writer_appends_to_an_existing_file_at_any_offset() {
                 "{choice:?} at {offset}"
             );
         }
+        let before = std::fs::read(path).unwrap();
         let file = scheduler.open(path).unwrap();
         let error = StreamWriter::appending(file, class, SMALL, 1 << 20).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::UnexpectedEof, "{error}");
+        assert_eq!(
+            std::fs::read(path).unwrap(),
+            before,
+            "{choice:?}: a writer that failed to start leaves the file as it was"
+        );
     });
 }
 

@@ -188,32 +188,43 @@ impl StreamWriter {
         offset: u64,
     ) -> io::Result<Self> {
         let mut writer = Self::new(file, class, options);
-        let file_len = writer.file.std_file().metadata()?.len();
+        // Closed until it is set up: a setup that fails or is cancelled drops
+        // the writer, whose drop must not truncate a file it never wrote.
+        writer.closed = true;
+        writer.start_at(offset).await?;
+        writer.closed = false;
+        Ok(writer)
+    }
+
+    /// Positions a new writer at `offset`, reading the bytes of its block
+    /// before it when it is not on a block boundary.
+    async fn start_at(&mut self, offset: u64) -> io::Result<()> {
+        let file_len = self.file.std_file().metadata()?.len();
         if offset > file_len {
-            return Err(past_the_end(&writer.file, offset, file_len));
+            return Err(past_the_end(&self.file, offset, file_len));
         }
-        let aligned = offset - offset % writer.block_bytes as u64;
+        let aligned = offset - offset % self.block_bytes as u64;
         let partial = (offset - aligned) as usize;
-        writer.buffer_offset = aligned;
-        writer.written_through = offset;
+        self.buffer_offset = aligned;
+        self.written_through = offset;
         if partial == 0 {
-            return Ok(writer);
+            return Ok(());
         }
-        let head = AlignedBuffer::new(writer.block_bytes, writer.memory_alignment)
-            .map_err(io::Error::from)?;
-        let (result, head) = writer.file.read_at(&writer.class, head, aligned).await;
+        let head =
+            AlignedBuffer::new(self.block_bytes, self.memory_alignment).map_err(io::Error::from)?;
+        let (result, head) = self.file.read_at(&self.class, head, aligned).await;
         let read = result?;
         if read < partial {
-            return Err(past_the_end(&writer.file, offset, aligned + read as u64));
+            return Err(past_the_end(&self.file, offset, aligned + read as u64));
         }
-        let mut buffer = AlignedBuffer::new(writer.buffer_bytes, writer.memory_alignment)
+        let mut buffer = AlignedBuffer::new(self.buffer_bytes, self.memory_alignment)
             .map_err(io::Error::from)?;
         buffer[..partial].copy_from_slice(&head[..partial]);
-        writer.buffers_made += 1;
-        writer.current = Some(buffer);
-        writer.filled = partial;
-        writer.tail_written = partial;
-        Ok(writer)
+        self.buffers_made += 1;
+        self.current = Some(buffer);
+        self.filled = partial;
+        self.tail_written = partial;
+        Ok(())
     }
 
     /// The file written to (shared: read it with `read_at` meanwhile; bytes
