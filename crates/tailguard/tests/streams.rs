@@ -467,3 +467,42 @@ fn a_read_error_in_a_stream_is_reported_and_sticks() {
         }
     });
 }
+
+/// Options far out of range are clamped, not a panic or a hang; an offset
+/// past the largest file offset is an error from the read, not a panic.
+#[test]
+fn out_of_range_stream_options_are_clamped() {
+    on_each_backend("clamped", |choice, scheduler, class, path| {
+        let data = bytes(300_000, 9);
+        std::fs::write(path, b"").unwrap();
+        let file = scheduler.open(path).unwrap();
+        let options = WriterOptions {
+            buffer_bytes: 64 << 10,
+            buffers_in_flight: usize::MAX,
+        };
+        let mut writer = StreamWriter::new(file, class, options);
+        writer.write_all(&data).unwrap();
+        writer.close().unwrap();
+        assert_eq!(std::fs::read(path).unwrap(), data, "{choice:?}");
+
+        let options = ReaderOptions {
+            buffer_bytes: 4096,
+            read_ahead_buffers: usize::MAX,
+        };
+        let file = scheduler.open(path).unwrap();
+        let mut read = Vec::new();
+        StreamReader::new(file, class, options.clone())
+            .read_to_end(&mut read)
+            .unwrap();
+        assert_eq!(read, data, "{choice:?}");
+
+        let file = scheduler.open(path).unwrap();
+        let mut reader = StreamReader::starting_at(file, class, options, u64::MAX - 10);
+        let error = reader.read(&mut [0u8; 16]).unwrap_err();
+        assert_eq!(
+            error.kind(),
+            io::ErrorKind::InvalidInput,
+            "{choice:?}: {error}"
+        );
+    });
+}

@@ -63,9 +63,18 @@ pub(crate) fn granularity_of(file: &File) -> (usize, usize) {
     (block, memory)
 }
 
-/// `bytes` rounded up to a multiple of `block` (at least one block).
+/// The largest buffer a stream uses, 1 GiB: a larger `buffer_bytes` is
+/// clamped to it (one such write already holds a disk for seconds).
+pub const STREAM_BUFFER_BYTES_MAX: usize = 1 << 30;
+
+/// The most buffers a stream keeps in flight: a larger `buffers_in_flight`
+/// or `read_ahead_buffers` is clamped to it.
+pub const STREAM_BUFFERS_MAX: usize = 1024;
+
+/// `bytes`, at most [`STREAM_BUFFER_BYTES_MAX`], rounded up to a multiple
+/// of `block` (at least one block).
 fn round_up(bytes: usize, block: usize) -> usize {
-    bytes.max(1).div_ceil(block) * block
+    bytes.clamp(1, STREAM_BUFFER_BYTES_MAX).div_ceil(block) * block
 }
 
 /// A request in flight, or its result once it has come.

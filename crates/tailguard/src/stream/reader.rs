@@ -31,12 +31,15 @@ use std::task::{ready, Context, Poll};
 /// ```
 #[derive(Clone, Debug)]
 pub struct ReaderOptions {
-    /// Bytes per read, rounded up to the device's block: larger reads cost
-    /// less per byte but each holds the device longer in front of other
-    /// classes' requests.
+    /// Bytes per read, rounded up to the device's block (at most
+    /// [`STREAM_BUFFER_BYTES_MAX`](super::STREAM_BUFFER_BYTES_MAX)): larger
+    /// reads cost less per byte but each holds the device longer in front of
+    /// other classes' requests.
     pub buffer_bytes: usize,
-    /// Reads kept in flight ahead of the caller: more hide more device
-    /// latency on sequential scans, each costing `buffer_bytes` of memory.
+    /// Reads kept in flight ahead of the caller (1 to
+    /// [`STREAM_BUFFERS_MAX`](super::STREAM_BUFFERS_MAX)): more hide more
+    /// device latency on sequential scans, each costing `buffer_bytes` of
+    /// memory.
     pub read_ahead_buffers: usize,
 }
 
@@ -115,7 +118,9 @@ impl StreamReader {
         let aligned = offset - offset % block_bytes as u64;
         Self {
             buffer_bytes: round_up(options.buffer_bytes, block_bytes),
-            read_ahead_buffers: options.read_ahead_buffers.max(1),
+            read_ahead_buffers: options
+                .read_ahead_buffers
+                .clamp(1, super::STREAM_BUFFERS_MAX),
             file,
             class: class.clone(),
             memory_alignment,
@@ -215,7 +220,9 @@ impl StreamReader {
             };
             let future = self.file.read_at(&self.class, buffer, self.next_offset);
             self.reads.push_back(Flight::start(future));
-            self.next_offset += self.buffer_bytes as u64;
+            // Saturating: a read that far fails on its own (its end would
+            // pass the largest file offset).
+            self.next_offset = self.next_offset.saturating_add(self.buffer_bytes as u64);
         }
         Ok(())
     }

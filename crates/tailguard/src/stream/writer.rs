@@ -44,13 +44,15 @@ use std::task::{ready, Context, Poll};
 /// ```
 #[derive(Clone, Debug)]
 pub struct WriterOptions {
-    /// Bytes per buffer, rounded up to the device's block: larger buffers make
-    /// fewer, larger writes (less per-request cost) but each one holds the
-    /// device longer in front of other classes' requests.
+    /// Bytes per buffer, rounded up to the device's block (at most
+    /// [`STREAM_BUFFER_BYTES_MAX`](super::STREAM_BUFFER_BYTES_MAX)): larger
+    /// buffers make fewer, larger writes (less per-request cost) but each one
+    /// holds the device longer in front of other classes' requests.
     pub buffer_bytes: usize,
-    /// Buffers being written while the caller fills another: more absorb
-    /// longer bursts and keep the device busier, each costing `buffer_bytes`
-    /// of memory; at the limit the caller waits.
+    /// Buffers being written while the caller fills another (1 to
+    /// [`STREAM_BUFFERS_MAX`](super::STREAM_BUFFERS_MAX)): more absorb longer
+    /// bursts and keep the device busier, each costing `buffer_bytes` of
+    /// memory; at the limit the caller waits.
     pub buffers_in_flight: usize,
 }
 
@@ -140,7 +142,9 @@ impl StreamWriter {
         let (block_bytes, memory_alignment) = granularity(&file);
         Self {
             buffer_bytes: round_up(options.buffer_bytes, block_bytes),
-            buffers_in_flight: options.buffers_in_flight.max(1),
+            buffers_in_flight: options
+                .buffers_in_flight
+                .clamp(1, super::STREAM_BUFFERS_MAX),
             file,
             class: class.clone(),
             block_bytes,
