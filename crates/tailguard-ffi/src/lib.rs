@@ -1320,10 +1320,14 @@ pub unsafe extern "C" fn tg_fdatasync_async(
 
 // ----------------------------------------------------------------- stats
 
-fn hand_out_string(text: io::Result<String>) -> *mut c_char {
+/// The string `text` makes, for C to free with `tg_string_free`, or NULL with
+/// the message in `tg_last_error`; `text` runs inside the guard, so a panic
+/// in it (taking the statistics may run the engine on this thread) becomes
+/// an error instead of crossing the C boundary.
+fn hand_out_string(text: impl FnOnce() -> io::Result<String>) -> *mut c_char {
     let mut pointer = std::ptr::null_mut();
     guard(|| {
-        let text = CString::new(text?).map_err(|_| io::Error::other("NUL in statistics"))?;
+        let text = CString::new(text()?).map_err(|_| io::Error::other("NUL in statistics"))?;
         pointer = text.into_raw();
         Ok(0)
     });
@@ -1337,12 +1341,12 @@ fn hand_out_string(text: io::Result<String>) -> *mut c_char {
 /// `scheduler` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn tg_stats_json(scheduler: *const tg_scheduler) -> *mut c_char {
-    // SAFETY: a live handle by the caller's contract.
-    let text = unsafe { reference(scheduler, "scheduler") }.and_then(|scheduler| {
+    hand_out_string(|| {
+        // SAFETY: a live handle by the caller's contract.
+        let scheduler = unsafe { reference(scheduler, "scheduler") }?;
         let stats = scheduler.scheduler.stats()?;
         serde_json::to_string(&stats).map_err(io::Error::other)
-    });
-    hand_out_string(text)
+    })
 }
 
 /// The metrics in the OpenMetrics text format (what a Prometheus scrape
@@ -1353,10 +1357,11 @@ pub unsafe extern "C" fn tg_stats_json(scheduler: *const tg_scheduler) -> *mut c
 /// `scheduler` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn tg_metrics_text(scheduler: *const tg_scheduler) -> *mut c_char {
-    // SAFETY: a live handle by the caller's contract.
-    let text = unsafe { reference(scheduler, "scheduler") }
-        .and_then(|scheduler| Ok(tailguard::render_openmetrics(&scheduler.scheduler.stats()?)));
-    hand_out_string(text)
+    hand_out_string(|| {
+        // SAFETY: a live handle by the caller's contract.
+        let scheduler = unsafe { reference(scheduler, "scheduler") }?;
+        Ok(tailguard::render_openmetrics(&scheduler.scheduler.stats()?))
+    })
 }
 
 /// Frees a string from `tg_stats_json` or `tg_metrics_text`. NULL is
