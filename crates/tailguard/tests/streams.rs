@@ -286,6 +286,17 @@ fn a_writer_appends_to_an_existing_file_at_any_offset() {
                 "{choice:?} at {offset}"
             );
         }
+        // `sync` alone (no `close`) cuts off the old bytes past what was
+        // appended: the file's length is durable with it.
+        std::fs::write(path, bytes(20_000, 3)).unwrap();
+        let file = scheduler.open(path).unwrap();
+        let mut writer = StreamWriter::appending(file, class, SMALL, 8192).unwrap();
+        writer.write_all(&bytes(4096, 4)).unwrap();
+        writer.sync().unwrap();
+        let length = std::fs::metadata(path).unwrap().len();
+        assert_eq!(length, 12_288, "{choice:?}: the length after sync");
+        drop(writer);
+
         let before = std::fs::read(path).unwrap();
         let file = scheduler.open(path).unwrap();
         let error = StreamWriter::appending(file, class, SMALL, 1 << 20).unwrap_err();

@@ -114,8 +114,9 @@ pub struct StreamWriter {
     writes: VecDeque<Write>,
     idle: Vec<AlignedBuffer>,
     buffers_made: usize,
-    /// The file extends past the logical end (a padded tail).
-    padded_on_disk: bool,
+    /// The file may extend past the logical end: a padded tail, or the old
+    /// bytes after the offset an appending writer started at.
+    longer_on_disk: bool,
     /// Every byte before this offset was written by a completed request.
     written_through: u64,
     sync: Option<Flight<io::Result<()>>>,
@@ -157,7 +158,7 @@ impl StreamWriter {
             writes: VecDeque::new(),
             idle: Vec::new(),
             buffers_made: 0,
-            padded_on_disk: false,
+            longer_on_disk: false,
             written_through: 0,
             sync: None,
             error: StickyError::default(),
@@ -211,6 +212,8 @@ impl StreamWriter {
         let partial = (offset - aligned) as usize;
         self.buffer_offset = aligned;
         self.written_through = offset;
+        // The old bytes from `offset` on are cut off by the first `sync`.
+        self.longer_on_disk = file_len > offset;
         if partial == 0 {
             return Ok(());
         }
@@ -303,7 +306,7 @@ impl StreamWriter {
     pub fn poll_sync(&mut self, context: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.sync.is_none() {
             ready!(self.poll_flush_inner(context))?;
-            if self.padded_on_disk {
+            if self.longer_on_disk {
                 self.truncate_to_logical_len()?;
             }
         }
@@ -471,7 +474,7 @@ impl StreamWriter {
             let padded = round_up(self.filled, self.block_bytes);
             buffer[self.filled..padded].fill(0);
             buffer.truncate(padded);
-            self.padded_on_disk |= padded > self.filled;
+            self.longer_on_disk |= padded > self.filled;
             self.tail_out = true;
             self.submit(buffer, true);
         }
@@ -497,7 +500,7 @@ impl StreamWriter {
             );
             return self.error.check();
         }
-        self.padded_on_disk = false;
+        self.longer_on_disk = false;
         Ok(())
     }
 
