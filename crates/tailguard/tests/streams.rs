@@ -517,3 +517,35 @@ fn out_of_range_stream_options_are_clamped() {
         );
     });
 }
+
+/// A sync dropped after its flush, while its fdatasync is still out, does
+/// not stand in for the next one: bytes written after it are flushed by the
+/// next sync.
+#[test]
+fn a_sync_after_a_dropped_one_flushes_what_came_since() {
+    on_each_backend("dropped-sync", |choice, scheduler, class, path| {
+        std::fs::write(path, b"").unwrap();
+        let file = scheduler.open(path).unwrap();
+        let mut writer = StreamWriter::new(file, class, SMALL);
+        let first = bytes(100, 1);
+        writer.write_all(&first).unwrap();
+        {
+            let mut sync = std::pin::pin!(writer.sync_async());
+            let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+            // Poll until the flush is on disk (the fdatasync then goes out
+            // in the same poll), or the whole sync is done.
+            while std::future::Future::poll(sync.as_mut(), &mut context).is_pending()
+                && std::fs::read(path).unwrap() != first
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let second = bytes(50, 2);
+        writer.write_all(&second).unwrap();
+        writer.sync().unwrap();
+        let mut expected = first.clone();
+        expected.extend_from_slice(&second);
+        assert_eq!(std::fs::read(path).unwrap(), expected, "{choice:?}");
+        writer.close().unwrap();
+    });
+}

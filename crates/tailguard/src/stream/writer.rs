@@ -346,6 +346,9 @@ impl StreamWriter {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        // A sync dropped before its fdatasync came back does not cover these
+        // bytes: the next sync flushes them and starts its own.
+        self.sync = None;
         ready!(self.poll_current(context))?;
         let buffer = self.current.as_mut().expect("poll_current gives a buffer");
         let copied = data.len().min(self.buffer_bytes - self.filled);
