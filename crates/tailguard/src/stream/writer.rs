@@ -373,13 +373,15 @@ impl StreamWriter {
                 return Poll::Ready(Ok(()));
             }
             if self.tail_out {
-                let index = self
+                // The tail comes back after the writes ahead of it (it is the
+                // queue's last), so that writes complete in file order and
+                // `written_len` never passes one still in flight.
+                let oldest = self
                     .writes
-                    .iter()
-                    .position(|write| write.tail)
+                    .front_mut()
                     .expect("the tail write is in flight");
-                ready!(self.writes[index].flight.poll_done(context));
-                let write = self.writes.remove(index).expect("present");
+                ready!(oldest.flight.poll_done(context));
+                let write = self.writes.pop_front().expect("present");
                 self.complete(write);
             } else if let Some(mut buffer) = self.idle.pop() {
                 buffer.restore_len();
