@@ -270,35 +270,23 @@ mod tests {
         }
     }
 
+    /// The key `profile`'s validation names (it must fail).
+    fn refused_key(profile: &DeviceProfile) -> &'static str {
+        match profile.validate() {
+            Err(CoreError::InvalidProfile { key, .. }) => key,
+            other => panic!("expected an invalid profile, got {other:?}"),
+        }
+    }
+
     #[test]
     fn validation_names_the_key() {
         let mut profile = sata_ssd();
         profile.write_bandwidth = 0.0;
-        let error = profile.validate().unwrap_err();
-        assert!(
-            matches!(
-                error,
-                CoreError::InvalidProfile {
-                    key: "write_bandwidth",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
+        assert_eq!(refused_key(&profile), "write_bandwidth");
         for bytes in [512, MAX_REQUEST_BYTES_MAX + 4096, 4 << 30] {
             let mut profile = sata_ssd();
             profile.max_request_bytes = bytes;
-            let error = profile.validate().unwrap_err();
-            assert!(
-                matches!(
-                    error,
-                    CoreError::InvalidProfile {
-                        key: "max_request_bytes",
-                        ..
-                    }
-                ),
-                "{error:?}"
-            );
+            assert_eq!(refused_key(&profile), "max_request_bytes", "{bytes}");
         }
         let mut profile = sata_ssd();
         profile.max_request_bytes = MAX_REQUEST_BYTES_MAX;

@@ -511,7 +511,7 @@ impl Engine {
             None => self.backend.submit(sleep),
         };
         // Retried by the next submit: a ring wait is refused meanwhile.
-        self.unsubmitted = self.fail_if_refused(submitted);
+        self.unsubmitted = self.submit_refused(submitted);
         if announced {
             self.handoff.awake();
         }
@@ -527,20 +527,21 @@ impl Engine {
         if std::mem::take(&mut self.unsubmitted) {
             let submitted = self.backend.submit(false);
             // Retried by the next submit: a ring wait is refused meanwhile.
-            self.unsubmitted = self.fail_if_refused(submitted);
+            self.unsubmitted = self.submit_refused(submitted);
         }
         let reaped = self.reap();
         taken_at.is_some() || reaped
     }
 
-    /// Logs a refused submission and fails what it held; returns whether it
-    /// was refused.
-    fn fail_if_refused(&mut self, submitted: std::io::Result<()>) -> bool {
+    /// Whether a submit call was refused outright, logging it if so. The ops
+    /// it held have not reached the kernel: they stay queued in the backend
+    /// (io_uring's submission queue) and the next submit retries them, and
+    /// their requests stay tracked and complete through `reap`.
+    fn submit_refused(&self, submitted: std::io::Result<()>) -> bool {
         let Err(error) = submitted else {
             return false;
         };
-        tracing::error!(%error, "tailguard engine: submit failed");
-        self.fail_unsubmitted(&error);
+        tracing::error!(%error, in_flight = self.backend.in_flight(), "tailguard engine: submit failed");
         true
     }
 
@@ -1259,14 +1260,6 @@ impl Engine {
                 }
             }
         }
-    }
-
-    /// A submit call failed outright: the ops it held have not reached the
-    /// kernel. They stay queued in the backend (io_uring's submission queue)
-    /// and the next submit retries them, so this only logs: the requests stay
-    /// tracked and complete through `reap`.
-    fn fail_unsubmitted(&mut self, error: &io::Error) {
-        tracing::warn!(%error, in_flight = self.backend.in_flight(), "submit error");
     }
 
     fn snapshot(&self) -> StatsSnapshot {

@@ -372,31 +372,27 @@ impl StreamWriter {
             if self.current.is_some() {
                 return Poll::Ready(Ok(()));
             }
-            if self.tail_out {
-                // The tail comes back after the writes ahead of it (it is the
-                // queue's last), so that writes complete in file order and
-                // `written_len` never passes one still in flight.
-                let oldest = self
-                    .writes
-                    .front_mut()
-                    .expect("the tail write is in flight");
-                ready!(oldest.flight.poll_done(context));
-                let write = self.writes.pop_front().expect("present");
-                self.complete(write);
-            } else if let Some(mut buffer) = self.idle.pop() {
-                buffer.restore_len();
-                self.current = Some(buffer);
-            } else if self.buffers_made < self.buffers_in_flight + 1 {
-                let buffer = AlignedBuffer::new(self.buffer_bytes, self.memory_alignment)
-                    .map_err(io::Error::from)?;
-                self.buffers_made += 1;
-                self.current = Some(buffer);
-            } else {
-                let oldest = self.writes.front_mut().expect("every buffer is in flight");
-                ready!(oldest.flight.poll_done(context));
-                let write = self.writes.pop_front().expect("present");
-                self.complete(write);
+            // While the tail is out, the oldest write is waited for until the
+            // tail (the queue's last) comes back: writes complete in file
+            // order, so `written_len` never passes one still in flight.
+            if !self.tail_out {
+                if let Some(mut buffer) = self.idle.pop() {
+                    buffer.restore_len();
+                    self.current = Some(buffer);
+                    continue;
+                }
+                if self.buffers_made < self.buffers_in_flight + 1 {
+                    let buffer = AlignedBuffer::new(self.buffer_bytes, self.memory_alignment)
+                        .map_err(io::Error::from)?;
+                    self.buffers_made += 1;
+                    self.current = Some(buffer);
+                    continue;
+                }
             }
+            let oldest = self.writes.front_mut().expect("a write is in flight");
+            ready!(oldest.flight.poll_done(context));
+            let write = self.writes.pop_front().expect("present");
+            self.complete(write);
             self.error.check()?;
         }
     }
