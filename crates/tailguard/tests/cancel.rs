@@ -10,7 +10,8 @@
 //! and those bytes are on the device; the cancellation is answered while the
 //! device still stalls (the stall ends only after the test saw the answers,
 //! so a cancel that waited for the device would hang, and the watchdog
-//! fails it); and a scheduler whose queue was cancelled goes on serving.
+//! fails it); a scheduler whose queue was cancelled goes on serving; and a
+//! stream read cut short by a cancel is not taken for the end of the file.
 
 mod common;
 use common::{pattern, BlockFile, BLOCK};
@@ -18,7 +19,8 @@ use std::io;
 use std::time::Duration;
 use tailguard::backend::fault::{FaultInjector, FaultPlan};
 use tailguard::{
-    AlignedBuffer, BackendChoice, BufResult, ControllerChoice, IoFuture, Profile, Scheduler,
+    AlignedBuffer, BackendChoice, BufResult, ControllerChoice, IoFuture, Profile, ReaderOptions,
+    Scheduler, StreamReader,
 };
 
 /// Blocks in each test file.
@@ -254,6 +256,92 @@ fn cancel_pending_fails_the_queue_and_the_scheduler_goes_on() {
             scheduler.shutdown();
             let counts = injector.counts();
             assert_eq!(counts.ops_pushed, counts.ops_completed, "{choice:?}");
+        });
+    }
+}
+
+/// Reads the whole file through a [`StreamReader`] whose first read (of
+/// [`WRITE_BLOCKS`] blocks, split into one piece per block) the stalled
+/// device holds part of; `stop` cancels the rest meanwhile. Returns what
+/// `read_to_end` gave: the bytes, or its error.
+fn stream_read_cut_short(
+    choice: BackendChoice,
+    name: &str,
+    stop: fn(&Scheduler),
+) -> Option<(io::Result<Vec<u8>>, BlockFile)> {
+    let injector = FaultInjector::new(FaultPlan::default());
+    let scheduler = scheduler(choice, &injector)?;
+    let file = BlockFile::create("cancel-tests", &format!("{name}-{choice:?}"), BLOCKS);
+    let handle = scheduler.open(&file.path).unwrap();
+    let class = scheduler.add_class("scan", 100).unwrap();
+    injector.stall_for(STALL);
+    let options = ReaderOptions {
+        buffer_bytes: WRITE_BLOCKS as usize * BLOCK,
+        read_ahead_buffers: 1,
+    };
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut content = Vec::new();
+        StreamReader::new(handle, &class, options)
+            .read_to_end(&mut content)
+            .map(|_| content)
+    });
+    while injector.counts().ops_stalled == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop(&scheduler);
+    let held = injector.counts().ops_stalled;
+    assert!(
+        (1..WRITE_BLOCKS).contains(&held),
+        "{choice:?}: the device holds part of the first read: {held} pieces"
+    );
+    injector.heal();
+    let result = reader.join().unwrap();
+    scheduler.shutdown();
+    Some((result, file))
+}
+
+#[test]
+fn a_stream_read_cut_short_by_a_cancel_reads_on() {
+    for choice in BACKENDS {
+        common::watched(WATCHDOG, move || {
+            let cancel = |scheduler: &Scheduler| {
+                let cancelled = scheduler.cancel_pending().unwrap();
+                assert_eq!(cancelled, 1, "the first read, split, was cut");
+            };
+            let Some((result, file)) = stream_read_cut_short(choice, "stream-cancel", cancel)
+            else {
+                return;
+            };
+            let content = result.unwrap_or_else(|error| panic!("{choice:?}: {error}"));
+            let expected = std::fs::read(&file.path).unwrap();
+            assert_eq!(
+                content.len(),
+                expected.len(),
+                "{choice:?}: the whole file, not the cut read's bytes"
+            );
+            assert!(content == expected, "{choice:?}: the file's bytes");
+        });
+    }
+}
+
+#[test]
+fn a_stream_read_cut_short_by_shutdown_now_fails() {
+    for choice in BACKENDS {
+        common::watched(WATCHDOG, move || {
+            let stop = |scheduler: &Scheduler| {
+                let scheduler = scheduler.clone();
+                // Returns once the device is done: run beside the test.
+                std::thread::spawn(move || scheduler.shutdown_now());
+            };
+            let Some((result, _file)) = stream_read_cut_short(choice, "stream-stop", stop) else {
+                return;
+            };
+            let error = result.expect_err("the stream does not end at the cut");
+            assert!(
+                error.to_string().contains("shut down"),
+                "{choice:?}: the error says why: {error}"
+            );
         });
     }
 }

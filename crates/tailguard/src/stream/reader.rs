@@ -4,8 +4,13 @@
 //! consecutive offsets after the one being consumed, through the scheduler
 //! in the reader's class; the caller copies out of the oldest finished
 //! buffer, and each buffer consumed goes back (restored to its full length)
-//! for the next read. A short read marks the end of the file: the reads
-//! issued past it are dropped and the stream ends after its bytes. A start
+//! for the next read. A short read drops the reads issued past it. One that
+//! ends off a block, or brings nothing, marks the end of the file: the
+//! stream ends after its bytes. One that ends on a block may be the end of
+//! the file or a request cut short (`Scheduler::cancel_pending` answers a
+//! split read with the bytes its pieces transferred), so the reader reads on
+//! from where it ended: nothing there is the end, an error is the stream's
+//! error, more bytes go on (also those of a file grown meanwhile). A start
 //! offset off the device's block reads from the block before it and skips
 //! the bytes in front.
 
@@ -71,11 +76,13 @@ pub struct StreamReader {
     file: Arc<File>,
     class: IoClass,
     memory_alignment: usize,
+    block_bytes: usize,
     buffer_bytes: usize,
     read_ahead_buffers: usize,
     /// File offset of the next read to issue.
     next_offset: u64,
-    reads: VecDeque<Flight<BufResult>>,
+    /// The reads in flight, oldest first, with their file offsets.
+    reads: VecDeque<(u64, Flight<BufResult>)>,
     /// The buffer being consumed (its length: the bytes read) and how far.
     current: Option<AlignedBuffer>,
     consumed: usize,
@@ -124,6 +131,7 @@ impl StreamReader {
             file,
             class: class.clone(),
             memory_alignment,
+            block_bytes,
             next_offset: aligned,
             reads: VecDeque::new(),
             current: None,
@@ -178,16 +186,15 @@ impl StreamReader {
                 return Poll::Ready(Ok(0));
             }
             self.issue_reads()?;
-            let Some(oldest) = self.reads.front_mut() else {
+            let Some((_, oldest)) = self.reads.front_mut() else {
                 return Poll::Ready(Ok(0));
             };
             ready!(oldest.poll_done(context));
-            let (result, mut buffer) = self.reads.pop_front().expect("present").into_result();
+            let (offset, flight) = self.reads.pop_front().expect("present");
+            let (result, mut buffer) = flight.into_result();
             let read = match result {
                 Ok(read) => read,
                 Err(error) => {
-                    let offset =
-                        self.next_offset - (self.reads.len() as u64 + 1) * self.buffer_bytes as u64;
                     self.error.set(
                         error.kind(),
                         Some(format!(
@@ -201,12 +208,23 @@ impl StreamReader {
                 }
             };
             if read < buffer.len() {
-                self.end_seen = true;
-                self.reads.clear();
+                self.after_short_read(offset, read);
             }
             buffer.truncate(read);
             self.consumed = std::mem::take(&mut self.skip).min(read);
             self.current = Some(buffer);
+        }
+    }
+
+    /// Drops the reads issued past a short one of `read` bytes at `offset`,
+    /// and ends the stream after it or reads on from its end (see the
+    /// module docs).
+    fn after_short_read(&mut self, offset: u64, read: usize) {
+        self.reads.clear();
+        if read == 0 || read % self.block_bytes != 0 {
+            self.end_seen = true;
+        } else {
+            self.next_offset = offset + read as u64;
         }
     }
 
@@ -219,7 +237,8 @@ impl StreamReader {
                     .map_err(io::Error::from)?,
             };
             let future = self.file.read_at(&self.class, buffer, self.next_offset);
-            self.reads.push_back(Flight::start(future));
+            self.reads
+                .push_back((self.next_offset, Flight::start(future)));
             // Saturating: a read that far fails on its own (its end would
             // pass the largest file offset).
             self.next_offset = self.next_offset.saturating_add(self.buffer_bytes as u64);
