@@ -98,11 +98,15 @@ typedef struct tg_queue tg_queue;
 // requests. Thread-safe.
 typedef struct tg_scheduler tg_scheduler;
 
-// How to build a scheduler. Fill it with `tg_scheduler_options_init` first,
-// then change the fields you need: fields added in later versions keep
-// their defaults that way.
+// How to build a scheduler. Fill it with
+// `tg_scheduler_options_init(&options, sizeof options)` first, then change
+// the fields you need. The size makes the struct versioned: a library newer
+// than the caller's header takes the fields the caller knows and keeps its
+// defaults for the rest, and one older than the header takes the fields it
+// knows as long as the caller left the newer ones at their defaults.
 typedef struct tg_scheduler_options {
-  // `sizeof(tg_scheduler_options)`, set by `tg_scheduler_options_init`.
+  // `sizeof(tg_scheduler_options)` as the caller's header has it, set by
+  // `tg_scheduler_options_init`.
   size_t size;
   // The latency target of every device, in microseconds; 0 keeps each
   // device profile's own.
@@ -186,11 +190,14 @@ extern "C" {
 // pointer stays valid until the next failing call on the same thread.
 const char *tg_last_error(void);
 
-// Fills `options` with the defaults. Returns 0, or -EINVAL for NULL.
+// Fills the `size` bytes at `options` with the defaults, `size` field
+// included: pass `sizeof options`. Writes nothing past `size` bytes (a
+// header older than the library has a smaller struct). Returns 0, or
+// -EINVAL for NULL or a size that no version of the struct has.
 //
 // # Safety
-// `options` is NULL or points to a writable `tg_scheduler_options`.
-int tg_scheduler_options_init(struct tg_scheduler_options *options);
+// `options` is NULL or points to `size` writable bytes.
+int tg_scheduler_options_init(struct tg_scheduler_options *options, size_t size);
 
 // Builds a scheduler and stores it in `*out`. `options` may be NULL for
 // the defaults. Returns 0 or a negative errno.

@@ -74,13 +74,17 @@ pub const TG_OPEN_BUFFERED: u32 = 16;
 /// `tg_scheduler_options.registered_files`: the library's default.
 pub const TG_REGISTERED_FILES_DEFAULT: u32 = u32::MAX;
 
-/// How to build a scheduler. Fill it with `tg_scheduler_options_init` first,
-/// then change the fields you need: fields added in later versions keep
-/// their defaults that way.
+/// How to build a scheduler. Fill it with
+/// `tg_scheduler_options_init(&options, sizeof options)` first, then change
+/// the fields you need. The size makes the struct versioned: a library newer
+/// than the caller's header takes the fields the caller knows and keeps its
+/// defaults for the rest, and one older than the header takes the fields it
+/// knows as long as the caller left the newer ones at their defaults.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct tg_scheduler_options {
-    /// `sizeof(tg_scheduler_options)`, set by `tg_scheduler_options_init`.
+    /// `sizeof(tg_scheduler_options)` as the caller's header has it, set by
+    /// `tg_scheduler_options_init`.
     pub size: usize,
     /// The latency target of every device, in microseconds; 0 keeps each
     /// device profile's own.
@@ -373,42 +377,134 @@ pub extern "C" fn tg_last_error() -> *const c_char {
 
 // ------------------------------------------------------------- scheduler
 
-/// Fills `options` with the defaults. Returns 0, or -EINVAL for NULL.
+/// Fills the `size` bytes at `options` with the defaults, `size` field
+/// included: pass `sizeof options`. Writes nothing past `size` bytes (a
+/// header older than the library has a smaller struct). Returns 0, or
+/// -EINVAL for NULL or a size that no version of the struct has.
 ///
 /// # Safety
-/// `options` is NULL or points to a writable `tg_scheduler_options`.
+/// `options` is NULL or points to `size` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn tg_scheduler_options_init(options: *mut tg_scheduler_options) -> c_int {
+pub unsafe extern "C" fn tg_scheduler_options_init(
+    options: *mut tg_scheduler_options,
+    size: usize,
+) -> c_int {
     guard_int(|| {
         if options.is_null() {
             return Err(null_argument("options"));
         }
-        let defaults = tg_scheduler_options {
-            size: std::mem::size_of::<tg_scheduler_options>(),
-            latency_target_us: 0,
-            ring_depth: 0,
-            threads: 0,
-            backend: TG_BACKEND_AUTO,
-            controller: TG_CONTROLLER_FIXED,
-            waiters_run_engine: true,
-            eager_submit: true,
-            registered_files: TG_REGISTERED_FILES_DEFAULT,
-            profile_file: std::ptr::null(),
-        };
-        // SAFETY: checked non-NULL; writable by the caller's contract.
-        unsafe { options.write(defaults) };
+        check_options_size(size)?;
+        let defaults = default_options(size);
+        let known = std::mem::size_of::<tg_scheduler_options>();
+        let bytes = options.cast::<u8>();
+        // SAFETY: `size` bytes at `options` are writable by the caller's
+        // contract; the copy takes at most `known` bytes of `defaults` (an
+        // untyped copy, padding included) and the rest of `size` is zeroed.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                std::ptr::from_ref(&defaults).cast::<u8>(),
+                bytes,
+                size.min(known),
+            );
+            if size > known {
+                bytes.add(known).write_bytes(0, size - known);
+            }
+        }
         Ok(0)
     })
 }
 
-fn builder_from(options: &tg_scheduler_options) -> io::Result<tailguard::SchedulerBuilder> {
-    if options.size != std::mem::size_of::<tg_scheduler_options>() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "tailguard: tg_scheduler_options.size is wrong; fill the options with \
-             tg_scheduler_options_init first",
-        ));
+/// The defaults, for a caller whose struct is `size` bytes.
+fn default_options(size: usize) -> tg_scheduler_options {
+    tg_scheduler_options {
+        size,
+        latency_target_us: 0,
+        ring_depth: 0,
+        threads: 0,
+        backend: TG_BACKEND_AUTO,
+        controller: TG_CONTROLLER_FIXED,
+        waiters_run_engine: true,
+        eager_submit: true,
+        registered_files: TG_REGISTERED_FILES_DEFAULT,
+        profile_file: std::ptr::null(),
     }
+}
+
+/// Where each field of `tg_scheduler_options` ends: the sizes an older
+/// version of the struct can have (versions only ever add fields at the end).
+const OPTIONS_FIELD_ENDS: [usize; 10] = {
+    use std::mem::{offset_of, size_of};
+    type Options = tg_scheduler_options;
+    [
+        offset_of!(Options, size) + size_of::<usize>(),
+        offset_of!(Options, latency_target_us) + size_of::<u64>(),
+        offset_of!(Options, ring_depth) + size_of::<u32>(),
+        offset_of!(Options, threads) + size_of::<u32>(),
+        offset_of!(Options, backend) + size_of::<u32>(),
+        offset_of!(Options, controller) + size_of::<u32>(),
+        offset_of!(Options, waiters_run_engine) + size_of::<bool>(),
+        offset_of!(Options, eager_submit) + size_of::<bool>(),
+        offset_of!(Options, registered_files) + size_of::<u32>(),
+        offset_of!(Options, profile_file) + size_of::<*const c_char>(),
+    ]
+};
+
+/// Refuses a struct size that no version of `tg_scheduler_options` has: at
+/// most this library's size, it ends at one of its fields' ends; larger, it
+/// is a newer header's (checked for unknown fields when read).
+fn check_options_size(size: usize) -> io::Result<()> {
+    let known = std::mem::size_of::<tg_scheduler_options>();
+    if size > known || OPTIONS_FIELD_ENDS.contains(&size) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "tailguard: tg_scheduler_options of {size} bytes is no version of the struct; \
+             fill the options with tg_scheduler_options_init(&options, sizeof options) first"
+        ),
+    ))
+}
+
+/// The caller's options, read as far as its struct goes (its `size`), with
+/// the defaults for fields its header does not have.
+///
+/// # Safety
+/// `options` points to a struct filled by `tg_scheduler_options_init`: its
+/// first field is its size in bytes, and that many bytes are readable.
+unsafe fn read_options(options: *const tg_scheduler_options) -> io::Result<tg_scheduler_options> {
+    // SAFETY: the first field, readable by the caller's contract.
+    let size = unsafe { options.cast::<usize>().read() };
+    check_options_size(size)?;
+    let known = std::mem::size_of::<tg_scheduler_options>();
+    let bytes = options.cast::<u8>();
+    if size > known {
+        // SAFETY: `size` bytes are readable by the caller's contract.
+        let newer = unsafe { std::slice::from_raw_parts(bytes.add(known), size - known) };
+        if newer.iter().any(|&byte| byte != 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "tailguard: the options set fields this library does not know (its header is \
+                 newer than the library); link the library that matches include/tailguard.h",
+            ));
+        }
+    }
+    let mut read = default_options(known);
+    // SAFETY: `size.min(known)` bytes are readable at `options` and fit in
+    // `read`; they end at a field's end (checked), so every field is either
+    // the caller's whole or the default.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            bytes,
+            std::ptr::from_mut(&mut read).cast::<u8>(),
+            size.min(known),
+        );
+    }
+    read.size = known;
+    Ok(read)
+}
+
+fn builder_from(options: &tg_scheduler_options) -> io::Result<tailguard::SchedulerBuilder> {
     let invalid = |what: &str, value: u32| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -461,10 +557,12 @@ pub unsafe extern "C" fn tg_scheduler_new(
     out: *mut *mut tg_scheduler,
 ) -> c_int {
     guard_int(|| {
-        // SAFETY: NULL or valid options, by the caller's contract.
-        let builder = match unsafe { options.as_ref() } {
-            Some(options) => builder_from(options)?,
-            None => Scheduler::builder(),
+        let builder = if options.is_null() {
+            Scheduler::builder()
+        } else {
+            // SAFETY: non-NULL options filled by `tg_scheduler_options_init`,
+            // by the caller's contract.
+            builder_from(&unsafe { read_options(options) }?)?
         };
         let scheduler = builder.build()?;
         let completions = Arc::new(Completions::start()?);
@@ -936,6 +1034,8 @@ impl Wake for Task {
 
 enum Wakeup {
     Poll(Arc<Task>),
+    /// `outstanding` went down without a delivery.
+    Recount,
     Stop,
 }
 
@@ -944,7 +1044,10 @@ struct Completions {
     wakeups: mpsc::Sender<Wakeup>,
     outstanding: Arc<AtomicUsize>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    stopped: AtomicBool,
+    /// Set once the scheduler is freed. Its lock also covers each request's
+    /// count in `outstanding`, so a request counted in before `stop` is
+    /// always waited for.
+    stopped: Mutex<bool>,
 }
 
 impl Completions {
@@ -959,34 +1062,64 @@ impl Completions {
             wakeups,
             outstanding,
             thread: Mutex::new(Some(thread)),
-            stopped: AtomicBool::new(false),
+            stopped: Mutex::new(false),
         })
     }
 
-    /// Refuses new requests once the scheduler is freed.
-    fn check_running(&self) -> io::Result<()> {
-        if self.stopped.load(Ordering::Acquire) {
+    /// Counts a request in before it starts, or refuses it once the
+    /// scheduler is freed. The check and the count are one step under the
+    /// `stopped` lock: the completion thread ends only when the count is
+    /// zero after `stop`, so it never leaves a request that passed the check
+    /// undelivered.
+    fn admit(&self) -> io::Result<Admitted<'_>> {
+        let stopped = self.stopped.lock().expect("lock poisoned");
+        if *stopped {
             return Err(io::Error::from_raw_os_error(libc::ESHUTDOWN));
         }
-        Ok(())
-    }
-
-    fn submit(&self, future: OutcomeFuture, notify: Notify) {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
+        Ok(Admitted {
+            completions: self,
+            submitted: false,
+        })
+    }
+}
+
+/// A request counted in by [`Completions::admit`], to be submitted.
+struct Admitted<'a> {
+    completions: &'a Completions,
+    submitted: bool,
+}
+
+impl Admitted<'_> {
+    /// Hands the request to the completion thread.
+    fn submit(mut self, future: OutcomeFuture, notify: Notify) {
+        self.submitted = true;
+        let completions = self.completions;
         let task = Arc::new(Task {
             future: Mutex::new(Some(future)),
             notify: Mutex::new(Some(notify)),
-            wakeups: self.wakeups.clone(),
+            wakeups: completions.wakeups.clone(),
         });
         // The first poll registers the waker.
-        let _ = self.wakeups.send(Wakeup::Poll(task));
+        let _ = completions.wakeups.send(Wakeup::Poll(task));
+    }
+}
+
+impl Drop for Admitted<'_> {
+    /// A request counted in but never submitted (a panic between) is counted
+    /// out again, and the completion thread told to look at the count.
+    fn drop(&mut self) {
+        if !self.submitted {
+            self.completions.outstanding.fetch_sub(1, Ordering::AcqRel);
+            let _ = self.completions.wakeups.send(Wakeup::Recount);
+        }
     }
 }
 
 impl Completions {
     /// Delivers every outstanding completion, then ends the thread.
     fn stop(&self) {
-        if self.stopped.swap(true, Ordering::AcqRel) {
+        if std::mem::replace(&mut *self.stopped.lock().expect("lock poisoned"), true) {
             return;
         }
         let _ = self.wakeups.send(Wakeup::Stop);
@@ -1011,6 +1144,7 @@ fn run_completions(wakeups: &mpsc::Receiver<Wakeup>, outstanding: &AtomicUsize) 
                     outstanding.fetch_sub(1, Ordering::AcqRel);
                 }
             }
+            Ok(Wakeup::Recount) => {}
             Ok(Wakeup::Stop) => stopping = true,
             Err(_) => break,
         }
@@ -1228,12 +1362,12 @@ unsafe fn async_data(
         if buffer.is_null() {
             return Err(null_argument("buffer"));
         }
-        file.completions.check_running()?;
+        let admitted = file.completions.admit()?;
         // SAFETY: a live handle the caller gives to the library until the
         // completion hands it back.
         let mut handle = unsafe { Box::from_raw(buffer) };
         let request = kind.start(file, class, take_buffer(&mut handle), offset);
-        file.completions.submit(
+        admitted.submit(
             Box::pin(async move {
                 let (result, data) = request.await;
                 handle.buffer = data;
@@ -1301,9 +1435,9 @@ pub unsafe extern "C" fn tg_fdatasync_async(
         // SAFETY: the caller's contract (live handles, valid notify).
         let ((file, class), notify) =
             unsafe { (request_handles(file, class)?, notify_from(notify)?) };
-        file.completions.check_running()?;
+        let admitted = file.completions.admit()?;
         let request = file.file.fdatasync(&class.class);
-        file.completions.submit(
+        admitted.submit(
             Box::pin(async move {
                 Outcome {
                     result: request

@@ -25,7 +25,7 @@ static int fail(const char *what) {
 int main(int argc, char **argv) {
     const char *path = argc > 1 ? argv[1] : "tailguard-example.data";
     tg_scheduler_options options;
-    tg_scheduler_options_init(&options);
+    tg_scheduler_options_init(&options, sizeof options);
     options.latency_target_us = 2000;
 
     tg_scheduler *scheduler;

@@ -3,8 +3,8 @@
  * and asynchronous I/O (callbacks, and a completion queue polled through its
  * eventfd) from several threads in two classes with a data-integrity check,
  * statistics and metrics, class removal, and shutdown with requests in
- * flight. Run under AddressSanitizer by .ci/run too, for leaks and
- * use-after-free across the boundary.
+ * flight, also while other threads submit. Run under AddressSanitizer by
+ * .ci/run too, for leaks and use-after-free across the boundary.
  *
  * Usage: test_tailguard DIRECTORY (where a scratch file is made and removed).
  * Prints "N passed, M failed" last; exits 1 on any failure.
@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +83,7 @@ struct setup {
 
 static int open_setup(struct setup *setup, uint32_t backend) {
     tg_scheduler_options options;
-    CHECK(tg_scheduler_options_init(&options) == 0, "init");
+    CHECK(tg_scheduler_options_init(&options, sizeof options) == 0, "init");
     options.backend = backend;
     CHECK(tg_scheduler_new(&options, &setup->scheduler) == 0, "scheduler");
     CHECK(tg_class_new(setup->scheduler, "reads", 200, &setup->reads) == 0, "class");
@@ -113,7 +114,7 @@ static int test_errors_are_negative_errno_with_a_message(void) {
     CHECK(tg_file_open(scheduler, "/nonexistent/tailguard", TG_OPEN_READ, &file) == -ENOENT,
           "missing file");
     tg_scheduler_options options;
-    tg_scheduler_options_init(&options);
+    tg_scheduler_options_init(&options, sizeof options);
     options.backend = 99;
     tg_scheduler *bad = NULL;
     CHECK(tg_scheduler_new(&options, &bad) == -EINVAL, "unknown backend");
@@ -133,6 +134,45 @@ static int test_errors_are_negative_errno_with_a_message(void) {
     tg_file_close(file);
     tg_class_free(class);
     tg_scheduler_free(scheduler);
+    return 0;
+}
+
+/* The options as a header of another version sees them. */
+static int test_options_of_another_header_version(void) {
+    /* An older header: a struct that ends before `profile_file`. The library
+     * writes nothing past it and builds with its default for the rest. */
+    size_t older = offsetof(tg_scheduler_options, profile_file);
+    union {
+        tg_scheduler_options options;
+        unsigned char bytes[sizeof(tg_scheduler_options) + 16];
+    } storage;
+    memset(storage.bytes, 0xAB, sizeof storage.bytes);
+    CHECK(tg_scheduler_options_init(&storage.options, older) == 0, "init of %zu", older);
+    for (size_t i = older; i < sizeof storage.bytes; i++) {
+        CHECK(storage.bytes[i] == 0xAB, "byte %zu past the struct was written", i);
+    }
+    CHECK(storage.options.size == older, "size %zu", storage.options.size);
+    tg_scheduler *scheduler = NULL;
+    CHECK(tg_scheduler_new(&storage.options, &scheduler) == 0, "older options");
+    tg_scheduler_free(scheduler);
+
+    /* A newer header: fields past this library's struct, zero by default. */
+    size_t newer = sizeof(tg_scheduler_options) + 16;
+    memset(storage.bytes, 0xAB, sizeof storage.bytes);
+    CHECK(tg_scheduler_options_init(&storage.options, newer) == 0, "init of %zu", newer);
+    for (size_t i = sizeof(tg_scheduler_options); i < newer; i++) {
+        CHECK(storage.bytes[i] == 0, "newer byte %zu is its default, zero", i);
+    }
+    CHECK(tg_scheduler_new(&storage.options, &scheduler) == 0, "newer options at defaults");
+    tg_scheduler_free(scheduler);
+    storage.bytes[newer - 1] = 1;
+    CHECK(tg_scheduler_new(&storage.options, &scheduler) == -EINVAL, "an unknown field set");
+    CHECK(strstr(tg_last_error(), "does not know") != NULL, "says why: %s", tg_last_error());
+
+    /* A size no version has. */
+    CHECK(tg_scheduler_options_init(&storage.options, 3) == -EINVAL, "size 3");
+    CHECK(strstr(tg_last_error(), "sizeof options") != NULL, "names the fix: %s",
+          tg_last_error());
     return 0;
 }
 
@@ -377,6 +417,65 @@ static int test_freeing_the_scheduler_delivers_every_completion(void) {
     return 0;
 }
 
+/* Threads that submit until the scheduler is freed under them. */
+struct racer {
+    struct setup *setup;
+    atomic_int *delivered;
+    int accepted;
+    int unexpected_errors;
+};
+
+static void *racer_thread(void *argument) {
+    struct racer *racer = argument;
+    tg_notify notify = {.callback = shutdown_callback, .queue = NULL,
+                        .user_data = racer->delivered};
+    for (;;) {
+        tg_buffer *buffer = tg_buffer_new(BLOCK, BLOCK);
+        int result = tg_read_async(racer->setup->file, racer->setup->reads, buffer, 0, &notify);
+        if (result == 0) {
+            racer->accepted++;
+            continue;
+        }
+        tg_buffer_free(buffer);
+        racer->unexpected_errors += result != -ESHUTDOWN;
+        return NULL;
+    }
+}
+
+static int test_freeing_the_scheduler_while_threads_submit_loses_nothing(void) {
+    enum { ROUNDS = 20, RACERS = 3 };
+    for (int round = 0; round < ROUNDS; round++) {
+        struct setup setup;
+        if (open_setup(&setup, TG_BACKEND_AUTO) != 0) {
+            return 1;
+        }
+        atomic_int delivered;
+        atomic_init(&delivered, 0);
+        struct racer racers[RACERS];
+        pthread_t threads[RACERS];
+        for (int i = 0; i < RACERS; i++) {
+            racers[i] = (struct racer){.setup = &setup, .delivered = &delivered};
+            CHECK(pthread_create(&threads[i], NULL, racer_thread, &racers[i]) == 0, "thread");
+        }
+        usleep(1000 + round * 250);
+        tg_scheduler_free(setup.scheduler);
+        int accepted = 0, unexpected_errors = 0;
+        for (int i = 0; i < RACERS; i++) {
+            pthread_join(threads[i], NULL);
+            accepted += racers[i].accepted;
+            unexpected_errors += racers[i].unexpected_errors;
+        }
+        tg_file_close(setup.file);
+        tg_class_free(setup.reads);
+        tg_class_free(setup.writes);
+        /* Every request the library accepted was delivered by the free. */
+        CHECK(atomic_load(&delivered) == accepted, "round %d: %d of %d accepted delivered",
+              round, atomic_load(&delivered), accepted);
+        CHECK(unexpected_errors == 0, "round %d: refused with another error", round);
+    }
+    return 0;
+}
+
 static atomic_int cancel_callbacks, cancelled_callbacks, unexpected_results;
 
 static void cancel_callback(void *user_data, int64_t result, tg_buffer *buffer) {
@@ -451,6 +550,7 @@ int main(int argc, char **argv) {
     open_mode &= ~(uint32_t)TG_OPEN_TRUNCATE;
 
     run("errors_are_negative_errno_with_a_message", test_errors_are_negative_errno_with_a_message);
+    run("options_of_another_header_version", test_options_of_another_header_version);
     run("threads_in_two_classes_with_the_thread_pool",
         test_threads_in_two_classes_with_the_thread_pool);
     run("threads_in_two_classes_with_the_default_backend",
@@ -458,6 +558,8 @@ int main(int argc, char **argv) {
     run("classes_change_shares_and_are_removed", test_classes_change_shares_and_are_removed);
     run("freeing_the_scheduler_delivers_every_completion",
         test_freeing_the_scheduler_delivers_every_completion);
+    run("freeing_the_scheduler_while_threads_submit_loses_nothing",
+        test_freeing_the_scheduler_while_threads_submit_loses_nothing);
     run("cancelling_fails_the_queue_and_completes_each_request_once",
         test_cancelling_fails_the_queue_and_completes_each_request_once);
     unlink(path);
