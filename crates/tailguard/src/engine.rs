@@ -108,8 +108,8 @@
 //! Should the engine ever panic (a bug, on whichever thread runs it), nobody waits
 //! forever: while unwinding, the runner takes the engine out of `Shared` (the
 //! engine thread then exits), closes the handoff and fails every request it holds or that is still queued,
-//! and it *leaks* the buffers of requests it had accepted, since the kernel may
-//! still be writing into them.
+//! and it *leaks* the buffers and file descriptors of requests it had
+//! accepted, since the kernel or a backend worker may still use them.
 
 use crate::backend::{Backend, BackendKind, Op, OpKind, OpResult, MAX_REGISTERED_FD};
 use crate::backend::{CompletionWait, EngineWaker};
@@ -1310,8 +1310,13 @@ impl Engine {
         self.handoff.take_all(&mut queued);
         drop(queued);
         for mut record in self.requests.slots.iter_mut().filter_map(Option::take) {
-            // The kernel may still be transferring into this buffer: leak it.
+            // The kernel may still be transferring into this buffer, and a
+            // thread-pool worker may yet run a queued op on this descriptor
+            // (it takes ops until the pool is dropped, after this): leak
+            // both. A descriptor closed here could be reused by the next
+            // open, and the op would then reach another file.
             std::mem::forget(record.message.buffer.take());
+            std::mem::forget(record.message.file.take());
         }
         // Requests answered before the panic: their futures must still wake.
         self.wake_answered();

@@ -1249,6 +1249,41 @@ mod tests {
     }
 
     #[test]
+    fn an_engine_panic_leaves_open_the_files_of_requests_it_held() {
+        use crate::backend::fault::{FaultInjector, FaultPlan};
+        let injector = FaultInjector::new(FaultPlan::default());
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .fault_injection(injector.clone())
+            .build()
+            .unwrap();
+        let class = scheduler.add_class("c", 1).unwrap();
+        let path = std::env::temp_dir().join(format!("tailguard-crash-{}", std::process::id()));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .direct(false)
+            .open(&scheduler, &path)
+            .unwrap();
+        let fd = file.handle().as_raw_fd();
+        injector.stall_for(Duration::from_secs(3_600));
+        let write = file.write_at(&class, AlignedBuffer::new(4096, 4096).unwrap(), 0);
+        while injector.counts().ops_stalled == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The write's record holds the last reference to the file.
+        drop(file);
+        scheduler.inner.send(Message::Panic).unwrap();
+        assert!(write.wait().0.is_err(), "failed by the crash");
+        // A backend worker may still run the write: its descriptor stays
+        // open, so no later open can take its number.
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(link.ok(), Some(path), "descriptor {fd}");
+    }
+
+    #[test]
     fn the_engine_refuses_a_class_it_does_not_have_and_lives_on() {
         let scheduler = Scheduler::builder()
             .backend(BackendChoice::Threads)

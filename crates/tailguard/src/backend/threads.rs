@@ -40,7 +40,10 @@
 //! ops still queued are abandoned unexecuted. Buffers stay valid throughout
 //! because the engine drains every op before dropping its backend (see the
 //! safety contract in [`super`]), so at that point the queue is empty and no
-//! worker is running anything.
+//! worker is running anything. An engine that panicked does not drain: it
+//! leaks the buffers and descriptors of the ops it had handed over instead,
+//! so the workers that still run them touch only live memory and the right
+//! files.
 
 use super::{Backend, BackendKind, EngineWaker, Op, OpKind, OpResult};
 use std::collections::VecDeque;
