@@ -1079,6 +1079,21 @@ impl File {
         self.handle()
     }
 
+    /// The file's length in bytes now, and whether it is a block device
+    /// node, whose length is the device's size (its `st_size` is 0) and which
+    /// cannot be truncated.
+    pub(crate) fn length_now(&self) -> io::Result<(u64, bool)> {
+        use std::io::Seek;
+        use std::os::unix::fs::FileTypeExt;
+        let metadata = self.std_file().metadata()?;
+        if metadata.file_type().is_block_device() {
+            // Every request names its offset: the file position is unused.
+            let mut handle = self.std_file();
+            return Ok((handle.seek(io::SeekFrom::End(0))?, true));
+        }
+        Ok((metadata.len(), false))
+    }
+
     /// Reads `buffer.len()` bytes at `offset` into `buffer`. The result is the
     /// byte count (short at the end of the file) or the error, with the buffer.
     pub fn read_at(

@@ -12,12 +12,19 @@
 //!   partly covered first and last blocks (where they hold file data), patches
 //!   the new bytes in, and writes every covering block in one request; a write
 //!   that ends past the end of the file then truncates the file to the end of
-//!   the new bytes, so the zero padding of the last block does not stay. It
-//!   is **not atomic** against other writers: a concurrent write to the same
-//!   blocks (through this function, `write_at` or a [`StreamWriter`]) between
-//!   the read and the write is overwritten with the old bytes, and a
-//!   concurrent extension of the file can be cut back by the truncation.
-//!   Callers that share blocks between writers must serialize them.
+//!   the new bytes, so the zero padding of the last block does not stay, as
+//!   long as the file still ends where that write left it (a writer that
+//!   extended it further meanwhile keeps its bytes). On a block device node
+//!   the device's size is the file's length: every partly covered block is
+//!   read, and nothing is truncated. It is **not atomic** against other
+//!   writers: a concurrent write to the same blocks (through this function,
+//!   `write_at` or a [`StreamWriter`]) between the read and the write is
+//!   overwritten with the old bytes, and a file extended by another writer
+//!   between this one's last check and its truncation is cut back. Callers
+//!   that share blocks between writers, or extend a file from several
+//!   writers, must serialize them. It is **not cancel-safe**: a write whose
+//!   future is dropped after its write went out may leave the file padded
+//!   with zeros to the end of its last block.
 //!
 //! [`StreamWriter`]: crate::StreamWriter
 
@@ -77,6 +84,7 @@ impl File {
         if out.is_empty() {
             return Ok(0);
         }
+        crate::buffer::check_range(offset, out.len() as u64)?;
         let (block, memory) = granularity(self);
         let (start, end) = covering(offset, out.len(), block);
         let buffer = bounce((end - start) as usize, memory)?;
@@ -116,10 +124,11 @@ impl File {
 
     /// Writes all of `data` at `offset` (any offset and length) by
     /// read-modify-write of the blocks it touches; **not atomic** against
-    /// concurrent writers of those blocks: two writes that share a block can
-    /// undo each other, and the truncation after a write past the end can cut
-    /// a concurrent extension of the file. Serialize writers that share
-    /// blocks.
+    /// concurrent writers of those blocks, and **not cancel-safe** (see the
+    /// module docs): two writes that share a block can undo each other, and
+    /// the truncation after a write past the end can cut a concurrent
+    /// extension of the file. Serialize writers that share blocks or extend
+    /// the file, and let the future finish.
     ///
     /// ```no_run
     /// # fn main() -> std::io::Result<()> {
@@ -139,10 +148,11 @@ impl File {
         if data.is_empty() {
             return Ok(());
         }
+        crate::buffer::check_range(offset, data.len() as u64)?;
         let (block, memory) = granularity(self);
         let (start, end) = covering(offset, data.len(), block);
         let data_end = offset + data.len() as u64;
-        let file_len = self.std_file().metadata()?.len();
+        let (file_len, _) = self.length_now()?;
         let mut buffer = bounce((end - start) as usize, memory)?;
         let head = (offset - start) as usize;
         let tail = (data_end - start) as usize;
@@ -174,7 +184,18 @@ impl File {
             ));
         }
         if end > file_len.max(data_end) {
-            self.std_file().set_len(file_len.max(data_end))?;
+            self.cut_padding(end, file_len.max(data_end))?;
+        }
+        Ok(())
+    }
+
+    /// Truncates to `length` a file that a write padded to `padded_end`,
+    /// unless it is a block device or ends elsewhere now (another writer
+    /// extended it further).
+    fn cut_padding(&self, padded_end: u64, length: u64) -> io::Result<()> {
+        let (length_now, block_device) = self.length_now()?;
+        if !block_device && length_now == padded_end {
+            self.std_file().set_len(length)?;
         }
         Ok(())
     }

@@ -418,3 +418,70 @@ fn check_files_on_partitions(mounts: &[Mount], whole: &DeviceInfo, first_part: &
     back.truncate(n);
     assert_eq!(&back[..], &data[..], "short or wrong O_DIRECT read");
 }
+
+/// On a block device node, whose `st_size` is 0, the device's size is the
+/// file's length: an unaligned write reads the blocks it partly covers (it
+/// used to take them for past the end and write zeros over the neighbouring
+/// bytes), a stream appends at an offset inside the device, and neither
+/// tries to truncate the device.
+#[test]
+fn unaligned_writes_and_streams_on_a_device_node_keep_its_other_bytes() {
+    if let Some(reason) = loop_skip_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let _lock = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("loopunaligned");
+    let image = scratch.0.join("disk.img");
+    let original: Vec<u8> = (0..1 << 20).map(|index| (index % 251 + 1) as u8).collect();
+    std::fs::write(&image, &original).unwrap();
+    let dev = match LoopDevice::attach(&image) {
+        Ok(dev) => dev,
+        Err(e) => {
+            println!("skipped: {e}");
+            return;
+        }
+    };
+    let scheduler = tailguard::Scheduler::builder().build().unwrap();
+    let class = scheduler.add_class("c", 100).unwrap();
+    let node = tailguard::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&scheduler, Path::new(&dev.node))
+        .unwrap();
+    scheduler
+        .block_on(node.write_at_unaligned(&class, b"patched", 4093))
+        .unwrap();
+    let mut expected = original.clone();
+    expected[4093..4100].copy_from_slice(b"patched");
+
+    let block = node.alignment().offset_bytes as usize;
+    let mut writer = tailguard::StreamWriter::appending(
+        node,
+        &class,
+        tailguard::WriterOptions::default(),
+        10_000,
+    )
+    .expect("a stream starts inside the device");
+    std::io::Write::write_all(&mut writer, b"stream").unwrap();
+    writer.close().expect("closing truncates nothing");
+    expected[10_000..10_006].copy_from_slice(b"stream");
+    // The stream owns the device from its start: its last block is padded.
+    expected[10_006..10_006usize.next_multiple_of(block)].fill(0);
+
+    let node = tailguard::OpenOptions::new()
+        .read(true)
+        .open(&scheduler, Path::new(&dev.node))
+        .unwrap();
+    let mut back = vec![0; 16_384];
+    let read = scheduler
+        .block_on(node.read_at_unaligned(&class, &mut back, 0))
+        .unwrap();
+    assert_eq!(read, back.len());
+    let first_difference = back.iter().zip(&expected).position(|(a, b)| a != b);
+    assert_eq!(first_difference, None, "the device's other bytes are kept");
+    assert_eq!(
+        std::fs::metadata(&image).unwrap().len(),
+        original.len() as u64
+    );
+}

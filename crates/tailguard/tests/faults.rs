@@ -495,3 +495,49 @@ fn shutdown_during_a_stall_waits_for_the_stalled_requests() {
         },
     );
 }
+
+/// An unaligned write past the end truncates its block's zero padding away
+/// only while the file still ends where that write left it: a longer
+/// extension made by another writer while the write was at the device
+/// stays (it used to be cut back to the unaligned write's end).
+#[test]
+fn an_unaligned_write_past_the_end_keeps_a_longer_extension_made_meanwhile() {
+    on_each_backend(
+        "unaligned-extension",
+        FaultPlan::default(),
+        |choice, injector, scheduler, file| {
+            use std::os::unix::fs::FileExt;
+            let end = BLOCKS * BLOCK as u64;
+            let handle = scheduler.open(&file.path).unwrap();
+            let class = scheduler.add_class("c", 100).unwrap();
+            injector.stall_for(Duration::from_secs(3_600));
+            let writer = {
+                let scheduler = scheduler.clone();
+                std::thread::spawn(move || {
+                    scheduler.block_on(handle.write_at_unaligned(&class, &[7; 100], end))
+                })
+            };
+            while injector.counts().ops_stalled == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Another writer extends the file past the stalled write's block.
+            let other = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&file.path)
+                .unwrap();
+            let far = end + 2 * BLOCK as u64;
+            other.write_all_at(&[9; 5000], far).unwrap();
+            injector.heal();
+            writer.join().unwrap().unwrap();
+            let content = std::fs::read(&file.path).unwrap();
+            assert_eq!(
+                content.len() as u64,
+                far + 5000,
+                "{choice:?}: the longer extension keeps its length"
+            );
+            let end = end as usize;
+            assert!(content[end..end + 100].iter().all(|&byte| byte == 7));
+            assert!(content[far as usize..].iter().all(|&byte| byte == 9));
+        },
+    );
+}

@@ -139,6 +139,15 @@ fn a_request_ending_past_the_largest_offset_is_refused_and_writes_nothing() {
         assert!(error.to_string().contains("largest file offset"), "{error}");
         zeros = returned;
     }
+    // The unaligned forms too, before their block arithmetic could wrap.
+    for offset in [u64::MAX - 10, i64::MAX as u64 - 10] {
+        let mut out = [0u8; 20];
+        let read = scheduler.block_on(file.read_at_unaligned(&class, &mut out, offset));
+        let write = scheduler.block_on(file.write_at_unaligned(&class, &[1; 20], offset));
+        for error in [read.unwrap_err(), write.unwrap_err()] {
+            assert!(error.to_string().contains("largest file offset"), "{error}");
+        }
+    }
     let (result, data) = file.read_at(&class, buffer(), 0).wait();
     assert_eq!(result.unwrap(), BLOCK);
     assert!(

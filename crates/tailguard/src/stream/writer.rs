@@ -18,7 +18,10 @@
 //! and commits a metadata change, a cost that an engine flushing to make
 //! recent appends readable pays for nothing. `close` flushes, truncates
 //! (also whatever lay past the logical end of a file that was longer) and
-//! refuses later writes. Dropping a writer
+//! refuses later writes. On a block device node, which has a size but no
+//! length to cut, the stream owns the device from where it starts: nothing is
+//! truncated, and the bytes past the stream's end in its last block are the
+//! padding's zeros. Dropping a writer
 //! that was not closed closes it (blocking) and logs an error it could not
 //! report.
 
@@ -204,7 +207,7 @@ impl StreamWriter {
     /// Positions a new writer at `offset`, reading the bytes of its block
     /// before it when it is not on a block boundary.
     async fn start_at(&mut self, offset: u64) -> io::Result<()> {
-        let file_len = self.file.std_file().metadata()?.len();
+        let (file_len, _) = self.file.length_now()?;
         if offset > file_len {
             return Err(past_the_end(&self.file, offset, file_len));
         }
@@ -488,9 +491,16 @@ impl StreamWriter {
         Poll::Ready(self.error.check())
     }
 
+    /// Cuts the file at the stream's end; a block device, which has no
+    /// length to cut, is left as it is.
     fn truncate_to_logical_len(&mut self) -> io::Result<()> {
         let length = self.logical_len();
-        if let Err(error) = self.file.std_file().set_len(length) {
+        let truncated = match self.file.length_now() {
+            Ok((_, true)) => Ok(()),
+            Ok((_, false)) => self.file.std_file().set_len(length),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = truncated {
             self.error.set(
                 error.kind(),
                 Some(format!(
