@@ -158,7 +158,7 @@ impl DispatcherConfig {
     /// disk): [`SLICE_LATENCY_TARGETS`] latency targets. The engine and the
     /// simulator both take it, so a disk is served in the same slices by both.
     pub fn default_slice_ns(profile: &DeviceProfile) -> Nanos {
-        SLICE_LATENCY_TARGETS * profile.latency_target_ns()
+        SLICE_LATENCY_TARGETS.saturating_mul(profile.latency_target_ns())
     }
 }
 
@@ -799,6 +799,9 @@ impl<C: LatencyController> Dispatcher<C> {
         self.cut_head_to_split_size(limit_factor);
         while let Some((class_index, cost_ns)) = self.queue.peek() {
             let slice = self.running_slice(class_index);
+            if let Some((slice_class, _)) = slice {
+                self.cut_front_to_split_size(slice_class, limit_factor);
+            }
             let (classes, budget) = (&self.classes, &self.budget);
             let may_go = |index: usize, cost_ns: Nanos| {
                 classes.slots[index].in_flight_pieces == 0
@@ -882,7 +885,10 @@ impl<C: LatencyController> Dispatcher<C> {
             .budget
             .limit_ns()
             .min((slice_ns as f64 * SLICE_BACKLOG_FRACTION) as Nanos);
-        demand_ns >= threshold_ns
+        // A class with nothing queued or in flight has no backlog even when
+        // the threshold is 0 (a slice of 0 or 1 ns): as a running slice it
+        // would hold the device for work that never comes.
+        demand_ns > 0 && demand_ns >= threshold_ns
     }
 
     /// Cuts the next piece to the current split size if it was split at a larger
@@ -891,7 +897,15 @@ impl<C: LatencyController> Dispatcher<C> {
     /// time: a disk then loses a revolution per piece, for as long as the queue
     /// holds such pieces (a deep writer's queue: hundreds of milliseconds).
     fn cut_head_to_split_size(&mut self, limit_factor: u64) {
-        let Some((class_index, _, piece)) = self.queue.peek_item() else {
+        if let Some((class_index, _, _)) = self.queue.peek_item() {
+            self.cut_front_to_split_size(class_index, limit_factor);
+        }
+    }
+
+    /// [`Dispatcher::cut_head_to_split_size`] for the next piece of
+    /// `class_index`, head of the queue or not (a running slice's class).
+    fn cut_front_to_split_size(&mut self, class_index: usize, limit_factor: u64) {
+        let Some(piece) = self.queue.front_item(class_index) else {
             return;
         };
         let piece = *piece;
@@ -1560,6 +1574,83 @@ mod tests {
         // Neither class is a latency class: their reads are not protected.
         let protected = backlogged.iter().filter(|&&backlogged| !backlogged).count();
         assert_eq!(protected, 0, "of {} completions", backlogged.len());
+    }
+
+    #[test]
+    fn pieces_of_a_running_slice_are_cut_to_a_shrunk_split_size() {
+        let mut config = DispatcherConfig::new(DeviceProfile {
+            max_request_bytes: 1 << 20,
+            ..profile()
+        });
+        config.budget_ns = Some(20_000 * NANOS_PER_MICROSECOND);
+        config.slice_ns = Some(100_000 * NANOS_PER_MICROSECOND);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let classes = [100, 100].map(|shares| dispatcher.add_class(shares).unwrap());
+        for id in 0..64 {
+            let class = classes[(id % 2) as usize];
+            let write = request(id, class, Direction::Write, 1 << 20);
+            dispatcher.enqueue(0, write).unwrap();
+        }
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 1 << 20);
+        let (mut now, mut out, mut in_flight) = (0, Vec::new(), VecDeque::new());
+        dispatcher.dispatch(now, &mut out);
+        in_flight.extend(out.drain(..));
+        dispatcher.set_budget_ns(1_000 * NANOS_PER_MICROSECOND);
+        let split_bytes = dispatcher.split_bytes(Direction::Write);
+        assert!(split_bytes < 1 << 20);
+        let mut after_shrink = Vec::new();
+        while let Some(piece) = in_flight.pop_front() {
+            now += piece.cost_ns;
+            dispatcher.complete(now, piece.token).unwrap();
+            dispatcher.dispatch(now, &mut out);
+            after_shrink.extend(out.iter().map(|piece| piece.length_bytes));
+            in_flight.extend(out.drain(..));
+        }
+        assert!(dispatcher.is_idle());
+        let oversize = after_shrink
+            .iter()
+            .filter(|&&length| length > split_bytes)
+            .count();
+        assert_eq!(oversize, 0, "of {} pieces", after_shrink.len());
+    }
+
+    #[test]
+    fn a_slice_of_zero_never_holds_the_device_for_an_idle_class() {
+        for slice_ns in [0, 1] {
+            let mut config = DispatcherConfig::new(profile());
+            config.budget_ns = Some(600 * NANOS_PER_MICROSECOND);
+            config.slice_ns = Some(slice_ns);
+            let mut dispatcher = Dispatcher::new(config).unwrap();
+            let (a, b) = (
+                dispatcher.add_class(100).unwrap(),
+                dispatcher.add_class(100).unwrap(),
+            );
+            let mut out = Vec::new();
+            for id in 0..2 {
+                dispatcher
+                    .enqueue(0, request(id, b, Direction::Read, 4096))
+                    .unwrap();
+            }
+            dispatcher.dispatch(0, &mut out);
+            dispatcher
+                .enqueue(1, request(2, b, Direction::Read, 4096))
+                .unwrap();
+            dispatcher
+                .enqueue(1, request(3, a, Direction::Read, 4096))
+                .unwrap();
+            // Everything completes, whatever the order of service.
+            let mut now = 1;
+            let mut completed = 0;
+            while !dispatcher.is_idle() {
+                dispatcher.dispatch(now, &mut out);
+                let piece = out
+                    .pop()
+                    .unwrap_or_else(|| panic!("slice {slice_ns}: nothing dispatched, work left"));
+                now += piece.cost_ns;
+                completed += usize::from(dispatcher.complete(now, piece.token).unwrap().is_some());
+            }
+            assert_eq!(completed, 4, "slice {slice_ns}");
+        }
     }
 
     #[test]

@@ -31,10 +31,13 @@
 //! `s_j`, let `c_max` be the largest cost of one item (one piece after splitting),
 //! `credit` the wake credit, and `B` the in-flight budget. Between the moment class
 //! *i* gets a new head item and the moment that item leaves the queue, another
-//! class *j* can be served only while its key is at most *i*'s, and *i*'s key is at
-//! most one of its own charges above `virtual_now`, while *j*'s is at most `credit`
-//! below it. So *j* is served at most `c_max × s_j / s_i + credit + c_max` of device
-//! time (the last `c_max` for the item that crosses, and for ties). Before the head
+//! class *j* can be served only while its key is at most *i*'s. *i*'s key is at
+//! most one of its own charges above `virtual_now`, plus up to `credit` of its own
+//! device time when *i* itself was last served ahead of the head (by a bypass, or
+//! in a running slice, whose length the dispatcher counts in `credit`), while
+//! *j*'s is at most `credit` below `virtual_now`. So *j* is served at most
+//! `(c_max + credit) × s_j / s_i + credit + c_max` of device time (the last
+//! `c_max` for the item that crosses, and for ties). Before the head
 //! item may go, the work in flight and everything served to the others must
 //! complete. The work in flight is at most `B + n × c_max`, where `n` is the
 //! number of classes with work in flight: the dispatcher's progress rule lets a
@@ -46,7 +49,7 @@
 //! dispatch is
 //!
 //! ```text
-//! gap_max(i) = max(B, c_max) + Σ_{j≠i} ( c_max × (s_j / s_i + 1) + 2 × credit )
+//! gap_max(i) = max(B, c_max) + Σ_{j≠i} ( (c_max + credit) × s_j / s_i + c_max + 2 × credit )
 //! ```
 //!
 //! and a request with `k` requests of its own class ahead of it waits at most
@@ -54,8 +57,8 @@
 //! `tests/properties.rs` check it on random classes, shares and request streams.
 //! Worked example, seed 002 on the `sata-ssd` profile: two classes of equal shares,
 //! `B` = 300 µs, `c_max` = 291 µs (a 128 KiB write), credit = `B`: the async class
-//! waits at most 300 + 2 × 291 + 2 × 300 ≈ 1.5 ms between dispatches, against
-//! CFQ's 15–30 s.
+//! waits at most 300 + (291 + 300) + 291 + 2 × 300 ≈ 1.8 ms between dispatches,
+//! against CFQ's 15–30 s.
 //!
 //! ## Bypassing a head that must wait
 //!
@@ -121,11 +124,14 @@ pub fn gap_bound_ns(
     let others: u64 = other_shares
         .iter()
         .map(|&share| {
-            let proportional = max_cost_ns.saturating_mul(u64::from(share)) / u64::from(shares);
-            proportional + max_cost_ns + 2 * credit_ns
+            let lead_ns = max_cost_ns.saturating_add(credit_ns);
+            let proportional = lead_ns.saturating_mul(u64::from(share)) / u64::from(shares.max(1));
+            proportional
+                .saturating_add(max_cost_ns)
+                .saturating_add(credit_ns.saturating_mul(2))
         })
-        .sum();
-    in_flight + others
+        .fold(0, u64::saturating_add);
+    in_flight.saturating_add(others)
 }
 
 #[derive(Debug)]
@@ -307,6 +313,12 @@ impl<T> FairQueue<T> {
         let Reverse((_, index)) = *self.backlogged.peek()?;
         let (cost, item) = self.classes[index].items.front()?;
         Some((index, *cost, item))
+    }
+
+    /// The next item of class `index`, whether or not the class is at the
+    /// head.
+    pub fn front_item(&self, index: usize) -> Option<&T> {
+        self.classes[index].items.front().map(|(_, item)| item)
     }
 
     /// Replaces the head item of class `index` by the two items `split` makes
@@ -710,7 +722,13 @@ mod tests {
     #[test]
     fn gap_bound_matches_the_worked_example() {
         let bound = gap_bound_ns(100, &[100], 300_000, 291_000, 300_000);
-        assert_eq!(bound, 300_000 + 2 * 291_000 + 2 * 300_000);
+        assert_eq!(bound, 300_000 + (291_000 + 300_000) + 291_000 + 2 * 300_000);
+        // The lead a class may take counts in proportion to the shares.
+        let uneven = gap_bound_ns(100, &[10_000], 300_000, 291_000, 300_000);
+        assert_eq!(
+            uneven,
+            300_000 + (291_000 + 300_000) * 100 + 291_000 + 2 * 300_000
+        );
     }
 
     /// A write head (class 0) that does not fit; reads (class 1) that do.

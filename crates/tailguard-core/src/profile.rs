@@ -43,6 +43,11 @@ use serde::{Deserialize, Serialize};
 
 /// The smallest latency target accepted, 10 µs: below it no device can answer.
 pub const LATENCY_TARGET_US_MIN: u64 = 10;
+/// The largest latency target accepted, 60 s: far above any device's worst
+/// service time, so a larger one could only mean "never throttle", which
+/// this one means as well, and the budget's arithmetic (the target in
+/// nanoseconds, times the slice and budget factors) stays far from overflow.
+pub const LATENCY_TARGET_US_MAX: u64 = 60_000_000;
 /// The smallest `max_request_bytes` accepted: one 4 KiB page.
 pub const MAX_REQUEST_BYTES_MIN: u64 = 4096;
 /// The largest `max_request_bytes` accepted, 1 GiB: far above any device's
@@ -100,11 +105,12 @@ impl DeviceProfile {
                 ),
             });
         }
-        if self.latency_target_us < LATENCY_TARGET_US_MIN {
+        if !(LATENCY_TARGET_US_MIN..=LATENCY_TARGET_US_MAX).contains(&self.latency_target_us) {
             return Err(CoreError::InvalidProfile {
                 key: "latency_target_us",
                 message: format!(
-                    "must be at least {LATENCY_TARGET_US_MIN} µs, got {}",
+                    "must be from {LATENCY_TARGET_US_MIN} µs to {LATENCY_TARGET_US_MAX} µs \
+                     (60 s), got {}",
                     self.latency_target_us
                 ),
             });
@@ -130,7 +136,7 @@ impl DeviceProfile {
 
     /// The latency target in nanoseconds.
     pub fn latency_target_ns(&self) -> Nanos {
-        self.latency_target_us * NANOS_PER_MICROSECOND
+        self.latency_target_us.saturating_mul(NANOS_PER_MICROSECOND)
     }
 }
 
@@ -291,5 +297,20 @@ mod tests {
         let mut profile = sata_ssd();
         profile.max_request_bytes = MAX_REQUEST_BYTES_MAX;
         profile.validate().unwrap();
+        for target_us in [
+            0,
+            LATENCY_TARGET_US_MIN - 1,
+            LATENCY_TARGET_US_MAX + 1,
+            u64::MAX,
+        ] {
+            let mut profile = sata_ssd();
+            profile.latency_target_us = target_us;
+            assert_eq!(refused_key(&profile), "latency_target_us", "{target_us}");
+        }
+        for target_us in [LATENCY_TARGET_US_MIN, LATENCY_TARGET_US_MAX] {
+            let mut profile = sata_ssd();
+            profile.latency_target_us = target_us;
+            profile.validate().unwrap();
+        }
     }
 }

@@ -86,7 +86,9 @@ impl Default for SchedulerBuilder {
 }
 
 impl SchedulerBuilder {
-    /// The latency target for every device (overrides the profiles' own).
+    /// The latency target for every device (overrides the profiles' own),
+    /// held to 10 µs … 60 s
+    /// ([`tailguard_core::profile::LATENCY_TARGET_US_MAX`]).
     pub fn latency_target(mut self, target: Duration) -> Self {
         self.latency_target = Some(target);
         self
@@ -226,12 +228,18 @@ impl SchedulerBuilder {
         Ok(scheduler)
     }
 
-    /// Checks every device's profile, naming the device at fault.
+    /// Checks every device's profile and the default one, naming the one at
+    /// fault.
     fn validate_profiles(&self) -> io::Result<()> {
         for (device, profile) in &self.profiles {
             profile
                 .validate()
                 .map_err(|error| invalid_input(format!("profile of device {device}: {error}")))?;
+        }
+        if let Some(profile) = &self.default_profile {
+            profile
+                .validate()
+                .map_err(|error| invalid_input(format!("the default profile: {error}")))?;
         }
         Ok(())
     }
@@ -648,7 +656,10 @@ impl Scheduler {
             .cloned()
             .unwrap_or_else(|| default_profile(info));
         if let Some(target) = builder.latency_target {
-            profile.latency_target_us = (target.as_micros() as u64).max(10);
+            use tailguard_core::profile::{LATENCY_TARGET_US_MAX, LATENCY_TARGET_US_MIN};
+            profile.latency_target_us = u64::try_from(target.as_micros())
+                .unwrap_or(u64::MAX)
+                .clamp(LATENCY_TARGET_US_MIN, LATENCY_TARGET_US_MAX);
         }
         profile
     }

@@ -155,3 +155,53 @@ fn a_request_ending_past_the_largest_offset_is_refused_and_writes_nothing() {
         "the file's start is intact"
     );
 }
+
+/// A default profile out of range is refused by `build`, as a device's is,
+/// naming the key: it used to reach the engine, where a huge piece size or
+/// latency target overflowed.
+#[test]
+fn a_default_profile_out_of_range_is_refused_at_build() {
+    let good = tailguard::DEFAULT_SSD_PROFILE.clone();
+    let cases = [
+        (
+            tailguard::Profile {
+                max_request_bytes: 4 << 30,
+                ..good.clone()
+            },
+            "max_request_bytes",
+        ),
+        (
+            tailguard::Profile {
+                latency_target_us: u64::MAX,
+                ..good.clone()
+            },
+            "latency_target_us",
+        ),
+    ];
+    for (profile, key) in cases {
+        let error = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .default_profile(profile)
+            .build()
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput, "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("default profile") && text.contains(key),
+            "{text}"
+        );
+    }
+    // A latency target far out of range through the builder is held to it.
+    let scheduler = Scheduler::builder()
+        .backend(BackendChoice::Threads)
+        .latency_target(std::time::Duration::MAX)
+        .build()
+        .unwrap();
+    let class = scheduler.add_class("c", 1).unwrap();
+    let path = scratch("huge-target");
+    let file = scheduler.open(&path).unwrap();
+    let (result, _) = file.write_at(&class, buffer(), 0).wait();
+    assert_eq!(result.unwrap(), buffer().len());
+    drop(file);
+    std::fs::remove_file(&path).unwrap();
+}
