@@ -1285,7 +1285,7 @@ impl Engine {
                     }
                 })
                 .collect(),
-            classes: self.classes.clone(),
+            classes: stats::merged_by_name(&self.classes),
         }
     }
 }

@@ -37,6 +37,7 @@
 //! engine answers between two loop iterations, so a snapshot is consistent.
 
 use serde::ser::{Serialize, SerializeStruct, Serializer};
+use std::collections::HashMap;
 use tailguard_core::histogram::LazyHistogram;
 
 /// Largest value a histogram holds: one hour in nanoseconds.
@@ -349,8 +350,37 @@ pub struct StatsSnapshot {
     pub backend: crate::backend::BackendKind,
     /// Per device, in the order they were first used.
     pub devices: Vec<DeviceStats>,
-    /// Per class, in creation order (removed classes included).
+    /// Per class name, in creation order (removed classes included): a
+    /// class removed and added again under its name is one entry, whose
+    /// counters and histograms add up both, with the shares and rate limits
+    /// of the one added last (the live one), so a name is one series that
+    /// only grows in the metrics.
     pub classes: Vec<ClassStats>,
+}
+
+/// `classes` (in creation order) with the classes of one name merged into
+/// the first of them (see [`StatsSnapshot::classes`]).
+pub(crate) fn merged_by_name(classes: &[ClassStats]) -> Vec<ClassStats> {
+    let mut merged: Vec<ClassStats> = Vec::with_capacity(classes.len());
+    let mut index_of: HashMap<&str, usize> = HashMap::with_capacity(classes.len());
+    for class in classes {
+        let Some(&index) = index_of.get(class.name.as_str()) else {
+            index_of.insert(&class.name, merged.len());
+            merged.push(class.clone());
+            continue;
+        };
+        let entry = &mut merged[index];
+        entry.shares = class.shares;
+        entry.ops += class.ops;
+        entry.bytes += class.bytes;
+        entry.errors += class.errors;
+        entry.queue_wait_ns.add(&class.queue_wait_ns);
+        entry.device_time_ns.add(&class.device_time_ns);
+        entry.latency_ns.add(&class.latency_ns);
+        entry.rate_limit_bytes_per_s = class.rate_limit_bytes_per_s;
+        entry.rate_limit_iops = class.rate_limit_iops;
+    }
+    merged
 }
 
 fn serialize_display<S: Serializer>(

@@ -249,3 +249,42 @@ fn the_server_refuses_addresses_beyond_loopback_and_serves_source_errors_as_503(
     assert!(status.contains("503"), "{status}");
     assert!(body.contains("shut down"), "{body}");
 }
+
+/// A class removed and added again under its name is one entry in the
+/// stats and one series per family in the metrics (two series with one
+/// label set break the format), counting the requests of both.
+#[test]
+fn a_name_used_again_after_a_removal_is_one_series() {
+    let scheduler = Scheduler::builder()
+        .backend(BackendChoice::Threads)
+        .build()
+        .unwrap();
+    let first = scheduler.add_class("again", 100).unwrap();
+    scheduler.nop(&first).wait().unwrap();
+    first.remove().unwrap();
+    let second = scheduler.add_class("again", 300).unwrap();
+    for _ in 0..2 {
+        scheduler.nop(&second).wait().unwrap();
+    }
+    let stats = scheduler.stats().unwrap();
+    let named: Vec<_> = stats
+        .classes
+        .iter()
+        .filter(|class| class.name == "again")
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    assert_eq!(named[0].ops, 3, "both classes' requests");
+    assert_eq!(named[0].shares, 300, "the live class's shares");
+    assert_eq!(named[0].latency_ns.len(), 3);
+    let text = tailguard::render_openmetrics(&stats);
+    let series = text
+        .lines()
+        .filter(|line| line.starts_with("tailguard_class_operations_total{class=\"again\"}"))
+        .count();
+    assert_eq!(series, 1, "{text}");
+    let scraped = samples(&text);
+    assert_eq!(
+        counter(&scraped, "tailguard_class_operations", "class=again"),
+        3.0
+    );
+}
