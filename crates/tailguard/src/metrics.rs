@@ -364,13 +364,23 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Reads one request's head and writes the answer.
+/// Reads one request's head and writes the answer. The head must come
+/// within one [`REQUEST_TIMEOUT`] in all: a client that sends a byte now
+/// and then cannot hold the server's only thread.
 fn answer(mut stream: TcpStream, source: &impl Fn() -> io::Result<String>) -> io::Result<()> {
-    stream.set_read_timeout(Some(REQUEST_TIMEOUT))?;
     stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
+    let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
     let mut head = Vec::new();
     let mut chunk = [0u8; 1024];
     while !head.windows(4).any(|window| window == b"\r\n\r\n") && head.len() < 16 * 1024 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request's head did not come in time",
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
         let read = stream.read(&mut chunk)?;
         if read == 0 {
             break;
