@@ -28,8 +28,17 @@
 //! [`DEFAULT_MAX_REQUEST_BYTES`], [`DEFAULT_NR_REQUESTS`], and `None` for the
 //! write cache).
 //!
-//! A filesystem without a block device (tmpfs, overlay, proc, NFS, and
-//! filesystems such as btrfs that report an anonymous device number) has
+//! btrfs reports an anonymous device number, one per subvolume, so `st_dev`
+//! does not name its disk. A file on btrfs is mapped through the
+//! filesystem's id instead (the `BTRFS_IOC_FS_INFO` ioctl): sysfs lists the
+//! filesystem's member devices under `/sys/fs/btrfs/<fsid>/devices`, and the
+//! first of them (by name) is looked up as above. Files in every subvolume of
+//! one filesystem therefore share its disk's [`DeviceId`], with the files of
+//! other filesystems on that disk; a filesystem over several disks is
+//! served as its first one, as a dm device is judged by its first disk.
+//!
+//! A filesystem without a block device (tmpfs, overlay, proc, NFS, and a
+//! btrfs whose members cannot be found) has
 //! major number 0 in `st_dev`, or a number that sysfs does not list. Each
 //! such filesystem becomes one pseudo device: its id is `st_dev` with
 //! [`PSEUDO_DEVICE_TAG`] (bit 63) set, which no real `dev_t` can carry
@@ -152,7 +161,9 @@ pub fn device_of(file: &File) -> io::Result<DeviceInfo> {
     };
     let meta = file.metadata().map_err(|e| context(e, &describe()))?;
     let fs_type = || fstatfs_type(file);
-    device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type).map_err(|e| context(e, &describe()))
+    let fsid = || btrfs_fsid(file);
+    device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type, fsid)
+        .map_err(|e| context(e, &describe()))
 }
 
 /// Maps a path (a file, a directory, or a block device node) to its device.
@@ -163,7 +174,11 @@ pub fn device_of_path(path: &Path) -> io::Result<DeviceInfo> {
     let describe = || path.display().to_string();
     let meta = std::fs::metadata(path).map_err(|e| context(e, &describe()))?;
     let fs_type = || statfs_type(path);
-    device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type).map_err(|e| context(e, &describe()))
+    // The ioctl needs an open file; one that cannot be opened is mapped as a
+    // pseudo device.
+    let fsid = || File::open(path).ok().and_then(|file| btrfs_fsid(&file));
+    device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type, fsid)
+        .map_err(|e| context(e, &describe()))
 }
 
 /// The alignment `O_DIRECT` I/O on `file` needs.
@@ -205,11 +220,13 @@ fn context(err: io::Error, what: &str) -> io::Error {
 }
 
 /// The common part of [`device_of`] and [`device_of_path`]: picks the device
-/// number from the metadata and resolves it against `sysfs`.
+/// number from the metadata and resolves it against `sysfs`; `btrfs_fsid`
+/// gives a btrfs filesystem's id (see the module docs).
 fn device_from_stat(
     sysfs: &Path,
     meta: &std::fs::Metadata,
     fs_type: impl FnOnce() -> io::Result<i64>,
+    btrfs_fsid: impl FnOnce() -> Option<[u8; 16]>,
 ) -> io::Result<DeviceInfo> {
     let dev = if meta.file_type().is_block_device() {
         meta.rdev()
@@ -231,7 +248,85 @@ fn device_from_stat(
             ),
         ));
     }
-    Ok(pseudo_device(dev, fs_type()?))
+    let fs_type = fs_type()?;
+    if fs_type & 0xffff_ffff == BTRFS_MAGIC {
+        if let Some(info) = btrfs_fsid().and_then(|fsid| btrfs_disk(sysfs, &fsid)) {
+            return Ok(info);
+        }
+    }
+    Ok(pseudo_device(dev, fs_type))
+}
+
+/// btrfs's `statfs` magic number.
+const BTRFS_MAGIC: i64 = 0x9123_683e;
+
+/// `struct btrfs_ioctl_fs_info_args` of `linux/btrfs.h` (1024 bytes).
+#[repr(C)]
+struct BtrfsFsInfo {
+    max_id: u64,
+    num_devices: u64,
+    fsid: [u8; 16],
+    nodesize: u32,
+    sectorsize: u32,
+    clone_alignment: u32,
+    csum_type: u16,
+    csum_size: u16,
+    /// In: which optional fields to fill (none); out: which were.
+    flags: u64,
+    generation: u64,
+    metadata_uuid: [u8; 16],
+    reserved: [u8; 944],
+}
+
+/// The id of the btrfs filesystem holding `file` (`BTRFS_IOC_FS_INFO`), or
+/// `None` where the ioctl fails (not btrfs, or refused).
+fn btrfs_fsid(file: &File) -> Option<[u8; 16]> {
+    const FS_INFO: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<BtrfsFsInfo>(0x94, 31);
+    let mut info = BtrfsFsInfo {
+        max_id: 0,
+        num_devices: 0,
+        fsid: [0; 16],
+        nodesize: 0,
+        sectorsize: 0,
+        clone_alignment: 0,
+        csum_type: 0,
+        csum_size: 0,
+        flags: 0,
+        generation: 0,
+        metadata_uuid: [0; 16],
+        reserved: [0; 944],
+    };
+    // SAFETY: BTRFS_IOC_FS_INFO reads and writes one `btrfs_ioctl_fs_info_args`,
+    // which `BtrfsFsInfo` lays out exactly (repr(C), 1024 bytes), initialised
+    // with no optional field asked for; on another filesystem the opcode is
+    // refused.
+    let updater = unsafe { rustix::ioctl::Updater::<FS_INFO, BtrfsFsInfo>::new(&mut info) };
+    // SAFETY: as above: the opcode and the argument's type match.
+    unsafe { rustix::ioctl::ioctl(file, updater) }.ok()?;
+    Some(info.fsid)
+}
+
+/// The disk under the btrfs filesystem `fsid`: its first member device, by
+/// name, under `sysfs/fs/btrfs/<fsid>/devices`, mapped as any block device.
+fn btrfs_disk(sysfs: &Path, fsid: &[u8; 16]) -> Option<DeviceInfo> {
+    let hex: String = fsid.iter().map(|byte| format!("{byte:02x}")).collect();
+    let uuid = format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    );
+    let devices = sysfs.join("fs/btrfs").join(uuid).join("devices");
+    let mut members: Vec<_> = std::fs::read_dir(devices)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .collect();
+    members.sort();
+    let dev = std::fs::read_to_string(members.first()?.join("dev")).ok()?;
+    let (major, minor) = parse_maj_min(dev.trim())?;
+    block_device_info(sysfs, major, minor).ok().flatten()
 }
 
 /// Looks `major:minor` up under `sysfs` (normally `/sys`). Returns `None`
@@ -513,6 +608,34 @@ mod tests {
             root.join("dev/block/252:16"),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_btrfs_filesystem_maps_to_its_first_member_disk_in_fake_sysfs() {
+        let scratch = Scratch::new("btrfs");
+        fake_sysfs(&scratch.0);
+        let fsid = [
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+            0xcd, 0xef,
+        ];
+        let devices = scratch
+            .0
+            .join("fs/btrfs/12345678-9abc-def0-0123-456789abcdef/devices");
+        std::fs::create_dir_all(&devices).unwrap();
+        // Members link to their partition or disk directories.
+        symlink("../../../../devices/virtio2/block/vdb", devices.join("vdb")).unwrap();
+        symlink(
+            "../../../../devices/pci0000:00/host0/block/sda/sda1",
+            devices.join("sda1"),
+        )
+        .unwrap();
+        let disk = btrfs_disk(&scratch.0, &fsid).expect("a member disk");
+        assert_eq!(disk.name, "sda", "the first member by name, as its disk");
+        assert_eq!(disk.id, DeviceId(libc::makedev(8, 0)));
+        assert!(
+            btrfs_disk(&scratch.0, &[0; 16]).is_none(),
+            "an unknown fsid"
+        );
     }
 
     #[test]

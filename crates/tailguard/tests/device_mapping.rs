@@ -485,3 +485,63 @@ fn unaligned_writes_and_streams_on_a_device_node_keep_its_other_bytes() {
         original.len() as u64
     );
 }
+
+/// Files in two subvolumes of one btrfs filesystem (each with its own
+/// anonymous `st_dev`) map to the disk under it, one device, not to a pseudo
+/// device per subvolume. Needs root, `losetup` and `mkfs.btrfs`.
+#[test]
+fn btrfs_subvolumes_map_to_the_disk_under_them() {
+    if let Some(reason) = loop_skip_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    if !have("mkfs.btrfs") || !have("btrfs") {
+        println!("skipped: mkfs.btrfs/btrfs (btrfs-progs) are not installed");
+        return;
+    }
+    let _lock = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("btrfs");
+    let image = scratch.0.join("disk.img");
+    File::create(&image).unwrap().set_len(256 << 20).unwrap();
+    let dev = match LoopDevice::attach(&image) {
+        Ok(dev) => dev,
+        Err(e) => {
+            println!("skipped: {e}");
+            return;
+        }
+    };
+    if let Err(e) = run("mkfs.btrfs", &["-q", "-f", &dev.node]) {
+        println!("skipped: {e}");
+        return;
+    }
+    let mount = match Mount::new(&dev.node, &scratch.0.join("mnt")) {
+        Ok(mount) => mount,
+        Err(e) => {
+            println!("skipped: {e}");
+            return;
+        }
+    };
+    let subvolume = mount.0.join("sub");
+    run(
+        "btrfs",
+        &["-q", "subvolume", "create", subvolume.to_str().unwrap()],
+    )
+    .unwrap();
+    let top = mount.0.join("a");
+    let inner = subvolume.join("b");
+    std::fs::write(&top, b"a").unwrap();
+    std::fs::write(&inner, b"b").unwrap();
+    assert_ne!(
+        std::fs::metadata(&top).unwrap().dev(),
+        std::fs::metadata(&inner).unwrap().dev(),
+        "btrfs gives each subvolume its own st_dev"
+    );
+    let disk = device_of_path(Path::new(&dev.node)).unwrap();
+    for path in [&top, &inner] {
+        let info = device_of(&File::open(path).unwrap()).unwrap();
+        println!("{} -> {info:?}", path.display());
+        assert_eq!(info, disk, "{}", path.display());
+        assert_eq!(device_of_path(path).unwrap(), disk, "{}", path.display());
+    }
+    drop(mount);
+}
