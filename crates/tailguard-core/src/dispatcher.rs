@@ -749,6 +749,16 @@ impl<C: LatencyController> Dispatcher<C> {
         if self.classes.slots[request.class.index()].retiring {
             return Err(CoreError::Retiring(request.class));
         }
+        if request
+            .offset_bytes
+            .checked_add(request.length_bytes)
+            .is_none()
+        {
+            return Err(CoreError::RequestOutOfRange {
+                offset_bytes: request.offset_bytes,
+                length_bytes: request.length_bytes,
+            });
+        }
         // A read ends a quiet, so only writes are split to its larger size.
         let limit_factor = match request.direction {
             Direction::Read => 1,
@@ -756,7 +766,10 @@ impl<C: LatencyController> Dispatcher<C> {
         };
         let max_bytes = self.split_bytes_at(request.direction, limit_factor);
         let pieces = request.length_bytes.div_ceil(max_bytes).max(1);
-        let pieces = u32::try_from(pieces).expect("request of more than 2^32 pieces");
+        let pieces = u32::try_from(pieces).map_err(|_| CoreError::TooManyPieces {
+            length_bytes: request.length_bytes,
+            split_bytes: max_bytes,
+        })?;
         let request_slot = self.requests.insert_with(|_| RequestSlot {
             id: request.id,
             class: request.class,
@@ -1050,7 +1063,7 @@ impl<C: LatencyController> Dispatcher<C> {
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
         request.last_dispatched_at = now;
-        let queue_wait_ns = now - request.enqueued_at;
+        let queue_wait_ns = now.saturating_sub(request.enqueued_at);
         let (request_id, class, direction) = (request.id, request.class, request.direction);
         debug_assert_eq!(class.index(), class_index);
         let class_slot = &mut self.classes.slots[class_index];
@@ -1651,6 +1664,27 @@ mod tests {
             }
             assert_eq!(completed, 4, "slice {slice_ns}");
         }
+    }
+
+    #[test]
+    fn requests_past_the_largest_offset_or_of_too_many_pieces_are_refused() {
+        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        let class = dispatcher.add_class(100).unwrap();
+        let mut past_the_end = request(1, class, Direction::Write, 4096);
+        past_the_end.offset_bytes = u64::MAX - 10;
+        assert!(matches!(
+            dispatcher.enqueue(0, past_the_end),
+            Err(CoreError::RequestOutOfRange { .. })
+        ));
+        let mut huge = request(2, class, Direction::Read, u64::MAX / 2);
+        huge.offset_bytes = 0;
+        let error = dispatcher.enqueue(0, huge).unwrap_err();
+        assert!(matches!(error, CoreError::TooManyPieces { .. }), "{error}");
+        assert!(dispatcher.is_idle(), "nothing queued");
+        assert_eq!(
+            dispatcher.enqueue(0, request(3, class, Direction::Read, 4096)),
+            Ok(1)
+        );
     }
 
     #[test]

@@ -38,6 +38,20 @@ pub enum CoreError {
     /// A completion named a token that is not in flight (unknown, or completed
     /// already): a caller bug that would otherwise complete a request twice.
     UnknownToken(u64),
+    /// A request whose end (offset plus length) passes `u64::MAX`.
+    RequestOutOfRange {
+        /// The request's first byte.
+        offset_bytes: u64,
+        /// Its length.
+        length_bytes: u64,
+    },
+    /// A request that would split into more than `u32::MAX` pieces.
+    TooManyPieces {
+        /// The request's length.
+        length_bytes: u64,
+        /// The split size it would be cut at.
+        split_bytes: u64,
+    },
 }
 
 impl fmt::Display for CoreError {
@@ -75,6 +89,23 @@ impl fmt::Display for CoreError {
                 formatter,
                 "token {token:#x} is not in flight (completed twice?); \
                  complete each dispatched token exactly once"
+            ),
+            Self::RequestOutOfRange {
+                offset_bytes,
+                length_bytes,
+            } => write!(
+                formatter,
+                "a request of {length_bytes} bytes at offset {offset_bytes} ends past the \
+                 largest offset; keep offset + length within u64"
+            ),
+            Self::TooManyPieces {
+                length_bytes,
+                split_bytes,
+            } => write!(
+                formatter,
+                "a request of {length_bytes} bytes would split into more than {} pieces of \
+                 {split_bytes} bytes; make it smaller",
+                u32::MAX
             ),
         }
     }

@@ -839,7 +839,7 @@ impl Engine {
                     length_bytes: length,
                 },
             )
-            .expect("the class is live on this device");
+            .expect("the class is live on this device, and the API checked the range");
     }
 
     /// The dispatcher class of global class `number` on the device in
