@@ -92,6 +92,11 @@ pub const BYPASS_COST_RATIO: u64 = 4;
 /// Higher counts fewer classes as backlogged when the budget is large.
 pub const SLICE_BACKLOG_FRACTION: f64 = 0.5;
 
+/// Completed entries the dispatch order may hold beyond twice the pieces in
+/// flight before it drops them all at once: the pass is then paid once per
+/// many dispatches.
+const DISPATCH_ORDER_SLACK: usize = 64;
+
 /// A class of one dispatcher. Cheap to copy; stale handles are detected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ClassId {
@@ -380,7 +385,9 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     requests: Slab<RequestSlot>,
     in_flight: Slab<InFlightPiece>,
     /// In-flight pieces as (slot, generation) in dispatch order; completed ones
-    /// are dropped lazily from the front, so the front is the oldest in flight.
+    /// are dropped lazily from the front, so the front is the oldest in flight,
+    /// and all at once when they outnumber the live ones (an old piece that
+    /// stays at the device keeps the front from moving).
     dispatch_order: VecDeque<(u32, u32)>,
     /// Cost completed since the dispatcher was made (for `overtaken_ns`).
     completed_ns: u128,
@@ -1087,6 +1094,13 @@ impl<C: LatencyController> Dispatcher<C> {
         });
         let generation = self.in_flight.slots[slot as usize].generation;
         self.dispatch_order.push_back((slot, generation));
+        if self.dispatch_order.len() > 2 * self.in_flight.live_count() + DISPATCH_ORDER_SLACK {
+            let in_flight = &self.in_flight;
+            self.dispatch_order.retain(|&(slot, generation)| {
+                let piece = &in_flight.slots[slot as usize];
+                piece.occupied && piece.generation == generation
+            });
+        }
         DispatchedPiece {
             token: (u64::from(generation) << 32) | u64::from(slot),
             request: request_id,
@@ -1685,6 +1699,36 @@ mod tests {
             dispatcher.enqueue(0, request(3, class, Direction::Read, 4096)),
             Ok(1)
         );
+    }
+
+    #[test]
+    fn the_dispatch_order_stays_small_while_an_old_piece_stays_at_the_device() {
+        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        let class = dispatcher.add_class(100).unwrap();
+        let mut out = Vec::new();
+        dispatcher
+            .enqueue(0, request(0, class, Direction::Write, 4096))
+            .unwrap();
+        dispatcher.dispatch(0, &mut out);
+        let stalled = out.pop().expect("the first piece goes");
+        let mut now = 0;
+        for id in 1..10_000 {
+            dispatcher
+                .enqueue(now, request(id, class, Direction::Read, 4096))
+                .unwrap();
+            dispatcher.dispatch(now, &mut out);
+            for piece in out.drain(..) {
+                now += piece.cost_ns;
+                dispatcher.complete(now, piece.token).unwrap();
+            }
+            assert!(
+                dispatcher.dispatch_order.len() <= 2 * 2 + DISPATCH_ORDER_SLACK + 1,
+                "{} entries after {id} requests",
+                dispatcher.dispatch_order.len()
+            );
+        }
+        dispatcher.complete(now, stalled.token).unwrap();
+        assert!(dispatcher.is_idle());
     }
 
     #[test]
