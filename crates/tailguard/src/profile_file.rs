@@ -386,6 +386,10 @@ impl ProfileFile {
             devices: BTreeMap::new(),
             default: self.default.as_ref().map(DeviceEntry::to_device_profile),
         };
+        // The section each device came from, to refuse a second one that
+        // disagrees with it (two mountpoints of one disk may repeat its
+        // numbers).
+        let mut sections_of: BTreeMap<String, &String> = BTreeMap::new();
         for (name, entry) in &self.devices {
             let device_name = match &entry.match_path {
                 None => name.clone(),
@@ -402,9 +406,16 @@ impl ProfileFile {
                         .name
                 }
             };
-            resolved
-                .devices
-                .insert(device_name, entry.to_device_profile());
+            let profile = entry.to_device_profile();
+            if let Some(first) = sections_of.insert(device_name.clone(), name) {
+                if resolved.devices[&device_name] != profile {
+                    return Err(Error::profile_file(format!(
+                        "sections [device.{first}] and [device.{name}] both match device \
+                         {device_name} with different values; keep one of them"
+                    )));
+                }
+            }
+            resolved.devices.insert(device_name, profile);
         }
         Ok(resolved)
     }
@@ -447,7 +458,11 @@ impl ProfileFile {
             for mountpoint in mountpoints {
                 let mut entry = entry.clone();
                 entry.match_path = Some(PathBuf::from(&mountpoint));
-                file.devices.insert(mountpoint, entry);
+                if file.devices.insert(mountpoint.clone(), entry).is_some() {
+                    return Err(Error::profile_file(format!(
+                        "disks[{index}]: mountpoint {mountpoint} is listed twice; keep one entry"
+                    )));
+                }
             }
         }
         file.check_values()?;
@@ -569,9 +584,9 @@ fn seastar_disk(disk: &saphyr::Yaml) -> Result<(Vec<String>, DeviceEntry), Strin
     for key in ["read_saturation_length", "write_saturation_length"] {
         if let Some(node) = disk.as_mapping_get(key) {
             let bytes = seastar_quantity(node).map_err(|message| format!("`{key}`: {message}"))?;
-            if !(0.0..=SATURATION_BYTES_MAX as f64).contains(&bytes) {
+            if !(SATURATION_BYTES_MIN as f64..=SATURATION_BYTES_MAX as f64).contains(&bytes) {
                 return Err(format!(
-                    "`{key}`: {bytes} bytes is not a request size; give 0 to 1G, e.g. 128k"
+                    "`{key}`: {bytes} bytes is not a request size; give 4k to 1G, e.g. 128k"
                 ));
             }
             saturation_bytes = Some(saturation_bytes.unwrap_or(0).max(bytes as u64));
@@ -580,6 +595,10 @@ fn seastar_disk(disk: &saphyr::Yaml) -> Result<(Vec<String>, DeviceEntry), Strin
     entry.max_request_bytes = saturation_bytes;
     Ok((mountpoints, entry))
 }
+
+/// The smallest Seastar saturation length accepted: one 4 KiB page, the
+/// smallest `max_request_bytes`.
+const SATURATION_BYTES_MIN: u64 = tailguard_core::profile::MAX_REQUEST_BYTES_MIN;
 
 /// The largest Seastar saturation length accepted (1 GiB): far above any
 /// device's useful request size, and within what the TOML format can hold.
@@ -647,10 +666,25 @@ fn describe_yaml(node: &saphyr::Yaml) -> String {
     }
 }
 
-/// A YAML double-quoted scalar.
+/// A YAML double-quoted scalar: backslashes, quotes and control characters
+/// escaped, so that any path reads back as itself.
 fn yaml_quoted(text: &str) -> String {
-    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
-    format!("\"{escaped}\"")
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for character in text.chars() {
+        match character {
+            '\\' => quoted.push_str("\\\\"),
+            '"' => quoted.push_str("\\\""),
+            '\n' => quoted.push_str("\\n"),
+            '\t' => quoted.push_str("\\t"),
+            control if control.is_control() => {
+                quoted.push_str(&format!("\\u{:04x}", u32::from(control)));
+            }
+            other => quoted.push(other),
+        }
+    }
+    quoted.push('"');
+    quoted
 }
 
 impl SchedulerBuilder {

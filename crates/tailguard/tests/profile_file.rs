@@ -222,6 +222,8 @@ fn the_scheduler_builder_takes_a_profile_file() {
     file.save(&toml_path, ProfileFormat::Toml).unwrap();
     file.default = None;
     file.devices.get_mut("sda").unwrap().match_path = Some(directory.clone());
+    // One section per device: `/` may be on the directory's device.
+    file.devices.remove("root");
     file.save(&yaml_path, ProfileFormat::SeastarYaml).unwrap();
     let built_from_toml = Scheduler::builder()
         .profile_file(&toml_path)
@@ -243,7 +245,7 @@ fn the_scheduler_builder_takes_a_profile_file() {
 
 #[test]
 fn seastar_saturation_lengths_beyond_a_request_size_are_refused_naming_the_key() {
-    for length in ["99999999999999999999k", "-1", "2G", ".nan"] {
+    for length in ["99999999999999999999k", "-1", "2G", ".nan", "1k", "0"] {
         let text = format!(
             "disks:\n  - mountpoint: /srv\n    read_iops: 1\n    read_bandwidth: 1\n    \
              write_iops: 1\n    write_bandwidth: 1\n    write_saturation_length: {length}\n"
@@ -258,4 +260,48 @@ fn seastar_saturation_lengths_beyond_a_request_size_are_refused_naming_the_key()
                 write_iops: 1\n    write_bandwidth: 1\n    write_saturation_length: 1G\n";
     let file = ProfileFile::from_seastar_yaml_str(text).unwrap();
     assert_eq!(file.devices["/srv"].max_request_bytes, Some(1 << 30));
+}
+
+#[test]
+fn seastar_mountpoints_with_control_characters_read_back_as_themselves() {
+    let mut file = sample();
+    file.default = None;
+    let odd = "/srv/a \"b\"\\c\nd\te\u{1}f";
+    file.devices.get_mut("sda").unwrap().match_path = Some(PathBuf::from(odd));
+    let text = file.to_seastar_yaml_string().unwrap();
+    let back = ProfileFile::from_seastar_yaml_str(&text).unwrap();
+    assert_eq!(
+        back.devices[odd].match_path.as_deref(),
+        Some(std::path::Path::new(odd)),
+        "{text}"
+    );
+}
+
+#[test]
+fn two_entries_for_one_device_are_refused() {
+    let text = "disks:\n  - mountpoint: /srv\n    read_iops: 1\n    read_bandwidth: 1\n    \
+                write_iops: 1\n    write_bandwidth: 1\n  - mountpoint: /srv\n    \
+                read_iops: 2\n    read_bandwidth: 2\n    write_iops: 2\n    write_bandwidth: 2\n";
+    let error = ProfileFile::from_seastar_yaml_str(text).unwrap_err();
+    assert!(
+        message(&error).contains("/srv") && message(&error).contains("twice"),
+        "{error}"
+    );
+    // Two TOML sections whose match_path name the same device.
+    let mut file = sample();
+    let mut twin = file.devices["root"].clone();
+    twin.match_path = Some(PathBuf::from("/proc/.."));
+    file.devices.insert("root-again".into(), twin);
+    file.resolve()
+        .expect("two sections of the same values agree");
+    file.devices
+        .get_mut("root-again")
+        .unwrap()
+        .latency_target_us = Some(5_000);
+    let error = file.resolve().unwrap_err();
+    assert!(
+        message(&error).contains("[device.root]")
+            && message(&error).contains("[device.root-again]"),
+        "{error}"
+    );
 }
