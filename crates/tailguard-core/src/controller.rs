@@ -726,7 +726,10 @@ impl BudgetBounds {
         Self {
             latency_target_ns: target,
             min_limit_ns,
-            max_limit_ns: (config.limit_max_targets * target).max(min_limit_ns),
+            max_limit_ns: config
+                .limit_max_targets
+                .saturating_mul(target)
+                .max(min_limit_ns),
         }
     }
 }
@@ -1398,10 +1401,14 @@ impl AdaptiveBudget {
         if window.worst_late_read_ns > 0 {
             cut = cut.min(self.bounds.latency_target_ns as f64 / window.worst_late_read_ns as f64);
         }
-        cut.clamp(
+        // Either order of the two bounds works, and a NaN bound is ignored
+        // (`clamp` would panic on both).
+        let (deepest, shallowest) = (
             self.config.congestion_cut_max,
             self.config.congestion_cut_min,
-        )
+        );
+        cut.max(deepest.min(shallowest))
+            .min(shallowest.max(deepest))
     }
 
     fn grow(
@@ -1600,8 +1607,8 @@ impl AdaptiveBudget {
                 self.probe_down_next = false;
                 self.holds_left = self.config.hold_windows;
                 self.shrink_not_before_ns = self.now_ns.saturating_add(self.shrink_backoff_ns);
-                self.shrink_backoff_ns =
-                    (self.shrink_backoff_ns * 2).min(self.config.shrink_backoff_max_ns);
+                self.shrink_backoff_ns = (self.shrink_backoff_ns.saturating_mul(2))
+                    .min(self.config.shrink_backoff_max_ns);
                 Some(from_ns)
             }
             _ => unreachable!("not a probe's situation: {situation:?}"),
@@ -1648,7 +1655,8 @@ impl AdaptiveBudget {
     /// A growth probe failed: the next one waits (see [`ControllerConfig::grow_backoff_ns`]).
     fn back_off_growth(&mut self) {
         self.grow_not_before_ns = self.now_ns.saturating_add(self.grow_backoff_ns);
-        self.grow_backoff_ns = (self.grow_backoff_ns * 2).min(self.config.grow_backoff_max_ns);
+        self.grow_backoff_ns =
+            (self.grow_backoff_ns.saturating_mul(2)).min(self.config.grow_backoff_max_ns);
         self.stats.grow_backoff_ns = self.grow_backoff_ns;
     }
 
@@ -1663,14 +1671,15 @@ impl AdaptiveBudget {
     /// the rule on, as the rule itself bounds how much can overtake a read.
     fn note_starvation(&mut self, sample: &CompletionSample, latency_ns: Nanos, limit_ns: Nanos) {
         let starved = latency_ns > self.bounds.latency_target_ns
-            && sample.overtaken_ns / self.config.starved_overtaken_factor
+            && sample.overtaken_ns / self.config.starved_overtaken_factor.max(1)
                 > limit_ns.max(sample.ahead_ns);
         let still = self.starving() && sample.overtaken_ns > 0;
         if starved {
             self.stats.starved_reads += 1;
         }
         if starved || still {
-            self.starving_until_ns = Some(sample.now + self.config.starvation_memory_ns);
+            self.starving_until_ns =
+                Some(sample.now.saturating_add(self.config.starvation_memory_ns));
         }
         self.stats.starving = self.starving();
     }
@@ -1895,6 +1904,31 @@ mod tests {
         let w = window(0.05, 400_000.0, true);
         assert_eq!(c.act(Situation::Congested, &w, 400_000), Some(100_000));
         assert_eq!(c.stats().congested, 2);
+    }
+
+    #[test]
+    fn congestion_cut_bounds_in_either_order_give_the_same_cut() {
+        let bounds = BudgetBounds {
+            latency_target_ns: 300_000,
+            min_limit_ns: 10_000,
+            max_limit_ns: 10_000_000,
+        };
+        let default = ControllerConfig::default();
+        let swapped = ControllerConfig {
+            congestion_cut_max: default.congestion_cut_min,
+            congestion_cut_min: default.congestion_cut_max,
+            ..default
+        };
+        for (rate, in_flight_ns) in [(1.0, 400_000.0), (0.05, 400_000.0), (1.0, 250_000.0)] {
+            let w = window(rate, in_flight_ns, true);
+            let mut ordered = AdaptiveBudget::with_config(bounds, default);
+            let mut reversed = AdaptiveBudget::with_config(bounds, swapped);
+            assert_eq!(
+                ordered.act(Situation::Congested, &w, 400_000),
+                reversed.act(Situation::Congested, &w, 400_000),
+                "rate {rate}"
+            );
+        }
     }
 
     #[test]
