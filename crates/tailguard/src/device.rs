@@ -381,8 +381,11 @@ fn backing_device(sysfs: &Path, disk_dir: &Path, depth: u32) -> Option<DeviceInf
         return None;
     }
     let backing_file = disk_dir.join("loop/backing_file");
-    if let Ok(text) = std::fs::read_to_string(&backing_file) {
-        let path = Path::new(text.trim_end_matches('\n'));
+    // Bytes, not text: a backing file's path need not be UTF-8.
+    if let Ok(bytes) = std::fs::read(&backing_file) {
+        let path = Path::new(std::ffi::OsStr::from_bytes(
+            bytes.strip_suffix(b"\n").unwrap_or(&bytes),
+        ));
         let meta = std::fs::metadata(path).ok()?;
         let dev = if meta.file_type().is_block_device() {
             meta.rdev()

@@ -545,3 +545,41 @@ fn btrfs_subvolumes_map_to_the_disk_under_them() {
     }
     drop(mount);
 }
+
+/// A loop device over a file whose path is not UTF-8 still records the
+/// device under that file (its `loop/backing_file` is read as bytes).
+#[test]
+fn a_loop_device_over_a_file_named_in_no_utf8_finds_its_backing_device() {
+    use std::os::unix::ffi::OsStrExt;
+    if let Some(reason) = loop_skip_reason() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let _lock = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("loopbytes");
+    let image = scratch
+        .0
+        .join(std::ffi::OsStr::from_bytes(b"disk-\xff\xfe.img"));
+    File::create(&image).unwrap().set_len(16 << 20).unwrap();
+    let image_device = device_of_path(&image).unwrap();
+    if !image_device.block_device {
+        println!("skipped: the scratch directory is not on a block device");
+        return;
+    }
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        println!("skipped: losetup: {}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    let dev = LoopDevice {
+        node: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        partitions: Vec::new(),
+    };
+    let info = device_of_path(Path::new(&dev.node)).unwrap();
+    let backing = info.backing.as_deref().expect("the backing file's device");
+    assert_eq!(backing.id, image_device.id);
+}
