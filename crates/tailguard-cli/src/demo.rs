@@ -34,7 +34,8 @@
 //! of the last run are dropped with its file instead of being flushed first.
 //!
 //! The result prints side by side (read p99, p99.9, p99.99, max, worst 0.5 s
-//! read rate, write MB/s), then the frontier's table, with a verdict against
+//! read rate, write MB/s as the writer saw it and as the disk's counters tell,
+//! both over the span the writer runs), then the frontier's table, with a verdict against
 //! writeback and one against the static settings, and the whole report (bench's
 //! HTML page, [`crate::html`], with the frontier's trade-off chart) goes to
 //! `tailguard-demo.html`. The default takes about three minutes, `--quick`
@@ -51,6 +52,8 @@ use crate::frontier::result::{FrontierResult, PointResult};
 use crate::progress::Progress;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tailguard_core::{Direction, Nanos};
 use tailguard_sim::report::{human_duration, ClassReport, RunReport};
 use tailguard_sim::scenario::Scenario;
 
@@ -273,26 +276,78 @@ fn run_one(
         format!("run {number}/3: {name} ({})", mode.name())
     };
     let bar = progress.start_run(&label, scenario.duration_ns);
-    let sectors_before = measure::disk_sectors_written(&plan.device_name);
-    let started = std::time::Instant::now();
+    let device = plan.device_name.as_str();
+    let mut disk_writes = DiskWriteWindow::for_scenario(scenario);
     let mut report = driver::run(
         scenario,
         plan,
         mode,
         &arguments.scheduler,
         scenario.seed,
-        &mut |elapsed| bar.tick(elapsed),
+        &mut |elapsed| {
+            bar.tick(elapsed);
+            disk_writes.observe(elapsed, Instant::now(), || {
+                measure::disk_sectors_written(device)
+            });
+        },
     )?
     .report;
-    let elapsed_s = started.elapsed().as_secs_f64();
+    let disk_write = disk_writes.rate(measure::disk_sectors_written(device), Instant::now());
     drop(bar);
-    let disk_write = measure::disk_write_rate(
-        sectors_before,
-        measure::disk_sectors_written(&plan.device_name),
-        elapsed_s,
-    );
     report.policy = name.to_string();
     Ok((report, disk_write))
+}
+
+/// The disk's write rate over the span in which a run's writes are active:
+/// from the start of its earliest writing job (the run's start when it has
+/// none) to its end, the span over which the writer's own rate counts, so the
+/// two rates compare like with like.
+struct DiskWriteWindow {
+    /// Run time at which the window opens.
+    opens_ns: Nanos,
+    /// The sector counter when the window opened, and when that was.
+    opened: Option<(Option<u64>, Instant)>,
+}
+
+impl DiskWriteWindow {
+    fn for_scenario(scenario: &Scenario) -> Self {
+        let opens_ns = scenario
+            .jobs
+            .iter()
+            .filter(|job| job.pattern.direction() == Direction::Write)
+            .map(|job| job.start_ns)
+            .min()
+            .unwrap_or(0);
+        Self {
+            opens_ns,
+            opened: None,
+        }
+    }
+
+    /// At `elapsed_ns` into the run (at `now`): reads the sector counter with
+    /// `read_sectors` once, when the window opens.
+    fn observe(
+        &mut self,
+        elapsed_ns: Nanos,
+        now: Instant,
+        read_sectors: impl FnOnce() -> Option<u64>,
+    ) {
+        if self.opened.is_none() && elapsed_ns >= self.opens_ns {
+            self.opened = Some((read_sectors(), now));
+        }
+    }
+
+    /// MB/s written from the window's opening to `now`, when the sector
+    /// counter then reads `sectors_now`; `None` when the window never opened
+    /// or the kernel does not tell.
+    fn rate(&self, sectors_now: Option<u64>, now: Instant) -> Option<f64> {
+        let (sectors_before, opened_at) = self.opened?;
+        measure::disk_write_rate(
+            sectors_before,
+            sectors_now,
+            now.saturating_duration_since(opened_at).as_secs_f64(),
+        )
+    }
 }
 
 /// What the demo measured: the three runs (alone, kernel writeback,
@@ -1197,5 +1252,39 @@ mod tests {
         assert_eq!(mixed.jobs.len(), 2);
         assert_eq!(mixed.jobs[1].region_bytes, 16 * MIB);
         assert_eq!(mixed.jobs[1].start_ns, 1_000_000_000);
+    }
+
+    #[test]
+    fn the_disk_write_rate_counts_from_the_writer_start() {
+        let sizing = Sizing {
+            read_bytes: 8 * MIB,
+            write_bytes: 16 * MIB,
+            duration_s: 6.0,
+            threshold_bytes: None,
+        };
+        let mixed = demo_job(&sizing, 6.0, true).unwrap().scenario;
+        let mut window = DiskWriteWindow::for_scenario(&mixed);
+        let run_start = Instant::now();
+        let at = |seconds: u64| run_start + std::time::Duration::from_secs(seconds);
+        // Before the writer starts (1 s into 6 s) the counter is not read.
+        window.observe(0, at(0), || panic!("read before the writer started"));
+        window.observe(999_999_999, at(0), || {
+            panic!("read before the writer started")
+        });
+        assert_eq!(window.rate(Some(1), at(6)), None, "no window yet");
+        window.observe(1_000_000_000, at(1), || Some(1_000));
+        window.observe(2_000_000_000, at(2), || panic!("read twice"));
+        // 5 s of writing at 100 MB/s: 500 MB in 512-byte sectors.
+        let sectors = 500_000_000 / 512;
+        let rate = window.rate(Some(1_000 + sectors), at(6)).unwrap();
+        assert!(
+            (rate - 100.0).abs() < 0.01,
+            "{rate} MB/s over the writer's 5 s"
+        );
+        // Without writers the window is the whole run.
+        let solo = demo_job(&sizing, 3.0, false).unwrap().scenario;
+        let mut whole = DiskWriteWindow::for_scenario(&solo);
+        whole.observe(0, at(0), || Some(0));
+        assert_eq!(whole.rate(Some(0), at(3)), Some(0.0));
     }
 }
