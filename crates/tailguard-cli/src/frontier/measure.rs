@@ -25,9 +25,13 @@
 //! so it counts what reached the disk whoever sent it; where the target has no
 //! such counters (tmpfs) the writer's own rate stands in.
 //!
-//! Every round runs every point once; round `r` starts `r * points / rounds`
-//! places further into the list, so no point always runs first, last, or right
-//! after the same neighbour while the device drifts.
+//! Every round runs every point once, in the order of one row of a Williams
+//! design ([`round_order`]): round `r` starts at point `r * points / rounds`
+//! (points rounded up to even) and zigzags through the list from there, so no
+//! point always runs first or last, and a point's predecessor changes from
+//! round to round, so neither the device's drift nor what the previous run
+//! left behind (dirty pages, a busy write cache) always lands on the same
+//! point.
 
 use crate::bench::driver::{self, SchedulerSettings};
 use crate::bench::job::BenchJob;
@@ -352,13 +356,31 @@ impl Sample {
     }
 }
 
-/// The order of round `round` of `rounds` over `count` points: the list
-/// rotated by `round * count / rounds`.
+/// The order of round `round` of `rounds` over `count` points: a row of a
+/// Williams design over `slots`, `count` rounded up to even.
+///
+/// The row is the zigzag `0, 1, slots - 1, 2, slots - 2, ...` shifted by
+/// `round * slots / rounds` (mod `slots`), with the extra slot of an odd
+/// `count` left out. The zigzag's steps between neighbours are all different
+/// (mod `slots`), so a point's predecessor differs in every round whose shift
+/// differs, where a plain rotation would keep every neighbour; the shift also
+/// moves which point runs first.
 pub fn round_order(count: usize, round: u32, rounds: u32) -> Vec<usize> {
-    let shift = (round as usize * count)
+    let slots = count + count % 2;
+    let shift = (round as usize * slots)
         .checked_div(rounds.max(1) as usize)
         .unwrap_or(0);
-    (0..count).map(|index| (index + shift) % count).collect()
+    (0..slots)
+        .map(|position| {
+            let step = if position % 2 == 1 {
+                position.div_ceil(2)
+            } else {
+                (slots - position / 2) % slots
+            };
+            (step + shift) % slots
+        })
+        .filter(|&index| index < count)
+        .collect()
 }
 
 /// Runs every point `rounds` times, interleaved, on `plan`; per point, its
@@ -443,18 +465,62 @@ pub fn disk_write_rate(before: Option<u64>, after: Option<u64>, elapsed_s: f64) 
 mod tests {
     use super::*;
     use crate::frontier::grid::Variant;
+    use std::collections::BTreeSet;
 
     #[test]
-    fn rounds_rotate_so_no_point_always_runs_first() {
-        assert_eq!(round_order(4, 0, 2), [0, 1, 2, 3]);
-        assert_eq!(round_order(4, 1, 2), [2, 3, 0, 1]);
+    fn rounds_move_the_first_point_and_run_every_point_once() {
+        assert_eq!(round_order(4, 0, 2), [0, 1, 3, 2]);
+        assert_eq!(round_order(4, 1, 2), [2, 3, 1, 0]);
+        assert_eq!(round_order(3, 0, 1), [0, 1, 2]);
+        assert_eq!(round_order(1, 0, 3), [0]);
+        assert!(round_order(0, 0, 3).is_empty());
         let firsts: Vec<usize> = (0..3).map(|round| round_order(6, round, 3)[0]).collect();
         assert_eq!(firsts, [0, 2, 4]);
-        for round in 0..5 {
-            let mut order = round_order(3, round, 5);
-            order.sort_unstable();
-            assert_eq!(order, [0, 1, 2], "every point once per round");
+        for count in 0..12 {
+            for rounds in 1..8 {
+                for round in 0..rounds {
+                    let mut order = round_order(count, round, rounds);
+                    order.sort_unstable();
+                    let all: Vec<usize> = (0..count).collect();
+                    assert_eq!(order, all, "every point once per round");
+                }
+            }
         }
+    }
+
+    /// The distinct points that ran right before each point over `rounds`.
+    fn predecessors(count: usize, rounds: u32) -> Vec<BTreeSet<usize>> {
+        let mut before = vec![BTreeSet::new(); count];
+        for round in 0..rounds {
+            let order = round_order(count, round, rounds);
+            for pair in order.windows(2) {
+                before[pair[1]].insert(pair[0]);
+            }
+        }
+        before
+    }
+
+    #[test]
+    fn rounds_change_which_point_runs_before_which() {
+        // Three points over three rounds cannot all have two predecessors
+        // (some point runs first in one round and has one neighbour in the
+        // other two); every larger case can.
+        for count in 3..40 {
+            for rounds in 3..10 {
+                if (count, rounds) == (3, 3) {
+                    continue;
+                }
+                for (point, before) in predecessors(count, rounds).iter().enumerate() {
+                    assert!(
+                        before.len() > 1,
+                        "{count} points, {rounds} rounds: point {point} always follows {before:?}"
+                    );
+                }
+            }
+        }
+        // The frontier's usual shape: solo, then the static grid, then
+        // tailguard; the solo point, every ratio's denominator, moves around.
+        assert_eq!(predecessors(12, 3)[0].len(), 2);
     }
 
     #[test]

@@ -83,7 +83,8 @@ pub struct FrontierArguments {
     /// Leave out the point of tailguard with the adaptive controller.
     #[arg(long)]
     pub no_adaptive: bool,
-    /// Rounds: every point runs once per round, the order rotated each round;
+    /// Rounds: every point runs once per round, in an order that changes the
+    /// first point and each point's predecessor from round to round;
     /// the table shows medians with min-max.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
