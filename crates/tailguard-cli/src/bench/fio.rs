@@ -807,6 +807,15 @@ impl FioJob {
             || options.flag("fsync_on_close")? == Some(true);
         note_direct(&options, section.line, &name, notes)?;
         let files = files(&options, section.line, &name, block_size_bytes, notes)?;
+        check_requests_fit(
+            &options,
+            section.line,
+            &name,
+            mix,
+            &shapes,
+            block_size_bytes,
+            &files,
+        )?;
         let mut job = Self {
             name,
             line: section.line,
@@ -1442,6 +1451,60 @@ fn sized_file(
         size_bytes,
         offset_bytes,
     })
+}
+
+/// Refuses a job whose largest request (`bs`, or the largest size of
+/// `bssplit`/`bsrange`) is larger than the region of one of its files: such
+/// a request would start at the region's first byte and run past its end,
+/// over data the job was not given.
+fn check_requests_fit(
+    options: &Options,
+    job_line: usize,
+    name: &str,
+    mix: Mix,
+    shapes: &[Shape; 2],
+    block_size_bytes: [u64; 2],
+    files: &[FioFile],
+) -> Result<(), ConfigError> {
+    let Some(region_bytes) = files.iter().map(|file| file.size_bytes).min() else {
+        return Ok(());
+    };
+    let directions: &[usize] = match mix {
+        Mix::Read => &[0],
+        Mix::Write => &[1],
+        Mix::Both => &[0, 1],
+    };
+    for &direction in directions {
+        let shape = &shapes[direction];
+        let largest = shape
+            .sizes(block_size_bytes[direction])
+            .into_iter()
+            .max()
+            .unwrap_or(block_size_bytes[direction]);
+        if largest <= region_bytes {
+            continue;
+        }
+        let key = if shape.block_sizes.is_empty() {
+            "bs"
+        } else {
+            ["bssplit", "bsrange"]
+                .into_iter()
+                .find(|key| options.get(key).is_some())
+                .unwrap_or("bs")
+        };
+        let per_file = if files.len() > 1 { " per file" } else { "" };
+        return Err(options.error(
+            key,
+            job_line,
+            format!(
+                "job `{name}`: its largest block size ({largest} bytes, from `{key}`) is larger \
+                 than the {region_bytes} bytes it addresses{per_file} (`size`/`filesize`), so \
+                 a request would run past the end of its region; make the largest size in \
+                 `{key}` at most {region_bytes} bytes, or raise `size`"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Where the job's files are: `filename` (`a:b` for several; `\:` for a
@@ -2120,6 +2183,41 @@ offset=1g
 startdelay=500ms
 prio=0
 ";
+
+    #[test]
+    fn a_block_size_larger_than_the_region_is_refused_naming_the_option() {
+        let refused = |text: &str, key: &str, line: &str| {
+            let error = failure(text).to_string();
+            assert!(error.contains(line), "{error}");
+            assert!(error.contains(&format!("`{key}`")), "{error}");
+            assert!(
+                error.contains("largest block size (1048576 bytes"),
+                "{error}"
+            );
+            assert!(error.contains("at most 65536 bytes"), "{error}");
+        };
+        refused(
+            "[job]\nrw=randwrite\noffset=1g\nsize=64k\nbssplit=4k/50:1m/50\n",
+            "bssplit",
+            "line 5",
+        );
+        refused(
+            "[job]\nrw=write\nsize=64k\nbsrange=4k-1m\n",
+            "bsrange",
+            "line 4",
+        );
+        refused("[job]\nrw=read\nsize=64k\nbs=4k-1m\n", "bs", "line 4");
+        // Split between two files, each gets 64 KiB.
+        refused(
+            "[job]\nrw=randread\nnrfiles=2\nsize=128k\nbssplit=4k/50:1m/50\n",
+            "bssplit",
+            "line 5",
+        );
+        // Only the directions the job does count: the write sizes of a
+        // read job, and sizes that fit, pass.
+        import("[job]\nrw=randread\nsize=64k\nbssplit=4k,1m\n");
+        import("[job]\nrw=randwrite\nsize=1m\nbssplit=4k/50:1m/50\n");
+    }
 
     #[test]
     fn a_size_of_two_to_the_64_does_not_overflow_the_byte_limit() {
