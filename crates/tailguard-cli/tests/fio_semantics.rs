@@ -114,7 +114,8 @@ fn jobs_run_on_their_own_files_unless_target_overrides_them() {
     let (runs, notes) = bench(&fio, &text, &["--mode", "kernel-direct"]);
     assert!(notes.contains("both.f0: randread"), "{notes}");
     let run = &runs[0];
-    // No size: each file's own 1 MiB; `both` reads its two files' 2 MiB.
+    // No size: each file's own 1 MiB; `both` reads its two files' 2 MiB (at
+    // iodepth 1, all of it from its first file, keeping the job's depth).
     assert_eq!(class_u64(run, 0, "bytes"), 1 << 20, "{run}");
     assert_eq!(class_u64(run, 1, "bytes"), 1 << 20, "{run}");
     assert_eq!(class_u64(run, 2, "bytes"), 2 << 20, "{run}");

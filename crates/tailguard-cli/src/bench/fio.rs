@@ -18,7 +18,10 @@
 //!   two (`NAME.read`, `NAME.write`, sharing each file's data region), with the
 //!   `iodepth` split by `rwmixread` (each keeps at least 1). Several files
 //!   (`filename=a:b`, `nrfiles=N`) split the depth, rate and bytes of each
-//!   direction evenly between them (`NAME.f0`, `NAME.f1`, ...).
+//!   direction evenly between them (`NAME.f0`, `NAME.f1`, ...); a depth below
+//!   the number of files runs on the first `depth` files only, one request in
+//!   flight each, so the job keeps its depth (bench gives every file a queue
+//!   of its own, where fio cycles one queue over the files), with a note.
 //! - **Size-bounded jobs**: without `time_based`, each instance stops once it
 //!   has moved `io_size` bytes (default `size`; times `loops`; or
 //!   `number_ios` requests), or at `runtime` if that comes first; with
@@ -865,10 +868,22 @@ impl FioJob {
         }
     }
 
+    /// How many of its files the bench jobs of one direction with `load`
+    /// run on: all of them, except that a queue depth below the number of
+    /// files runs on the first `depth` files, one request in flight each
+    /// (bench gives every file a queue of its own), so the job keeps its
+    /// depth.
+    fn files_used(&self, load: Load) -> usize {
+        match load {
+            Load::Depth(depth) => self.files.len().min(depth.max(1) as usize),
+            Load::Rate(_) => self.files.len(),
+        }
+    }
+
     /// The bytes each instance of one of its bench jobs moves: the job's
-    /// bytes split by direction and between its files, whole blocks, at
-    /// least one.
-    fn limit_bytes(&self, write: bool) -> Option<u64> {
+    /// bytes split by direction and between the `files` files that
+    /// direction runs on, whole blocks, at least one.
+    fn limit_bytes(&self, write: bool, files: usize) -> Option<u64> {
         let io_bytes = self.io_bytes?;
         let share = match (self.mix, write) {
             (Mix::Both, false) => f64::from(self.read_percent) / 100.0,
@@ -876,7 +891,7 @@ impl FioJob {
             _ => 1.0,
         };
         let block = self.block_size_bytes[usize::from(write)];
-        let bytes = io_bytes as f64 * share / self.files.len() as f64;
+        let bytes = io_bytes as f64 * share / files.max(1) as f64;
         let blocks = ((bytes / block as f64).ceil() as u64).clamp(1, u64::MAX / block.max(1));
         Some(blocks * block)
     }
@@ -1927,6 +1942,10 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
     let mut described = Vec::new();
     for (file_index, file) in job.files.iter().enumerate() {
         for &(write, load) in &directions {
+            let files_used = job.files_used(load);
+            if file_index >= files_used {
+                continue;
+            }
             let mut name = job.name.clone();
             if file_count > 1 {
                 name.push_str(&format!(".f{file_index}"));
@@ -1935,7 +1954,7 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
                 name.push_str(if write { ".write" } else { ".read" });
             }
             let load = match load {
-                Load::Depth(depth) => Load::Depth(share_of(depth, file_count, file_index)),
+                Load::Depth(depth) => Load::Depth(share_of(depth, files_used, file_index)),
                 rate => rate,
             };
             let (table, description) = bench_job_table(job, file, &name, write, load);
@@ -1948,7 +1967,7 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
                 Place::CommandLine => (RegionKey::Own(index, file_index), None),
             };
             let options = JobOptions {
-                io_bytes_per_instance: job.limit_bytes(write),
+                io_bytes_per_instance: job.limit_bytes(write, files_used),
                 group: job.group,
                 target,
                 ramp_ns: job.ramp_ns,
@@ -1973,7 +1992,8 @@ fn plan_job(index: usize, job: &FioJob, planned: &mut Vec<Planned>) -> Vec<Strin
     described
 }
 
-/// File `index`'s part of `depth` split between `files` files, at least 1.
+/// File `index`'s part of `depth` split between `files` files (no more
+/// files than `depth`, so each gets at least 1).
 fn share_of(depth: u32, files: usize, index: usize) -> u32 {
     let files = files as u32;
     let index = index as u32;
@@ -2058,6 +2078,23 @@ fn describe_job(job: &FioJob, described: &[String], notes: &mut Notes) {
         files.join(", "),
         described.join("; ")
     ));
+    let files = job.files.len();
+    let fewest_used = job
+        .directions()
+        .iter()
+        .map(|&(_, load)| job.files_used(load))
+        .min()
+        .unwrap_or(files);
+    if fewest_used < files {
+        notes.push(format!(
+            "line {}: job `{}` has {files} files but keeps fewer requests in flight than that \
+             (iodepth={}): bench gives every file a queue of its own, so to keep the job's \
+             depth it runs on the first {fewest_used} of them, one request in flight each, \
+             with the job's bytes and size bounds spread over those (fio cycles one queue over \
+             all the files); raise iodepth to {files} to use every file",
+            job.line, job.name, job.iodepth
+        ));
+    }
     if job.mix == Mix::Both && job.iodepth < 2 && job.rate_iops.iter().any(Option::is_none) {
         notes.push(format!(
             "line {}: job `{}` mixes reads and writes at iodepth=1: bench runs the two \
@@ -2460,7 +2497,7 @@ prio=0
     fn several_files_split_the_job() {
         let imported = import(
             "[a]\ndirectory=/tmp\nnrfiles=2\nsize=2m\nrw=randread\niodepth=5\n\
-             [b]\ndirectory=/tmp\nfilesize=1m\nnrfiles=2\nrw=read\n",
+             [b]\ndirectory=/tmp\nfilesize=1m\nnrfiles=2\nrw=read\niodepth=2\n",
         );
         let jobs = &imported.job.scenario.jobs;
         let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
@@ -2475,6 +2512,52 @@ prio=0
             Some(1 << 20)
         );
         assert_eq!(split_file_names("a:b\\:c:d"), ["a", "b:c", "d"]);
+    }
+
+    #[test]
+    fn more_files_than_the_depth_keep_the_jobs_depth() {
+        let depths = |imported: &FioImport| -> Vec<(String, u32)> {
+            imported
+                .job
+                .scenario
+                .jobs
+                .iter()
+                .map(|job| match job.arrival {
+                    Arrival::ClosedLoop { queue_depth } => (job.name.clone(), queue_depth),
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let imported = import("[a]\ndirectory=/tmp\nnrfiles=8\nsize=8m\nrw=randread\n");
+        assert_eq!(depths(&imported), [("a.f0".to_string(), 1)]);
+        // The one file used moves the whole job's bytes.
+        assert_eq!(
+            imported.job.job_options[0].io_bytes_per_instance,
+            Some(8 << 20)
+        );
+        assert!(
+            imported
+                .notes
+                .iter()
+                .any(|note| note.contains("runs on the first 1 of them")),
+            "{:?}",
+            imported.notes
+        );
+        let imported = import("[a]\ndirectory=/tmp\nnrfiles=8\nsize=8m\nrw=randread\niodepth=3\n");
+        let total: u32 = depths(&imported).iter().map(|(_, depth)| depth).sum();
+        assert_eq!(total, 3);
+        assert_eq!(depths(&imported).len(), 3);
+        // A mixed job keeps each direction's depth.
+        let imported = import("[a]\ndirectory=/tmp\nnrfiles=8\nsize=8m\nrw=randrw\niodepth=4\n");
+        let total: u32 = depths(&imported).iter().map(|(_, depth)| depth).sum();
+        assert_eq!(total, 4);
+        // Open-loop rates still spread over every file, without the note.
+        let imported = import(
+            "[a]\ndirectory=/tmp\nnrfiles=4\nsize=4m\nrw=randread\nrate_iops=400\n\
+             runtime=1\ntime_based\n",
+        );
+        assert_eq!(imported.job.scenario.jobs.len(), 4);
+        assert!(!imported.notes.iter().any(|note| note.contains("first")));
     }
 
     #[test]
