@@ -832,7 +832,7 @@ impl FioJob {
             start_ns,
             stop_ns,
             io_bytes: None,
-            rate_iops: rates(&options, block_size_bytes, options.kb_base)?,
+            rate_iops: rates(&options, mean_request_bytes(&shapes, block_size_bytes))?,
             shares: shares_of(&options)?,
             group: 0,
             ramp_ns,
@@ -1316,8 +1316,8 @@ fn note_direct(
     Ok(())
 }
 
-/// The bytes each clone moves: `number_ios` requests, or `io_size` (default:
-/// all its files' sizes), times `loops`.
+/// The bytes each clone moves: `number_ios` requests (of the mean request
+/// size), or `io_size` (default: all its files' sizes), times `loops`.
 fn io_bytes(options: &Options, job: &FioJob) -> Result<u64, ConfigError> {
     let loops = options
         .parse("loops", |text| parse_count(text, "a number of passes"))?
@@ -1333,7 +1333,7 @@ fn io_bytes(options: &Options, job: &FioJob) -> Result<u64, ConfigError> {
             Mix::Write => 0.0,
             Mix::Both => f64::from(job.read_percent) / 100.0,
         };
-        let [read, write] = job.block_size_bytes.map(|bytes| bytes as f64);
+        let [read, write] = mean_request_bytes(&job.shapes, job.block_size_bytes);
         let mean_block = read * read_share + write * (1.0 - read_share);
         return Ok((count as f64 * mean_block).round() as u64);
     }
@@ -1641,13 +1641,16 @@ fn read_percent(options: &Options) -> Result<u32, ConfigError> {
     })
 }
 
+/// Per direction, the mean size of its requests: by the weights of its
+/// `bssplit`, over the sizes a `bsrange` draws, else its block size.
+fn mean_request_bytes(shapes: &[Shape; 2], block_size_bytes: [u64; 2]) -> [f64; 2] {
+    [0, 1].map(|direction| shapes[direction].mean_size_bytes(block_size_bytes[direction]))
+}
+
 /// Per-direction open-loop rates from `rate_iops`, or from `rate` (bytes/s)
-/// divided by the direction's block size.
-fn rates(
-    options: &Options,
-    block_size_bytes: [u64; 2],
-    kb_base: u64,
-) -> Result<[Option<f64>; 2], ConfigError> {
+/// divided by the direction's mean request size (`request_bytes`).
+fn rates(options: &Options, request_bytes: [f64; 2]) -> Result<[Option<f64>; 2], ConfigError> {
+    let kb_base = options.kb_base;
     let iops = options.parse("rate_iops", |text| {
         per_direction(text, |part| {
             part.parse::<f64>()
@@ -1670,7 +1673,7 @@ fn rates(
             let mut rates = [None; 2];
             for direction in 0..2 {
                 if let Some(bytes) = bytes_per_s[direction] {
-                    let rate = bytes as f64 / block_size_bytes[direction] as f64;
+                    let rate = bytes as f64 / request_bytes[direction];
                     if rate <= 0.0 {
                         return Err(options.error("rate", line, "`rate` must be above 0"));
                     }
@@ -2347,6 +2350,42 @@ prio=0
         );
         assert_eq!(jobs[0].class, jobs[1].class);
         assert_eq!(imported.job.job_region, [0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn mixed_block_sizes_convert_rates_and_counts_at_their_mean_size() {
+        // 100 MiB/s of requests half 4 KiB, half 1 MiB (mean 526,336 bytes).
+        let imported = import(
+            "[global]\nruntime=1\nsize=8m\n[split]\nrw=randread\nbssplit=4k/50:1m/50\n\
+             rate=100m\n[range]\nrw=randread\nbsrange=4k-16k\nrate=12m\n",
+        );
+        let rates: Vec<f64> = imported
+            .job
+            .scenario
+            .jobs
+            .iter()
+            .map(|job| match job.arrival {
+                Arrival::OpenLoop { rate_iops } => rate_iops,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let split_mean = (4096.0 + 1_048_576.0) / 2.0;
+        assert!(
+            (rates[0] - 104_857_600.0 / split_mean).abs() < 1e-6,
+            "{rates:?}"
+        );
+        // bsrange=4k-16k draws 4k, 8k and 16k equally: a mean of 28k / 3.
+        let range_mean = (4096.0 + 8192.0 + 16384.0) / 3.0;
+        assert!(
+            (rates[1] - 12_582_912.0 / range_mean).abs() < 1e-6,
+            "{rates:?}"
+        );
+        // number_ios counts requests of the mean size.
+        let imported =
+            import("[n]\ndirectory=/tmp\nsize=64m\nbssplit=4k/75:64k/25\nnumber_ios=100\n");
+        let mean = 0.75 * 4096.0 + 0.25 * 65536.0;
+        let bytes = imported.job.job_options[0].io_bytes_per_instance.unwrap();
+        assert_eq!(bytes, (100.0 * mean) as u64);
     }
 
     #[test]

@@ -49,6 +49,26 @@ impl Shape {
         *self == Self::default()
     }
 
+    /// The mean request size, weighted as requests draw their sizes, or
+    /// `job_block` when it sets no sizes: what turns a byte rate into a
+    /// request rate, or a request count into bytes.
+    pub fn mean_size_bytes(&self, job_block: u64) -> f64 {
+        let (weighted, total) =
+            self.block_sizes
+                .iter()
+                .fold((0.0, 0u64), |(weighted, total), &(bytes, weight)| {
+                    (
+                        weighted + bytes as f64 * f64::from(weight),
+                        total + u64::from(weight),
+                    )
+                });
+        if total == 0 {
+            job_block as f64
+        } else {
+            weighted / total as f64
+        }
+    }
+
     /// The request sizes it can give, or `job_block` alone.
     pub fn sizes(&self, job_block: u64) -> Vec<u64> {
         if self.block_sizes.is_empty() {
