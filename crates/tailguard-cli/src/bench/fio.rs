@@ -23,8 +23,8 @@
 //!   flight each, so the job keeps its depth (bench gives every file a queue
 //!   of its own, where fio cycles one queue over the files), with a note.
 //! - **Size-bounded jobs**: without `time_based`, each instance stops once it
-//!   has moved `io_size` bytes (default `size`; times `loops`; or
-//!   `number_ios` requests), or at `runtime` if that comes first; with
+//!   has moved `io_size` bytes (default `size`; times `loops`), or
+//!   `number_ios` requests, or at `runtime`, whichever comes first; with
 //!   `time_based` it runs for `runtime`. A mixed job's bytes are split by
 //!   `rwmixread`.
 //! - **Sizes**: `size` (all files together; `filesize` per file), or without
@@ -1316,27 +1316,14 @@ fn note_direct(
     Ok(())
 }
 
-/// The bytes each clone moves: `number_ios` requests (of the mean request
-/// size), or `io_size` (default: all its files' sizes), times `loops`.
+/// The bytes each clone moves: `io_size` (default: all its files' sizes)
+/// times `loops`, or fewer where `number_ios` requests (of the mean request
+/// size) come first: as in fio, `number_ios` stops a job early but never
+/// extends the I/O it does.
 fn io_bytes(options: &Options, job: &FioJob) -> Result<u64, ConfigError> {
     let loops = options
         .parse("loops", |text| parse_count(text, "a number of passes"))?
         .map_or(1, |(_, loops)| u64::from(loops));
-    if let Some((_, count)) = options.parse("number_ios", |text| {
-        text.parse::<u64>()
-            .ok()
-            .filter(|count| *count > 0)
-            .ok_or_else(|| format!("`{text}` is not a number of requests"))
-    })? {
-        let read_share = match job.mix {
-            Mix::Read => 1.0,
-            Mix::Write => 0.0,
-            Mix::Both => f64::from(job.read_percent) / 100.0,
-        };
-        let [read, write] = mean_request_bytes(&job.shapes, job.block_size_bytes);
-        let mean_block = read * read_share + write * (1.0 - read_share);
-        return Ok((count as f64 * mean_block).round() as u64);
-    }
     let kb_base = options.kb_base;
     let io_size = options.parse("io_size", |text| {
         parse_fio_bytes(text, kb_base).and_then(|bytes| {
@@ -1347,11 +1334,29 @@ fn io_bytes(options: &Options, job: &FioJob) -> Result<u64, ConfigError> {
             }
         })
     })?;
-    let bytes = io_size.map_or_else(
-        || job.files.iter().map(|file| file.size_bytes).sum(),
-        |(_, bytes)| bytes,
-    );
-    Ok(bytes.saturating_mul(loops))
+    let bytes = io_size
+        .map_or_else(
+            || job.files.iter().map(|file| file.size_bytes).sum(),
+            |(_, bytes)| bytes,
+        )
+        .saturating_mul(loops);
+    let Some((_, count)) = options.parse("number_ios", |text| {
+        text.parse::<u64>()
+            .ok()
+            .filter(|count| *count > 0)
+            .ok_or_else(|| format!("`{text}` is not a number of requests"))
+    })?
+    else {
+        return Ok(bytes);
+    };
+    let read_share = match job.mix {
+        Mix::Read => 1.0,
+        Mix::Write => 0.0,
+        Mix::Both => f64::from(job.read_percent) / 100.0,
+    };
+    let [read, write] = mean_request_bytes(&job.shapes, job.block_size_bytes);
+    let mean_request = read * read_share + write * (1.0 - read_share);
+    Ok(((count as f64 * mean_request).round() as u64).min(bytes))
 }
 
 /// The job's files, placed and sized.
@@ -2501,11 +2506,23 @@ prio=0
             stops[0], imported.job.scenario.duration_ns,
             "no runtime: no time bound"
         );
-        // number_ios: that many requests.
+        // number_ios: that many requests, when they come before the size.
         let imported = import("[n]\ndirectory=/tmp\nsize=1m\nbs=8k\nnumber_ios=10\n");
         assert_eq!(
             imported.job.job_options[0].io_bytes_per_instance,
             Some(80 << 10)
+        );
+        // More requests than the size holds do not extend the job (fio:
+        // number_ios only stops a job early), with or without loops.
+        let imported = import("[n]\ndirectory=/tmp\nsize=64k\nbs=8k\nnumber_ios=100\n");
+        assert_eq!(
+            imported.job.job_options[0].io_bytes_per_instance,
+            Some(64 << 10)
+        );
+        let imported = import("[n]\ndirectory=/tmp\nsize=64k\nbs=8k\nloops=3\nnumber_ios=100\n");
+        assert_eq!(
+            imported.job.job_options[0].io_bytes_per_instance,
+            Some(192 << 10)
         );
     }
 
