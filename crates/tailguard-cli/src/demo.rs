@@ -101,7 +101,8 @@ pub struct DemoArguments {
     pub duration_s: Option<f64>,
     /// Size both the read file and the write file at this many MiB instead of
     /// from memory and the dirty threshold. For tests and small disks: writes
-    /// below the dirty background threshold will not show writeback.
+    /// below the dirty background threshold will not show writeback. At most
+    /// 16777216 (16 TiB).
     #[arg(long, value_name = "MIB")]
     pub size_mib: Option<u64>,
     /// How the tailguard run configures its scheduler.
@@ -749,9 +750,10 @@ fn size_demo(arguments: &DemoArguments, base: &Path) -> Result<Sizing, CliError>
         if mib == 0 {
             return Err(CliError::usage("--size-mib 0: give 1 or more"));
         }
+        let file_bytes = crate::frontier::file_bytes(mib)?;
         return Ok(Sizing {
-            read_bytes: mib * MIB,
-            write_bytes: mib * MIB,
+            read_bytes: file_bytes,
+            write_bytes: file_bytes,
             duration_s,
             threshold_bytes: None,
         });
@@ -1236,6 +1238,29 @@ mod tests {
         let line = static_verdict(&frontier(1000.0, 700.0));
         assert!(line.starts_with("no static setting tried"), "{line}");
         assert!(line.contains("at 0.67 there, +0.03"), "{line}");
+    }
+
+    #[test]
+    fn a_huge_size_is_refused_naming_the_limit() {
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            arguments: DemoArguments,
+        }
+        let sizing = |mib: &str| {
+            let wrapper =
+                <Wrapper as clap::Parser>::try_parse_from(["demo", "--size-mib", mib]).unwrap();
+            size_demo(&wrapper.arguments, Path::new("/nonexistent"))
+        };
+        let error = sizing("18446744073709551615").unwrap_err().to_string();
+        assert!(error.contains("--size-mib"), "{error}");
+        assert!(
+            error.contains(&crate::frontier::SIZE_MIB_MAX.to_string()),
+            "{error}"
+        );
+        // 1 PiB does not overflow a byte count but is above the limit.
+        assert!(sizing("1073741824").is_err());
+        assert_eq!(sizing("8").unwrap().write_bytes, 8 * MIB);
     }
 
     #[test]

@@ -54,10 +54,26 @@ pub const DURATION_S_QUICK: f64 = 3.0;
 pub const FILE_MIB_DEFAULT: u64 = 1024;
 /// MiB of each file with `--quick`.
 pub const FILE_MIB_QUICK: u64 = 512;
+/// The largest `--size-mib` (here and in `tailguard demo`): 16 TiB a file,
+/// beyond any disk the runs are meant for and far from overflowing a byte
+/// count.
+pub const SIZE_MIB_MAX: u64 = 1 << 24;
 /// Seconds a run costs beyond its duration (settling the files, opening the
 /// scheduler), for the time estimate.
 const RUN_OVERHEAD_S: f64 = 0.5;
 const MIB: u64 = 1 << 20;
+
+/// The bytes of a file of `mib` MiB (`--size-mib`); an error naming the
+/// limit above [`SIZE_MIB_MAX`].
+pub fn file_bytes(mib: u64) -> Result<u64, CliError> {
+    mib.checked_mul(MIB)
+        .filter(|_| mib <= SIZE_MIB_MAX)
+        .ok_or_else(|| {
+            CliError::usage(format!(
+                "--size-mib {mib}: give at most {SIZE_MIB_MAX} (16 TiB a file)"
+            ))
+        })
+}
 
 /// `tailguard frontier` arguments.
 #[derive(Debug, clap::Args)]
@@ -114,8 +130,8 @@ pub struct FrontierArguments {
     #[arg(long, requires = "readers_run", value_parser = parse_readers_pause_s, value_name = "DURATION")]
     pub readers_pause: Option<f64>,
     /// Size of the read file and of the write file, MiB (default 1024,
-    /// --quick 512).
-    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    /// --quick 512; at most 16777216, 16 TiB).
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=SIZE_MIB_MAX))]
     pub size_mib: Option<u64>,
     /// Also write the result as JSON to FILE (`-`: standard output, instead of
     /// the table).
@@ -230,6 +246,7 @@ impl FrontierArguments {
         } else {
             FILE_MIB_DEFAULT
         });
+        let file_bytes = file_bytes(mib)?;
         let duration_s = self.duration.unwrap_or(if self.quick {
             DURATION_S_QUICK
         } else {
@@ -239,8 +256,8 @@ impl FrontierArguments {
             readers: self.readers,
             read_request_bytes: self.read_size,
             read_queue_depth: self.read_depth,
-            read_bytes: mib * MIB,
-            write_bytes: mib * MIB,
+            read_bytes: file_bytes,
+            write_bytes: file_bytes,
             duration_s,
             reader_pattern: self.reader_pattern(duration_s)?,
         })
@@ -554,6 +571,20 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_size_is_refused_naming_the_limit() {
+        let error = parse(&["--size-mib", "18446744073709551615"])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--size-mib"), "{error}");
+        assert!(error.contains(&SIZE_MIB_MAX.to_string()), "{error}");
+        let largest = parse(&["--size-mib", &SIZE_MIB_MAX.to_string()]).unwrap();
+        assert_eq!(largest.workload().unwrap().read_bytes, 1 << 44);
+        let error = file_bytes(u64::MAX / 2).unwrap_err().to_string();
+        assert!(error.contains(&SIZE_MIB_MAX.to_string()), "{error}");
+        assert_eq!(file_bytes(3).unwrap(), 3 * MIB);
+    }
+
+    #[test]
     fn quick_and_defaults_and_none() {
         let quick = parse(&["--quick"]).unwrap();
         assert_eq!(quick.grid(), Grid::standard(true));
@@ -577,6 +608,7 @@ mod tests {
             &["--latency-targets", "soon"],
             &["--duration", "0.2s"],
             &["--rounds", "0"],
+            &["--size-mib", "17592186044416"],
             &["--readers-run", "0.2s", "--readers-pause", "1s"],
             &["--readers-pause", "50ms", "--readers-run", "1s"],
             &["--readers-run", "soon", "--readers-pause", "1s"],
