@@ -8,9 +8,10 @@
 //! The timeline prints two sparklines per class and run: completions per second
 //! on a linear scale and the slowest latency per second on a log scale, each
 //! scaled to its own row's range (printed beside it), so a stall shows as a dip
-//! in the first and a spike in the second. Runs longer than
-//! [`SPARKLINE_WIDTH_MAX`] seconds merge neighbouring seconds into one character
-//! (mean rate, largest latency). Only the seconds that start within the run's
+//! in the first and a spike in the second. Where the longest run is longer
+//! than [`SPARKLINE_WIDTH_MAX`] seconds, every row merges the same number of
+//! neighbouring seconds into one character (mean rate, largest latency), the
+//! number the header states, so the rows share one time scale. Only the seconds that start within the run's
 //! `duration_s` are drawn: after it, requests only drain (the JSON keeps them).
 
 //!
@@ -72,12 +73,11 @@ pub fn sparkline(values: &[f64]) -> String {
         .collect()
 }
 
-/// Merges seconds so at most [`SPARKLINE_WIDTH_MAX`] remain: mean rate, largest
+/// Merges every `per_character` seconds into one point: mean rate, largest
 /// latency.
-fn merged(timeline: &[TimelineSecond]) -> Vec<(f64, f64)> {
-    let per_character = timeline.len().div_ceil(SPARKLINE_WIDTH_MAX).max(1);
+fn merged(timeline: &[TimelineSecond], per_character: usize) -> Vec<(f64, f64)> {
     timeline
-        .chunks(per_character)
+        .chunks(per_character.max(1))
         .map(|chunk| {
             let iops = chunk.iter().map(|point| point.iops).sum::<f64>() / chunk.len() as f64;
             let latency = chunk
@@ -126,7 +126,7 @@ pub fn render_timeline(reports: &[RunReport]) -> String {
             let Some(row) = report.class(class, device) else {
                 continue;
             };
-            let points = merged(drawn(&row.timeline, report.duration_s));
+            let points = merged(drawn(&row.timeline, report.duration_s), per_character);
             if points.is_empty() {
                 let _ = writeln!(out, "  {:label_width$}  (nothing completed)", report.policy);
                 continue;
@@ -447,6 +447,22 @@ mod tests {
         let line = text.lines().nth(2).unwrap();
         let characters = line.chars().filter(|c| LEVELS.contains(c)).count();
         assert_eq!(characters, seconds.div_ceil(3));
+    }
+
+    #[test]
+    fn every_row_merges_seconds_as_the_header_says() {
+        let long = SPARKLINE_WIDTH_MAX * 2 + 1;
+        let text = render_timeline(&[
+            run("long", &vec![10; long], &vec![100; long]),
+            run("short", &[10; 30], &[100; 30]),
+        ]);
+        assert!(text.contains("one character per 3 s"), "{text}");
+        let characters = |label: &str| {
+            let line = text.lines().find(|line| line.contains(label)).unwrap();
+            line.chars().filter(|c| LEVELS.contains(c)).count()
+        };
+        assert_eq!(characters("long"), long.div_ceil(3), "{text}");
+        assert_eq!(characters("short"), 10, "30 s at 3 s a character: {text}");
     }
 
     #[test]
