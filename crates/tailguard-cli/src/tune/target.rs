@@ -274,6 +274,38 @@ pub fn layout_size(requested: Option<u64>, free: Option<u64>) -> Result<u64, Cli
     Ok(size)
 }
 
+/// A file this run created, removed when dropped unless disarmed (once a
+/// [`TestFile`] owns its removal).
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl RemoveOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            crate::lifecycle::remove_paths(&[path]);
+        }
+    }
+}
+
+/// Looks up, with `find_device`, the device of `file`, which this run just
+/// created at `path`; when that fails the file is removed before the error
+/// returns, as nothing else would remove it yet.
+fn device_of_created<T>(
+    file: &File,
+    path: &Path,
+    find_device: impl FnOnce(&File) -> io::Result<T>,
+) -> Result<T, CliError> {
+    let created = RemoveOnDrop(Some(path.to_path_buf()));
+    let device = find_device(file).map_err(|error| usage(error.to_string()))?;
+    created.disarm();
+    Ok(device)
+}
+
 fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, CliError> {
     let size_bytes = layout_size(options.size_bytes, free_bytes(directory))
         .map_err(|message| usage(format!("{}: {message}", directory.display())))?;
@@ -287,8 +319,9 @@ fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, CliErr
         }
         open_error(&path, &error, true)
     })?;
+    let device = device_of_created(&file, &path, device::device_of)?;
     let mut test = TestFile {
-        device: device::device_of(&file).map_err(|error| usage(error.to_string()))?,
+        device,
         file,
         path: path.clone(),
         size_bytes,
@@ -369,6 +402,24 @@ fn write_data(test: &TestFile, budget: Duration) -> Result<u64, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_created_file_whose_device_is_unknown_is_removed() {
+        let path =
+            std::env::temp_dir().join(format!(".tailguard-tune-test-{}.data", std::process::id()));
+        let file = File::create(&path).unwrap();
+        let error = device_of_created(&file, &path, |_| -> io::Result<u32> {
+            Err(io::Error::other("no such device"))
+        })
+        .unwrap_err();
+        assert!(error.to_string().contains("no such device"), "{error}");
+        assert!(!path.exists(), "the failed layout left {}", path.display());
+        // Found, it stays for the test file to own.
+        let file = File::create(&path).unwrap();
+        assert_eq!(device_of_created(&file, &path, |_| Ok(7)).unwrap(), 7);
+        assert!(path.exists());
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn the_default_size_is_a_quarter_of_free_space_up_to_one_gib() {
