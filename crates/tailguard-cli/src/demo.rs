@@ -35,10 +35,10 @@
 //!
 //! The result prints side by side (read p99, p99.9, p99.99, max, worst 0.5 s
 //! read rate, write MB/s as the writer saw it and as the disk's counters tell,
-//! both over the span the writer runs), then the frontier's table, with a verdict against
-//! writeback and one against the static settings, and the whole report (bench's
-//! HTML page, [`crate::html`], with the frontier's trade-off chart) goes to
-//! `tailguard-demo.html`. The default takes about three minutes, `--quick`
+//! both over the span the writer runs), then the frontier's table, with a
+//! verdict against writeback and one against the static settings, and the
+//! whole report (bench's HTML page, [`crate::html`], with the frontier's
+//! trade-off chart) goes to `tailguard-demo.html`. The default takes about three minutes, `--quick`
 //! about one; `--duration-s` and `--size-mib` shrink it further for tests and
 //! small disks.
 
