@@ -609,6 +609,7 @@ impl<'a> Options<'a> {
             let canonical = match setting.key.as_str() {
                 "readwrite" => "rw",
                 "blocksize" => "bs",
+                "blocksize_range" => "bsrange",
                 "io_limit" => "io_size",
                 other => match MAPPED_OPTIONS.iter().find(|known| **known == other) {
                     Some(known) => *known,
@@ -2385,6 +2386,15 @@ prio=0
             (rates[1] - 12_582_912.0 / range_mean).abs() < 1e-6,
             "{rates:?}"
         );
+        // fio's long name of bsrange means the same.
+        let long = import(
+            "[global]\nruntime=1\nsize=8m\n[range]\nrw=randread\nblocksize_range=4k-16k\n\
+             rate=12m\n",
+        );
+        match long.job.scenario.jobs[0].arrival {
+            Arrival::OpenLoop { rate_iops } => assert_eq!(rate_iops, rates[1]),
+            other => panic!("{other:?}"),
+        }
         // number_ios counts requests of the mean size.
         let imported =
             import("[n]\ndirectory=/tmp\nsize=64m\nbssplit=4k/75:64k/25\nnumber_ios=100\n");
