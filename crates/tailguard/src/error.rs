@@ -155,8 +155,21 @@ impl fmt::Display for Operation {
 }
 
 impl Error {
-    /// An error of `kind` that concerns no file in particular.
-    pub(crate) fn new(kind: ErrorKind) -> Self {
+    /// An error of `kind` that concerns no file in particular. The library
+    /// makes its own; this is for code that stands in for it (a test double
+    /// of a storage layer that reports tailguard's errors).
+    ///
+    /// ```
+    /// use tailguard::{Error, ErrorKind};
+    /// let error = Error::new(ErrorKind::InvalidConfig {
+    ///     message: "no such class".into(),
+    /// })
+    /// .with_path("/var/lib/app/log");
+    /// assert_eq!(error.path(), Some(std::path::Path::new("/var/lib/app/log")));
+    /// let io_error = std::io::Error::from(error);
+    /// assert_eq!(io_error.kind(), std::io::ErrorKind::InvalidInput);
+    /// ```
+    pub fn new(kind: ErrorKind) -> Self {
         Self { kind, path: None }
     }
 
@@ -175,7 +188,7 @@ impl Error {
     }
 
     /// The same error, about the file at `path`.
-    pub(crate) fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.path = Some(path.into());
         self
     }

@@ -103,6 +103,8 @@ fn classes_files_and_buffers() {
 
 #[allow(dead_code)]
 fn errors(error: &Error) {
+    let _: fn(ErrorKind) -> Error = Error::new;
+    let _: fn(Error, PathBuf) -> Error = Error::with_path;
     let _: fn(&Error) -> &ErrorKind = Error::kind;
     let _: fn(&Error) -> Option<&Path> = Error::path;
     let _: fn(&Error) -> Option<i32> = Error::raw_os_error;
