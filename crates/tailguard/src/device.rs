@@ -18,7 +18,9 @@
 //! What it forwards to is recorded in [`DeviceInfo::backing`] (a loop device's
 //! backing file's device, a dm/md device's first disk in `slaves/`), so that
 //! the default profile is chosen by the hardware at the bottom of the stack:
-//! a loop device says `rotational = 1` whatever it sits on.
+//! a loop device's own `rotational` flag is 1 whatever it sits on on older
+//! kernels, and on newer ones copied from the disk under its file (0 over
+//! tmpfs), so it is not read as the hardware's.
 //!
 //! The queue attributes are read from `queue/rotational`,
 //! `queue/logical_block_size`, `queue/max_sectors_kb`, `queue/nr_requests`
@@ -124,8 +126,8 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// The device at the bottom of a stack (itself when not stacked): the one
     /// whose kind (rotational, virtual) says what the hardware is. A loop
-    /// device reports `rotational = 1` by default whatever its backing file
-    /// lives on, so its own flag says nothing about the hardware.
+    /// device's own flag depends on the kernel (1 whatever its backing file
+    /// lives on, on older ones), so it is not taken as the hardware's.
     pub fn innermost(&self) -> &DeviceInfo {
         let mut device = self;
         while let Some(backing) = &device.backing {

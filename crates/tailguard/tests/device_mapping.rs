@@ -283,7 +283,8 @@ fn loop_device_node_maps_to_loop() {
 
     // The loop device forwards to the device holding its image file, and the
     // default profile is chosen by that hardware, not by the loop device's own
-    // `rotational` flag (which the kernel sets to 1 whatever the image is on).
+    // `rotational` flag (which older kernels set to 1 whatever the image is
+    // on).
     let image_device = device_of_path(&image).unwrap();
     if !image_device.block_device {
         // An image on tmpfs or overlay: nothing underneath to name.
