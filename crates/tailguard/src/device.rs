@@ -188,8 +188,9 @@ pub fn device_of_path(path: &Path) -> io::Result<DeviceInfo> {
 /// Uses `statx(STATX_DIOALIGN)` when the kernel reports it with nonzero
 /// values (kernel 6.1 and later, on filesystems that implement it). When the
 /// kernel does not report it, or reports 0 (direct I/O unsupported on this
-/// file, in which case opening with `O_DIRECT` will fail anyway), both
-/// alignments fall back to the device's logical block size.
+/// file: the `O_DIRECT` open fails, or, as on ext4 with `data=journal`, the
+/// filesystem serves the requests through its cache), both alignments fall
+/// back to the device's logical block size.
 pub fn direct_io_alignment(file: &File, device: &DeviceInfo) -> DirectIoAlignment {
     let fallback = DirectIoAlignment {
         memory_bytes: device.logical_block_size,
