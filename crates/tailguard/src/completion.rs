@@ -61,7 +61,7 @@
 //! `.await`ing caller costs the engine no system call. Signalling unconditionally
 //! cost a `futex` call per request, half the engine's time in the NOP benchmark.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -142,6 +142,9 @@ thread_local! {
     /// a wait in any `block_on` may end the session, and the hold may be
     /// dropped inside one, so they all read and write this.
     static HOLD_OPEN: Cell<bool> = const { Cell::new(false) };
+    /// `HOLDING`'s driver itself, so that a `block_on` of another driver can
+    /// end the hold's session (see [`release_other_hold`]).
+    static HELD_DRIVER: RefCell<Option<Arc<dyn Driver>>> = const { RefCell::new(None) };
     /// Its address identifies the thread.
     #[cfg(not(tailguard_loom))]
     static THREAD_TOKEN: u8 = const { 0 };
@@ -197,11 +200,12 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
             self.driver.kick();
         }
     }
+    let id = driver_id(driver);
+    release_other_hold(id);
     let parker = Arc::new(Parker::new(driver.clone()));
     let waker = Waker::from(parker.clone());
     let mut context = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
-    let id = driver_id(driver);
     let mut restore = Restore {
         previous: DRIVING.replace(id),
         driver: driver.clone(),
@@ -222,6 +226,26 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
     }
 }
 
+/// Before a `block_on` of the driver `id`: if this thread holds another
+/// driver's engine with its session open, ends that session and hands the
+/// held engine's work to its engine thread. This thread is about to wait in
+/// another engine, so it will not run the held one meanwhile, and the future
+/// may wait for the held engine's requests (which would otherwise wait for
+/// this thread: a hang). The hold's next wait reopens the session.
+fn release_other_hold(id: usize) {
+    let holding = HOLDING.get();
+    if holding == 0 || holding == id || !HOLD_OPEN.get() {
+        return;
+    }
+    HELD_DRIVER.with_borrow(|held| {
+        if let Some(held) = held {
+            held.end_session();
+            held.kick();
+        }
+    });
+    HOLD_OPEN.set(false);
+}
+
 /// Keeps a driver's engine with the thread that made it, between that
 /// thread's waits (see [`crate::Scheduler::hold_engine`]).
 ///
@@ -236,8 +260,9 @@ pub struct EngineHold {
     /// `None`: waiters may not run this engine, so there is nothing to hold,
     /// or this thread held it already (an inner hold changes nothing).
     driver: Option<Arc<dyn Driver>>,
-    /// `HOLDING` and `HOLD_OPEN` before this hold, restored when it ends.
-    previous: (usize, bool),
+    /// `HOLDING`, `HOLD_OPEN` and `HELD_DRIVER` before this hold, restored
+    /// when it ends.
+    previous: (usize, bool, Option<Arc<dyn Driver>>),
     /// The session belongs to this thread: the guard is not `Send`.
     _thread_bound: std::marker::PhantomData<*const ()>,
 }
@@ -249,8 +274,15 @@ impl EngineHold {
         if HOLDING.get() == driver_id(&driver) {
             return Self::inert();
         }
+        // A hold of another engine lets go of its session, as a wait in
+        // this engine would: this thread now serves this one.
+        release_other_hold(driver_id(&driver));
         driver.begin_session();
-        let previous = (HOLDING.replace(driver_id(&driver)), HOLD_OPEN.replace(true));
+        let previous = (
+            HOLDING.replace(driver_id(&driver)),
+            HOLD_OPEN.replace(true),
+            HELD_DRIVER.replace(Some(driver.clone())),
+        );
         Self {
             driver: Some(driver),
             previous,
@@ -263,7 +295,7 @@ impl EngineHold {
     pub(crate) fn inert() -> Self {
         Self {
             driver: None,
-            previous: (0, false),
+            previous: (0, false, None),
             _thread_bound: std::marker::PhantomData,
         }
     }
@@ -287,6 +319,7 @@ impl Drop for EngineHold {
         }
         HOLDING.set(self.previous.0);
         HOLD_OPEN.set(self.previous.1);
+        HELD_DRIVER.set(self.previous.2.take());
         driver.kick();
     }
 }

@@ -562,6 +562,10 @@ impl Scheduler {
     /// elsewhere without a `block_on` (another runtime) are served only when
     /// some thread waits in this scheduler's `block_on` or [`IoFuture::wait`];
     /// so hold the engine only on a thread that waits on it continually.
+    /// A `block_on` of another scheduler, or a hold of another engine, on
+    /// the holding thread lets go of this engine until the thread's next
+    /// wait here (its engine thread serves it meanwhile, so a future waiting
+    /// there for this scheduler's requests is served).
     /// Dropping the guard hands whatever is left to the engine thread. With
     /// [`SchedulerBuilder::waiters_run_engine`] off the guard does nothing.
     #[must_use = "the engine stays with this thread only while the guard lives"]

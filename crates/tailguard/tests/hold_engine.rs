@@ -281,3 +281,44 @@ fn a_hold_dropped_inside_block_on_closes_its_session_once() {
         }
     });
 }
+
+/// A thread holding one scheduler's engine that waits in another
+/// scheduler's `block_on` for a request of the first: the held engine must
+/// still serve it (the holding thread is not in the first engine's wait).
+#[test]
+fn a_held_engine_serves_a_request_awaited_in_another_schedulers_block_on() {
+    common::watched(WATCHDOG, || {
+        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
+            let name = format!("held-other-{choice:?}");
+            let Some((held, file, path)) = scheduler_and_file(choice, &name) else {
+                continue;
+            };
+            let Some(other) = common::build_on(choice, Scheduler::builder()) else {
+                continue;
+            };
+            let class = held.add_class("reads", 100).unwrap();
+            let read = |round: u64| {
+                let buffer = AlignedBuffer::new(4096, 4096).unwrap();
+                file.read_at(&class, buffer, 4096 * (round % 4))
+            };
+            let hold = held.hold_engine();
+            for round in 0..20u64 {
+                other.block_on(read(round)).0.unwrap();
+                // The hold goes on serving its own waits in between.
+                read(round).wait().0.unwrap();
+            }
+            // Holding the other engine as well: waits there, for the first.
+            let other_hold = other.hold_engine();
+            for round in 0..20u64 {
+                other.block_on(read(round)).0.unwrap();
+            }
+            drop(other_hold);
+            read(0).wait().0.unwrap();
+            drop(hold);
+            drop(file);
+            drop(held);
+            drop(other);
+            let _ = std::fs::remove_file(path);
+        }
+    });
+}
