@@ -191,6 +191,10 @@ impl Prober {
             if now >= deadline {
                 stop = true;
             }
+            // Close the intervals that ended before this reap first: after a
+            // stall its completions belong to the interval of `now`, not to
+            // the one the stall began in.
+            timeline.advance(now, deadline);
             for result in &results {
                 let slot = result.user_data as usize;
                 check_result(result.result, pattern)?;
@@ -205,7 +209,6 @@ impl Prober {
                     self.push(slot, pattern)?;
                 }
             }
-            timeline.advance(now, deadline);
             if now.duration_since(last_tick) >= Duration::from_millis(50) {
                 last_tick = now;
                 if !tick() {
@@ -384,4 +387,31 @@ fn check_result(result: i32, pattern: Pattern) -> io::Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timeline;
+    use std::time::{Duration, Instant};
+
+    /// A reap after a stall of several intervals: the intervals that ended
+    /// meanwhile close empty, and its completions count in the interval of
+    /// the reap (the measuring loop advances before it counts).
+    #[test]
+    fn completions_after_a_stall_count_in_the_interval_of_their_reap() {
+        let start = Instant::now();
+        let second = Duration::from_secs(1);
+        let deadline = start + 10 * second;
+        let mut timeline = Timeline::new(Some(second), start);
+        for _ in 0..5 {
+            timeline.count();
+        }
+        let reap = start + Duration::from_millis(3_500);
+        timeline.advance(reap, deadline);
+        for _ in 0..7 {
+            timeline.count();
+        }
+        timeline.advance(start + 4 * second, deadline);
+        assert_eq!(timeline.iops, [5.0, 0.0, 0.0, 7.0]);
+    }
 }
