@@ -13,13 +13,15 @@
 #
 # Usage: benchmarks/controller-vs-fixed.sh [DIRECTORY] [ROUNDS] [VARIANT...]
 #   DIRECTORY  where the data files are laid out (default target/controller-vs-fixed,
-#              on the disk under the repository); removed at the end
+#              on the disk under the repository), in a new subdirectory that
+#              is removed at the end (the directory itself is left alone)
 #   ROUNDS     rounds (default 3)
 #   VARIANT    NAME=CONTROLLER or NAME=BINARY:CONTROLLER, CONTROLLER being
 #              fixed or adaptive (default: "fixed=fixed adaptive=adaptive");
 #              a BINARY compares builds (an older tailguard against this one)
 # Environment: SECONDS_PER_RUN (default 10), RESULTS (default
-#              target/controller-vs-fixed-results: a JSON and a log per run).
+#              target/controller-vs-fixed-results-DATE: a JSON and a log per
+#              run; the summary reads only this run's files).
 set -euo pipefail
 
 repository=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,12 +33,14 @@ shift $(($# < 2 ? $# : 2))
 variants=("$@")
 [ ${#variants[@]} -gt 0 ] || variants=(fixed=fixed adaptive=adaptive)
 seconds=${SECONDS_PER_RUN:-10}
-results=${RESULTS:-$repository/target/controller-vs-fixed-results}
+results=${RESULTS:-$repository/target/controller-vs-fixed-results-$(date +%Y%m%d-%H%M%S)}
 need python3 "install it with: apt-get install -y python3"
 tailguard=$(tailguard_binary "$repository")
 
 mkdir -p "$directory" "$results"
-trap 'rm -rf "$directory"' EXIT
+# Only this subdirectory is ours to remove: DIRECTORY may be a user's mount.
+work=$(mktemp -d "$directory/controller-vs-fixed.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 describe_machine "$directory" | tee "$results/machine.txt"
 sed -e "s/^duration_s = .*/duration_s = $seconds/" -e 's/size = "16g"/size = "6g"/' \
   "$repository/benchmarks/demo-scenario.toml" >"$results/scenario.toml"
@@ -53,7 +57,7 @@ for round in $(seq 1 "$rounds"); do
     fi
     echo "round $round: $name ($binary --controller $controller)" >&2
     RUST_LOG=tailguard::controller=info "$binary" bench "$results/scenario.toml" \
-      --target "$directory" --mode tailguard --controller "$controller" --json \
+      --target "$work" --mode tailguard --controller "$controller" --json \
       >"$results/$name-$round.json" 2>"$results/$name-$round.log"
   done
 done

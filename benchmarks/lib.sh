@@ -47,7 +47,10 @@ tailguard_binary() {
     echo "$TAILGUARD_BIN"
     return
   fi
-  (cd "$1" && cargo build --release -q -p tailguard-cli) >&2
+  # `set -e` does not reach inside the caller's $(...): fail explicitly, so
+  # that a failed build never runs the binary an earlier build left.
+  (cd "$1" && cargo build --release -q -p tailguard-cli) >&2 ||
+    { echo "building tailguard failed (is cargo on root's PATH? try sudo -E)" >&2; return 1; }
   echo "${CARGO_TARGET_DIR:-$1/target}/release/tailguard"
 }
 
@@ -84,8 +87,21 @@ xfs_loop_prepare() {
 
 xfs_loop_teardown() {
   set +e
-  if mountpoint -q "$MOUNT_POINT" 2>/dev/null; then umount "$MOUNT_POINT"; fi
+  # A second Ctrl-C (unmounting can take a while to write back) must not cut
+  # the teardown short and leave the loop device and the image behind.
+  trap '' INT TERM
+  if mountpoint -q "$MOUNT_POINT" 2>/dev/null; then
+    # A process that just exited may still hold files open for a moment.
+    for _ in 1 2 3 4 5; do umount "$MOUNT_POINT" 2>/dev/null && break; sleep 1; done
+    if mountpoint -q "$MOUNT_POINT"; then
+      echo "note: $MOUNT_POINT is busy; unmounting it lazily" >&2
+      umount -l "$MOUNT_POINT"
+    fi
+  fi
   [ -d "$MOUNT_POINT" ] && rmdir "$MOUNT_POINT"
+  # Attached but not yet recorded (a signal in between): find it by its image.
+  [ -z "$LOOP" ] && [ -e "$IMAGE" ] && LOOP=$(losetup -j "$IMAGE" -n -O NAME | head -1)
+  # A loop device still in use detaches (autoclear) once its last user goes.
   [ -n "$LOOP" ] && losetup -d "$LOOP"
   rm -f "$IMAGE"
 }
@@ -93,6 +109,10 @@ xfs_loop_teardown() {
 xfs_loop_up() {
   truncate -s "${1}G" "$IMAGE"
   LOOP=$(losetup --find --show --direct-io=on "$IMAGE")
+  if [ "$(cat "/sys/block/$(basename "$LOOP")/loop/dio" 2>/dev/null)" != 1 ]; then
+    echo "note: $LOOP does not use direct I/O (kernel or block size): it caches" \
+      "in the page cache, so its figures are not those of the disk under it" >&2
+  fi
   mkfs.xfs -q -f "$LOOP"
   mkdir -p "$MOUNT_POINT"
   mount "$LOOP" "$MOUNT_POINT"

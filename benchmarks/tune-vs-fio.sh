@@ -12,7 +12,9 @@
 #
 # Usage: benchmarks/tune-vs-fio.sh [DIRECTORY] [ROUNDS]
 #   DIRECTORY  where the test file is laid out (default target/tune-vs-fio,
-#              on the disk under the repository); it is removed at the end
+#              on the disk under the repository), in a new subdirectory that
+#              is removed at the end (the directory itself and what else it
+#              holds are left alone)
 #   ROUNDS     tune/fio pairs per pattern (default 3)
 # Environment: SIZE (test file, default 1g), TUNE_DURATION (per pattern, default 15s),
 #              FIO_RAMP (seconds fio runs before it measures, default 3),
@@ -41,12 +43,14 @@ need python3 "install it with: apt-get install -y python3"
 tailguard=$(tailguard_binary "$repository")
 
 mkdir -p "$directory"
+# Only this subdirectory is ours to remove: DIRECTORY may be a user's mount.
+work=$(mktemp -d "$directory/tune-vs-fio.XXXXXX")
+cleanup() { rm -rf "$work"; }
+trap cleanup EXIT
 echo "== machine" >&2
 describe_machine "$directory" >&2
-file=$directory/data
-results=$directory/results.tsv
-cleanup() { rm -rf "$directory"; }
-trap cleanup EXIT
+file=$work/data
+results=$work/results.tsv
 
 echo "laying out $file ($size) with fio" >&2
 "$FIO" --name=layout --filename="$file" --size="$size" --rw=write --bs=1M --direct=1 \
@@ -61,10 +65,10 @@ fio_rw() {
 }
 for round in $(seq 1 "$rounds"); do
     for name in $patterns; do
-        profile=$directory/profile-$round-$name.toml
+        profile=$work/profile-$round-$name.toml
         echo "round $round: tailguard tune --curves $name --duration $tune_duration" >&2
         "$tailguard" tune "$file" --allow-write --curves "$name" --duration "$tune_duration" \
-            --output "$profile" >"$directory/tune-$round-$name.txt"
+            --output "$profile" >"$work/tune-$round-$name.txt"
         # request bytes, depth, tune's steady rate, its unit, fio's ramp and runtime
         read -r request_bytes depth tune_rate unit ramp runtime < <(python3 - "$profile" "$name" \
             "$fio_ramp" "$fio_seconds" <<'EOF'

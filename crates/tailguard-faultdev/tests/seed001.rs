@@ -90,9 +90,10 @@ fn with_rig(name: &str, case: impl FnOnce(Rig, FaultControl) + Send + 'static) {
     common::finish(name, outcome, WATCHDOG);
 }
 
-/// Waits until the stall has held requests and no new one arrived for a
-/// while: whatever was sent to the stick is then stuck in it.
-fn wait_until_stalled(control: &FaultControl) {
+/// Waits until the stall has held requests beyond the `before` it had
+/// counted already (the count runs across cases) and no new one arrived for
+/// a while: whatever was sent to the stick is then stuck in it.
+fn wait_until_stalled(control: &FaultControl, before: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = control.counts().stalled;
     let mut quiet_since = Instant::now();
@@ -102,11 +103,11 @@ fn wait_until_stalled(control: &FaultControl) {
         if now != last {
             last = now;
             quiet_since = Instant::now();
-        } else if now > 0 && quiet_since.elapsed() >= Duration::from_millis(200) {
+        } else if now > before && quiet_since.elapsed() >= Duration::from_millis(200) {
             return;
         }
     }
-    panic!("the stalled stick never held a request ({last} held)");
+    panic!("the stalled stick never held a request ({last} held, {before} before)");
 }
 
 #[test]
@@ -129,8 +130,9 @@ fn the_fast_disk_completes_every_write_while_the_stalled_sticks_budget_is_full()
             let class = scheduler.add_class("copy", 100).unwrap();
             let stick = scheduler.open(&rig.stick).unwrap();
             let fast = scheduler.open(&rig.fast).unwrap();
+            let stalled_before = control.counts().stalled;
             control.stall_for(STALL);
-            let stick_writes = stalled_writes(&stick, &class, &control);
+            let stick_writes = stalled_writes(&stick, &class, &control, stalled_before);
             let fast_completed = write_fast(&fast, &class, choice);
             let stats = scheduler.stats().unwrap();
             let stick_stats = stats.device(&stick_name).expect("the stick's dispatcher");
@@ -152,7 +154,7 @@ fn the_fast_disk_completes_every_write_while_the_stalled_sticks_budget_is_full()
                 "{choice:?}: the stick's budget was full, with writes queued behind it"
             );
             assert!(
-                control.counts().stalled > 0,
+                control.counts().stalled > stalled_before,
                 "{choice:?}: the stall held the stick's writes"
             );
 
@@ -173,6 +175,7 @@ fn stalled_writes(
     stick: &tailguard::File,
     class: &tailguard::IoClass,
     control: &FaultControl,
+    stalled_before: u64,
 ) -> Vec<tailguard::IoFuture<tailguard::BufResult>> {
     let mut writes: Vec<_> = (0..STICK_WRITES)
         .map(|index| stick.write_at(class, write_buffer(), index * WRITE_BYTES as u64))
@@ -184,7 +187,7 @@ fn stalled_writes(
     for write in &mut writes {
         assert!(std::pin::Pin::new(write).poll(&mut context).is_pending());
     }
-    wait_until_stalled(control);
+    wait_until_stalled(control, stalled_before);
     writes
 }
 
@@ -222,11 +225,12 @@ fn one_pool_of_threads_for_both_devices_lets_the_stalled_stick_hold_the_fast_dis
         let mut pool = FixedPool::new(4);
         let stick = open_direct(&rig.stick).unwrap();
         let fast = open_direct(&rig.fast).unwrap();
+        let stalled_before = control.counts().stalled;
         control.stall_for(STALL);
         for index in 0..STICK_WRITES {
             pool.write(&stick, index * WRITE_BYTES as u64);
         }
-        wait_until_stalled(&control);
+        wait_until_stalled(&control, stalled_before);
         for index in 0..FAST_DEPTH as u64 {
             pool.write(&fast, index * WRITE_BYTES as u64);
         }

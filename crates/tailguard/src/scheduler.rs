@@ -1299,7 +1299,16 @@ mod tests {
         let fd = file.handle().as_raw_fd();
         injector.stall_for(Duration::from_secs(3_600));
         let write = file.write_at(&class, AlignedBuffer::new(4096, 4096).unwrap(), 0);
+        // A push may leave the engine thread's wake-up to the future's first
+        // wait; a stats call, answered after the write was taken, makes sure
+        // the engine has it.
+        scheduler.stats().unwrap();
+        let give_up = std::time::Instant::now() + Duration::from_secs(60);
         while injector.counts().ops_stalled == 0 {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "the write never reached the device"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         // The write's record holds the last reference to the file.
