@@ -57,7 +57,8 @@ pub struct DeviceCounts {
     pub failed_gone: u64,
     /// Requests held by a stall.
     pub stalled: u64,
-    /// Requests stretched by a slow-down window.
+    /// Requests stretched by a slow-down window (only those the timing
+    /// model gave some service time: without one, nothing is stretched).
     pub slowed: u64,
     /// Power cuts.
     pub power_cuts: u64,
@@ -165,8 +166,11 @@ impl FaultState {
     pub(crate) fn stretch(&mut self, served: Duration) -> Duration {
         match self.slow {
             Some((factor, until)) if Instant::now() < until => {
-                self.counts.slowed += 1;
-                served.mul_f64(1.0 / factor - 1.0)
+                let extra = served.mul_f64(1.0 / factor - 1.0);
+                // A request the model served in no time (no timing model)
+                // is not slowed by any factor.
+                self.counts.slowed += u64::from(!extra.is_zero());
+                extra
             }
             _ => Duration::ZERO,
         }
