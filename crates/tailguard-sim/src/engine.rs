@@ -391,7 +391,7 @@ fn build_rows(scenario: &Scenario) -> (Vec<ClassAccumulator>, Vec<usize>) {
             ClassAccumulator::new(
                 scenario.classes[class].name.clone(),
                 scenario.devices[device].name.clone(),
-                stop - start,
+                stop.saturating_sub(start),
             )
             .starting_at(start)
             .active_during(spans)

@@ -730,6 +730,18 @@ fn parse_job(
             format!("start_s {start_s} and stop_s {stop_s} must satisfy 0 <= start_s < stop_s"),
         ));
     }
+    let start_ns = seconds_to_ns(start_s);
+    let stop_ns = seconds_to_ns(stop_s).min(duration_ns);
+    if start_ns >= stop_ns {
+        let duration_s = duration_ns as f64 / NANOS_PER_SECOND_F64;
+        return Err(ConfigError::new(
+            "start_s",
+            format!(
+                "start_s {start_s} is not before the end of the run (duration_s {duration_s}); \
+                 give a start_s below duration_s, or a longer duration_s"
+            ),
+        ));
+    }
     validate_load(arrival, block_size_bytes, job.numjobs, stop_s - start_s)?;
     let region_bytes = job.size.map_or(REGION_BYTES_DEFAULT, |size| size.0);
     if region_bytes < block_size_bytes {
@@ -748,8 +760,8 @@ fn parse_job(
         block_size_bytes,
         arrival,
         numjobs: job.numjobs,
-        start_ns: seconds_to_ns(start_s),
-        stop_ns: seconds_to_ns(stop_s).min(duration_ns),
+        start_ns,
+        stop_ns,
         sync: job.sync.unwrap_or(true),
         offset_bytes,
         region_bytes,
@@ -1055,6 +1067,23 @@ queue_depth = 8
             assert_eq!(error.key, key, "{text}: {error}");
             assert!(error.message.contains("control character"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_job_starting_at_or_after_the_end_of_the_run_is_refused_naming_start_s() {
+        for line in [
+            "start_s = 2.0\nstop_s = 3.0",
+            "start_s = 5.0\nstop_s = 9.0",
+            "start_s = 1.9999999999\nstop_s = 3.0",
+        ] {
+            let text = MINIMAL.replace("queue_depth = 8", &format!("queue_depth = 8\n{line}"));
+            let error = Scenario::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, "job[0].start_s", "{line}: {error}");
+            assert!(error.message.contains("duration_s"), "{line}: {error}");
+        }
+        let text = MINIMAL.replace("queue_depth = 8", "queue_depth = 8\nstart_s = 1.5");
+        let job = &Scenario::from_toml(&text).unwrap().jobs[0];
+        assert!(job.start_ns < job.stop_ns, "{job:?}");
     }
 
     #[test]

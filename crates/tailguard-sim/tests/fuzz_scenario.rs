@@ -30,6 +30,10 @@ fn check(text: &str) {
     match parse_bounded(text, Scenario::from_toml) {
         Ok(scenario) => {
             for job in &scenario.jobs {
+                assert!(
+                    job.start_ns < job.stop_ns && job.stop_ns <= scenario.duration_ns,
+                    "a job that runs for no time was accepted: {job:?}"
+                );
                 let instances = f64::from(job.numjobs);
                 let span_s = (job.stop_ns - job.start_ns) as f64 / 1e9;
                 match job.arrival {
