@@ -12,7 +12,10 @@
 //! - **Open loop** (`rate_iops = R`): arrivals follow a Poisson process of mean
 //!   rate R, whether or not earlier requests completed. Latency counts from the
 //!   intended arrival time, so a stalled device cannot hide its stall by slowing the
-//!   load down (no coordinated omission).
+//!   load down (no coordinated omission). An arrival drawn at or past the job's
+//!   `stop_s` is dropped: arrival times saturate at the largest time there is,
+//!   so a rate so low that the next gap exceeds any run (`rate_iops = 1e-15`)
+//!   just brings no more requests.
 //! - **Burst** (`burst_bytes = B`): at its start the instance submits B bytes in
 //!   block-size requests all at once, as kernel writeback hands a flush to the
 //!   block layer.
@@ -168,7 +171,9 @@ impl Workload {
         let gap_s = Exp::new(rate_iops)
             .expect("rate validated positive")
             .sample(&mut self.instances[instance].rng);
-        now + ((gap_s * NANOS_PER_SECOND_F64).round() as Nanos).max(1)
+        // The cast saturates, and so does the sum: a gap longer than any run is
+        // an arrival past the job's stop, which `on_timer` drops.
+        now.saturating_add(((gap_s * NANOS_PER_SECOND_F64).round() as Nanos).max(1))
     }
 
     /// One more request of the instance, intended at `now`, whatever its
@@ -240,6 +245,29 @@ mod tests {
         assert_eq!(submitted.len(), 64);
         workload.on_completion(10, 0, &mut submitted);
         assert_eq!(submitted.len(), 64, "bursts do not refill");
+    }
+
+    #[test]
+    fn a_rate_too_low_to_arrive_in_the_run_brings_no_request_and_no_overflow() {
+        let text = |job: &str| {
+            format!(
+                "duration_s = 2\n[[device]]\nname = \"d\"\nmodel = \"sata-ssd\"\n\
+                 [[class]]\nname = \"c\"\nshares = 1\n[[job]]\nclass = \"c\"\n\
+                 device = \"d\"\n{job}"
+            )
+        };
+        let scenario = Scenario::from_toml(&text(
+            "pattern = \"randread\"\nblock_size = \"4k\"\nrate_iops = 1e-15\nstart_s = 0.5",
+        ))
+        .unwrap();
+        let mut workload = Workload::new(&scenario, 1);
+        let mut submitted = Vec::new();
+        let next = workload.on_start(500_000_000, 0, &mut submitted).unwrap();
+        assert!(next >= scenario.jobs[0].stop_ns, "{next}");
+        assert_eq!(workload.on_timer(next, 0, &mut submitted), None);
+        assert!(submitted.is_empty());
+        let report = crate::engine::run(&scenario, crate::policy::PolicyName::Fifo, 1).unwrap();
+        assert_eq!(report.classes[0].submitted, 0);
     }
 
     #[test]
