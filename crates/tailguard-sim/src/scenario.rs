@@ -1025,6 +1025,22 @@ queue_depth = 8
     }
 
     #[test]
+    fn an_hdd_full_stroke_seek_shorter_than_its_settle_is_refused_naming_the_key() {
+        let hdd = |lines: &str| {
+            MINIMAL.replace("model = \"sata-ssd\"", &format!("model = \"hdd\"\n{lines}"))
+        };
+        let error =
+            Scenario::from_toml(&hdd("seek_settle_us = 500.0\nfull_stroke_seek_us = 100.0"))
+                .unwrap_err();
+        assert_eq!(error.key, "device[0].full_stroke_seek_us", "{error}");
+        assert!(error.message.contains("seek_settle_us"), "{error}");
+        assert!(
+            Scenario::from_toml(&hdd("seek_settle_us = 500.0\nfull_stroke_seek_us = 500.0"))
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn unaligned_or_unaddressable_offsets_are_refused_naming_the_key() {
         for line in [
             "offset = 1000",

@@ -50,6 +50,7 @@
 
 use super::common::{delegate_device_model, micros, Context, Device, Mechanism};
 use super::DeviceRequest;
+use crate::ConfigError;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use tailguard_core::{DeviceProfile, Direction, Nanos};
@@ -100,6 +101,26 @@ impl Default for HddParameters {
     }
 }
 
+impl HddParameters {
+    /// Refuses what no disk has and the seek curve cannot take: a full-stroke
+    /// seek shorter than the one-track seek, which would make a seek over
+    /// more tracks take less time (and the curve's slope negative).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.full_stroke_seek_us < self.seek_settle_us {
+            return Err(ConfigError::new(
+                "full_stroke_seek_us",
+                format!(
+                    "{} is shorter than seek_settle_us ({}); a seek across all tracks takes at \
+                     least as long as a one-track seek, so raise full_stroke_seek_us or lower \
+                     seek_settle_us",
+                    self.full_stroke_seek_us, self.seek_settle_us
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The disk's geometry and timing, in integers.
 #[derive(Clone, Debug)]
 struct Geometry {
@@ -144,7 +165,8 @@ impl Geometry {
             return 0;
         }
         let fraction = (distance as f64 / self.tracks as f64).sqrt();
-        self.settle + ((self.full_stroke - self.settle) as f64 * fraction).round() as Nanos
+        let span = self.full_stroke.saturating_sub(self.settle);
+        self.settle + (span as f64 * fraction).round() as Nanos
     }
 
     /// Seek plus rotational wait from `track` at time `now` to `offset`.

@@ -214,7 +214,11 @@ fn build_model(
     match model {
         ModelName::Nvme => Ok(Box::new(nvme::Nvme::new(parse(parameters)?, seed))),
         ModelName::SataSsd => Ok(Box::new(sata_ssd::SataSsd::new(parse(parameters)?, seed))),
-        ModelName::Hdd => Ok(Box::new(hdd::Hdd::new(parse(parameters)?, seed))),
+        ModelName::Hdd => {
+            let parameters: hdd::HddParameters = parse(parameters)?;
+            parameters.validate()?;
+            Ok(Box::new(hdd::Hdd::new(parameters, seed)))
+        }
         ModelName::UsbFlash => Ok(Box::new(usb_flash::UsbFlash::new(parse(parameters)?, seed))),
     }
 }
