@@ -1016,6 +1016,14 @@ queue_depth = 8
             let error = Scenario::from_toml(&text).unwrap_err();
             assert_eq!(error.key, key, "{line}: {error}");
         }
+        for key in ["read_bandwidth_bytes_per_s", "write_bandwidth_bytes_per_s"] {
+            let text = MINIMAL.replace(
+                "model = \"sata-ssd\"",
+                &format!("model = \"usb-flash\"\n{key} = 0"),
+            );
+            let error = Scenario::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, format!("device[0].{key}"), "{error}");
+        }
         let text = MINIMAL.replace("model = \"sata-ssd\"", "model = \"hdd\"\nrpm = 0");
         let error = Scenario::from_toml(&text).unwrap_err();
         assert_eq!(error.key, "device[0].rpm", "{error}");

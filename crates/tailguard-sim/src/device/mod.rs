@@ -154,7 +154,7 @@ pub fn build(
 
 /// Model parameters a model divides by or sizes a queue with: each must be
 /// above zero (`ncq_depth = 0` would be a disk that holds no command).
-const POSITIVE_PARAMETERS: [&str; 12] = [
+const POSITIVE_PARAMETERS: [&str; 14] = [
     "rpm",
     "ncq_depth",
     "queue_depth",
@@ -167,6 +167,8 @@ const POSITIVE_PARAMETERS: [&str; 12] = [
     "die_read_bandwidth_bytes_per_s",
     "link_bandwidth_bytes_per_s",
     "flush_bandwidth_bytes_per_s",
+    "read_bandwidth_bytes_per_s",
+    "write_bandwidth_bytes_per_s",
 ];
 
 /// The most commands a model's queue (`ncq_depth`, `queue_depth`) or its
