@@ -639,6 +639,33 @@ fn validate_region(offset_bytes: u64, region_bytes: u64) -> Result<(), ConfigErr
     }
 }
 
+/// Refuses a job region that ends past its device's capacity (models with
+/// one: `hdd`), since the model would fold every offset past the end onto its
+/// last track and serve them without seeking.
+fn validate_capacity(
+    offset_bytes: u64,
+    region_bytes: u64,
+    device_index: usize,
+    device: &DeviceSpec,
+) -> Result<(), ConfigError> {
+    let Some(capacity_bytes) = device::capacity_bytes(device.model, &device.parameters) else {
+        return Ok(());
+    };
+    // validate_region checked that the sum does not overflow.
+    let end_bytes = offset_bytes + region_bytes;
+    if end_bytes <= capacity_bytes {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "size",
+        format!(
+            "the region (offset {offset_bytes} + size {region_bytes} = {end_bytes} bytes) ends \
+             past device[{device_index}].capacity_bytes ({capacity_bytes}); give a smaller \
+             size or offset (size defaults to {REGION_BYTES_DEFAULT}), or a larger capacity_bytes"
+        ),
+    ))
+}
+
 fn take_string(table: &mut toml::Table, key: &str) -> Result<String, ConfigError> {
     match table.remove(key) {
         Some(toml::Value::String(value)) => Ok(value),
@@ -752,6 +779,7 @@ fn parse_job(
     }
     let offset_bytes = job.offset.map_or(0, |offset| offset.0);
     validate_region(offset_bytes, region_bytes)?;
+    validate_capacity(offset_bytes, region_bytes, device, &devices[device])?;
     Ok(JobSpec {
         name: job.name.unwrap_or_else(|| format!("job{index}")),
         class,
@@ -1046,6 +1074,27 @@ queue_depth = 8
             Scenario::from_toml(&hdd("seek_settle_us = 500.0\nfull_stroke_seek_us = 500.0"))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_job_region_past_an_hdd_capacity_is_refused_naming_the_keys() {
+        let hdd = MINIMAL.replace(
+            "model = \"sata-ssd\"",
+            "model = \"hdd\"\ncapacity_bytes = 1073741824",
+        );
+        for region in ["", "size = \"2g\"", "size = \"1g\"\noffset = \"4k\""] {
+            let text = hdd.replace("queue_depth = 8", &format!("queue_depth = 8\n{region}"));
+            let error = Scenario::from_toml(&text).unwrap_err();
+            assert_eq!(error.key, "job[0].size", "{region}: {error}");
+            assert!(
+                error.message.contains("device[0].capacity_bytes"),
+                "{error}"
+            );
+        }
+        for region in ["size = \"1g\"", "size = \"512m\"\noffset = \"512m\""] {
+            let text = hdd.replace("queue_depth = 8", &format!("queue_depth = 8\n{region}"));
+            assert!(Scenario::from_toml(&text).is_ok(), "{region}");
+        }
     }
 
     #[test]

@@ -225,6 +225,23 @@ fn build_model(
     }
 }
 
+/// The bytes a model addresses, for models that have a capacity (`hdd`'s
+/// `capacity_bytes`, which sets its track count); `None` for models whose
+/// timing does not depend on where a request lands. `parameters` are a
+/// `[[device]]` table that already built.
+pub fn capacity_bytes(model: ModelName, parameters: &toml::Table) -> Option<u64> {
+    match model {
+        ModelName::Hdd => {
+            let mut parameters = parameters.clone();
+            parameters.remove("slowdown");
+            parse::<hdd::HddParameters>(&parameters)
+                .ok()
+                .map(|parameters| parameters.capacity_bytes)
+        }
+        ModelName::Nvme | ModelName::SataSsd | ModelName::UsbFlash => None,
+    }
+}
+
 /// Parses a model's (or policy's) parameter struct from a table; the message
 /// names the bad key, and the caller adds where the table is.
 pub fn parse<T: DeserializeOwned>(parameters: &toml::Table) -> Result<T, ConfigError> {
