@@ -769,7 +769,9 @@ fn parse_job(
             ),
         ));
     }
-    validate_load(arrival, block_size_bytes, job.numjobs, stop_s - start_s)?;
+    // The span the job runs for, after stop_s is clipped to the run's end.
+    let span_s = (stop_ns - start_ns) as f64 / NANOS_PER_SECOND_F64;
+    validate_load(arrival, block_size_bytes, job.numjobs, span_s)?;
     let region_bytes = job.size.map_or(REGION_BYTES_DEFAULT, |size| size.0);
     if region_bytes < block_size_bytes {
         return Err(ConfigError::new(
@@ -976,6 +978,12 @@ queue_depth = 8
         }
         let text = MINIMAL.replace("queue_depth = 8", "rate_iops = 1e6");
         assert!(Scenario::from_toml(&text).is_ok());
+        // A stop_s past the end of the run counts only the seconds that run.
+        let text = MINIMAL
+            .replace("duration_s = 2", "duration_s = 10")
+            .replace("queue_depth = 8", "rate_iops = 1e6\nstop_s = 100");
+        let scenario = Scenario::from_toml(&text).unwrap();
+        assert_eq!(scenario.jobs[0].stop_ns, scenario.duration_ns);
     }
 
     #[test]
