@@ -24,10 +24,11 @@
 //! throttles, rebuilds or is shared. [`Slowed`] implements it once for every model
 //! by dilating time: the model runs on its own clock, which advances `factor` ns
 //! per real ns inside a window and 1 ns per ns outside, so queued work finishes
-//! late by exactly the stretched part. Windows must not overlap; factors are in
-//! (0, 1000]. The profile is the device's normal one (what calibration measured
+//! late by exactly the stretched part. Windows must not overlap and must end
+//! by [`DURATION_S_MAX`]; factors are in (0, 1000]. The profile is the device's normal one (what calibration measured
 //! before the slowdown).
 
+use crate::scenario::DURATION_S_MAX;
 use crate::ConfigError;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -313,6 +314,16 @@ impl Slowed {
                     ),
                 ));
             }
+            if window.stop_s > DURATION_S_MAX {
+                return Err(ConfigError::new(
+                    format!("{key}.stop_s"),
+                    format!(
+                        "{} is past the longest run ({DURATION_S_MAX} s); give a stop_s up to \
+                         {DURATION_S_MAX}",
+                        window.stop_s
+                    ),
+                ));
+            }
             if !(window.factor > 0.0 && window.factor <= SLOWDOWN_FACTOR_MAX) {
                 return Err(ConfigError::new(
                     key,
@@ -433,5 +444,24 @@ mod tests {
         assert!(Slowed::new(inner(), &[window(1.0, 3.0, 0.5), window(2.0, 4.0, 0.5)]).is_err());
         assert!(Slowed::new(inner(), &[window(1.0, 1.0, 0.5)]).is_err());
         assert!(Slowed::new(inner(), &[window(1.0, 2.0, 0.0)]).is_err());
+    }
+
+    #[test]
+    fn windows_past_the_longest_run_are_refused_naming_stop_s() {
+        let inner = || build(ModelName::UsbFlash, &toml::Table::new(), 1).unwrap();
+        let window = |start_s, stop_s, factor| SlowdownWindow {
+            start_s,
+            stop_s,
+            factor,
+        };
+        let windows = [window(0.0, 1e8, 1000.0), window(2e8, 3e8, 0.5)];
+        let error = Slowed::new(inner(), &windows).err().unwrap();
+        assert_eq!(error.key, "slowdown[0].stop_s", "{error}");
+        let windows = [window(0.0, 8e4, 1000.0), window(8e4, DURATION_S_MAX, 0.5)];
+        let device = Slowed::new(inner(), &windows).unwrap();
+        let end_ns = (DURATION_S_MAX * NANOS_PER_SECOND_F64) as Nanos;
+        let device_end_ns = device.to_device(end_ns);
+        assert!(device_end_ns > end_ns, "{device_end_ns}");
+        assert!(device.to_real(device_end_ns) <= end_ns);
     }
 }

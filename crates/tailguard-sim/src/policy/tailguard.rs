@@ -18,9 +18,9 @@
 //!
 //! | key | default | meaning |
 //! |---|---|---|
-//! | `budget_us` | derived | overrides every device's (starting) in-flight budget, in µs of device time |
+//! | `budget_us` | derived | overrides every device's (starting) in-flight budget, in µs of device time, at most [`POLICY_TIME_US_MAX`] |
 //! | `controller` | `adaptive` | `adaptive`: [`tailguard_core::AdaptiveBudget`] resizes each budget from completions; `fixed`: the budget never changes |
-//! | `slice_us` | derived | on a rotational device, the slice (see [`DispatcherConfig::slice_ns`]) in µs of device time; `0` turns it off; default: [`SLICE_LATENCY_TARGETS`] latency targets. Devices without seeks never slice |
+//! | `slice_us` | derived | on a rotational device, the slice (see [`DispatcherConfig::slice_ns`]) in µs of device time, at most [`POLICY_TIME_US_MAX`]; `0` turns it off; default: [`SLICE_LATENCY_TARGETS`] latency targets. Devices without seeks never slice |
 //! | `profile` | `model` | `model`: each dispatcher starts from the device's profile; `none`: from [`DeviceProfile::uncalibrated`] (keeping the device's `max_request_bytes` and latency target), as a device nobody calibrated |
 //! | `quiet_reads` | `true` | with `controller = "fixed"`, the engine's quiet-reads rule ([`QuietReads::default`]: four budgets after 100 ms without a read); `false`: one budget always. The adaptive controller never takes it ([`ControllerChoice::quiet_reads`]) |
 
@@ -87,6 +87,29 @@ impl Default for TailguardParameters {
     }
 }
 
+/// The longest `budget_us` or `slice_us` accepted: a day of device time, as
+/// long as the longest scenario ([`crate::scenario::DURATION_S_MAX`]), so
+/// either in nanoseconds, and their sum, fit the core's arithmetic.
+pub const POLICY_TIME_US_MAX: u64 = 86_400_000_000;
+
+/// `value_us` (the parameter `key`) in nanoseconds, refused past
+/// [`POLICY_TIME_US_MAX`] naming the key.
+fn policy_time_ns(value_us: Option<u64>, key: &str) -> Result<Option<Nanos>, ConfigError> {
+    let Some(value_us) = value_us else {
+        return Ok(None);
+    };
+    value_us
+        .checked_mul(NANOS_PER_MICROSECOND)
+        .filter(|_| value_us <= POLICY_TIME_US_MAX)
+        .map(Some)
+        .ok_or_else(|| {
+            ConfigError::new(
+                key,
+                format!("{value_us} is out of range; give 0 to {POLICY_TIME_US_MAX} µs"),
+            )
+        })
+}
+
 type DeviceDispatcher = Dispatcher<Box<dyn LatencyController>>;
 
 struct DeviceState {
@@ -106,6 +129,8 @@ impl TailguardPolicy {
         context: &PolicyContext,
         parameters: TailguardParameters,
     ) -> Result<Self, ConfigError> {
+        let budget_ns = policy_time_ns(parameters.budget_us, "budget_us")?;
+        let slice_ns = policy_time_ns(parameters.slice_us, "slice_us")?;
         let devices = context
             .devices
             .iter()
@@ -119,16 +144,11 @@ impl TailguardPolicy {
                 };
                 let controller = parameters.controller.build(&profile);
                 let mut config = DispatcherConfig::new(profile);
-                config.budget_ns = parameters
-                    .budget_us
-                    .map(|budget_us| budget_us * NANOS_PER_MICROSECOND);
+                config.budget_ns = budget_ns;
                 config.slice_ns = device
                     .rotational
                     .then(|| {
-                        parameters.slice_us.map_or(
-                            DispatcherConfig::default_slice_ns(&config.profile),
-                            |slice_us| slice_us * NANOS_PER_MICROSECOND,
-                        )
+                        slice_ns.unwrap_or(DispatcherConfig::default_slice_ns(&config.profile))
                     })
                     .filter(|&slice_ns| slice_ns > 0);
                 config.quiet_reads = parameters
@@ -218,5 +238,32 @@ impl Policy for TailguardPolicy {
             .iter()
             .filter_map(|device| device.dispatcher.next_eligible_at())
             .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::policy::PolicyName;
+    use crate::scenario::Scenario;
+
+    fn run_with(parameters: &str) -> Result<(), crate::ConfigError> {
+        let text = format!(
+            "duration_s = 0.1\n[[device]]\nname = \"d\"\nmodel = \"hdd\"\n\
+             [[class]]\nname = \"c\"\nshares = 1\n[[job]]\nclass = \"c\"\ndevice = \"d\"\n\
+             pattern = \"randread\"\nblock_size = \"4k\"\n[policy.tailguard]\n{parameters}"
+        );
+        let scenario = Scenario::from_toml(&text)?;
+        crate::engine::run(&scenario, PolicyName::Tailguard, 1).map(|_| ())
+    }
+
+    #[test]
+    fn budgets_and_slices_too_long_to_hold_are_refused_naming_the_key() {
+        for key in ["budget_us", "slice_us"] {
+            for value in ["9223372036854775807", "86400000001"] {
+                let error = run_with(&format!("{key} = {value}")).unwrap_err();
+                assert_eq!(error.key, format!("policy.tailguard.{key}"), "{error}");
+            }
+            run_with(&format!("{key} = 86400000000")).unwrap();
+        }
     }
 }
