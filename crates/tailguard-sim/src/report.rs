@@ -21,8 +21,10 @@
 //!   the start of each span instead and none reaches into a gap, so a pause is
 //!   not a collapse while a dip inside a span still is.
 //! - `queue_wait_us_max`: the longest time a request spent in the scheduler's
-//!   queue before its last piece was dispatched, counting requests still queued
-//!   at the end (a starved request waited too); `queue_wait_us_mean` and
+//!   queue before its last piece was dispatched, counting requests unfinished
+//!   at the end: one still in the device counts its wait until its last piece
+//!   was dispatched, one with a piece still queued (a starved request waited
+//!   too) its wait until the end; `queue_wait_us_mean` and
 //!   `device_time_us_mean` split the mean latency into scheduler and device time.
 //! - `timeline`: one point per second of the run (from time 0, not from the
 //!   pair's start, so pairs line up), by completion time: `iops` (requests
