@@ -421,6 +421,7 @@ fn build_rows(scenario: &Scenario) -> (Vec<ClassAccumulator>, Vec<usize>) {
             )
             .starting_at(start)
             .active_during(spans)
+            .covering_run(scenario.duration_ns)
         })
         .collect();
     (rows, row_of_job)
@@ -443,6 +444,22 @@ mod tests {
         let report = run(&scenario, policy, 1).unwrap();
         assert_eq!(report.classes[0].outstanding, 1, "{report:?}");
         report.classes[0].queue_wait_us_max
+    }
+
+    #[test]
+    fn the_timeline_has_a_point_for_every_second_of_the_run() {
+        // A reader that stops after 1 s of a 4.5 s run: five points, the
+        // last three quiet.
+        let text = "duration_s = 4.5\n[[device]]\nname = \"d\"\nmodel = \"nvme\"\n\
+                    [[class]]\nname = \"c\"\nshares = 1\n[[job]]\nclass = \"c\"\n\
+                    device = \"d\"\npattern = \"randread\"\nblock_size = \"4k\"\nstop_s = 1.0";
+        let scenario = Scenario::from_toml(text).unwrap();
+        let report = run(&scenario, PolicyName::Fifo, 1).unwrap();
+        let timeline = &report.classes[0].timeline;
+        let seconds: Vec<u64> = timeline.iter().map(|point| point.second).collect();
+        assert_eq!(seconds, [0, 1, 2, 3, 4]);
+        assert!(timeline[0].iops > 0.0);
+        assert!(timeline[2..].iter().all(|point| point.iops == 0.0));
     }
 
     #[test]

@@ -29,7 +29,9 @@
 //! - `timeline`: one point per second of the run (from time 0, not from the
 //!   pair's start, so pairs line up), by completion time: `iops` (requests
 //!   completed in that second), `mb_per_s`, and `latency_us_max` (the slowest of
-//!   them; 0 when none completed). The last second may be partial.
+//!   them; 0 when none completed). It covers the whole run, quiet seconds
+//!   after the pair's last completion included; the last second may be
+//!   partial.
 //! - `latency_log2_us`: the latency histogram in power-of-two microsecond
 //!   buckets (`from_us`..=`to_us`: 0..=1, 2..=3, 4..=7, ...), as bcc's
 //!   `xfsdist` prints it, from the lowest non-empty bucket to the highest.
@@ -186,6 +188,8 @@ pub struct ClassAccumulator {
     device_time_sum_ns: u128,
     first_submit_ns: Option<Nanos>,
     last_completion_ns: Nanos,
+    /// The run's length: the timeline covers it (0: up to the last completion).
+    run_ns: Nanos,
 }
 
 /// What completed in one second.
@@ -256,7 +260,16 @@ impl ClassAccumulator {
             device_time_sum_ns: 0,
             first_submit_ns: None,
             last_completion_ns: 0,
+            run_ns: 0,
         }
+    }
+
+    /// Sets the run's length, so the timeline has a point for every second
+    /// of it (`ceil(run_ns / 1 s)`), quiet seconds after the pair's last
+    /// completion included.
+    pub fn covering_run(mut self, run_ns: Nanos) -> Self {
+        self.run_ns = run_ns;
+        self
     }
 
     /// Sets when the active window starts (its jobs' earliest start): the
@@ -366,8 +379,14 @@ impl ClassAccumulator {
     }
 
     fn timeline(&self) -> Vec<TimelineSecond> {
+        let run_seconds = self.run_ns.div_ceil(tailguard_core::NANOS_PER_SECOND) as usize;
+        let quiet = SecondBin::default();
         self.seconds
             .iter()
+            .chain(std::iter::repeat_n(
+                &quiet,
+                run_seconds.saturating_sub(self.seconds.len()),
+            ))
             .enumerate()
             .map(|(second, bin)| TimelineSecond {
                 second: second as u64,
@@ -826,6 +845,19 @@ mod tests {
         assert_eq!(timeline[0].latency_us_max, 300.0);
         assert_eq!(timeline[1].latency_us_max, 0.0);
         assert_eq!(timeline[2].latency_us_max, 2_000.0);
+    }
+
+    #[test]
+    fn the_timeline_covers_every_second_of_the_run() {
+        let mut accumulator = ClassAccumulator::new("c".into(), "d".into(), 1_000_000_000)
+            .covering_run(4_200_000_000);
+        accumulator.on_submit(1_000);
+        accumulator.on_complete(1_500_000_000, 1_000, 1_000, 4096);
+        let timeline = accumulator.finish().timeline;
+        let seconds: Vec<u64> = timeline.iter().map(|point| point.second).collect();
+        assert_eq!(seconds, [0, 1, 2, 3, 4]);
+        let iops: Vec<f64> = timeline.iter().map(|point| point.iops).collect();
+        assert_eq!(iops, [0.0, 1.0, 0.0, 0.0, 0.0]);
     }
 
     #[test]
