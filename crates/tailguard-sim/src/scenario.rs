@@ -258,7 +258,8 @@ pub enum Arrival {
     },
     /// Everything submitted at once at the start, as kernel writeback does.
     Burst {
-        /// Total bytes, split into block-size requests.
+        /// Total bytes per instance, submitted as `ceil(burst_bytes /
+        /// block_size)` whole block-size requests (rounded up).
         burst_bytes: u64,
     },
 }
@@ -545,7 +546,9 @@ pub fn toml_error(text: &str, error: &toml::de::Error) -> ConfigError {
 }
 
 /// A seed for one component, derived from the scenario seed (splitmix64), so
-/// components draw independent streams and adding a job does not shift another's.
+/// components (devices, job instances) draw independent streams. `index` is
+/// the component's position in scenario order, so adding one shifts the
+/// seeds of those after it, never of those before.
 pub fn derive_seed(seed: u64, component: u64, index: usize) -> u64 {
     let mut value = seed
         ^ component.wrapping_mul(0x9E37_79B9_7F4A_7C15)

@@ -1,9 +1,11 @@
 //! Jobs that generate requests: closed loop, open loop, bursts.
 //!
 //! Each `[[job]]` of a scenario becomes `numjobs` *instances*. An instance owns a
-//! random generator seeded from the scenario seed and its own position, so adding
-//! a job never changes the requests of another, and the same seed always gives
-//! the same requests.
+//! random generator seeded from the scenario seed and its position among all
+//! instances, in job order, so the same seed always gives the same requests.
+//! Jobs and instances added after a job leave its requests unchanged; adding
+//! one before it, or changing an earlier job's `numjobs`, shifts the seeds of
+//! every instance that follows.
 //!
 //! - **Closed loop** (`queue_depth = N`): at its start the instance submits N
 //!   requests, then one more each time one completes, until `stop_s`. This is how
@@ -16,9 +18,10 @@
 //!   `stop_s` is dropped: arrival times saturate at the largest time there is,
 //!   so a rate so low that the next gap exceeds any run (`rate_iops = 1e-15`)
 //!   just brings no more requests.
-//! - **Burst** (`burst_bytes = B`): at its start the instance submits B bytes in
-//!   block-size requests all at once, as kernel writeback hands a flush to the
-//!   block layer.
+//! - **Burst** (`burst_bytes = B`): at its start the instance submits
+//!   `ceil(B / block_size)` block-size requests all at once, as kernel writeback
+//!   hands a flush to the block layer: whole blocks, so a B that is not a
+//!   multiple of the block size is rounded up to the next block.
 //!
 //! Offsets are block-aligned inside the job's region (`offset`, `size`): random
 //! patterns draw uniformly; sequential ones advance and wrap, each instance from
