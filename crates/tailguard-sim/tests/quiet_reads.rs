@@ -3,8 +3,11 @@
 //! engine's fixed budget does, and `quiet_reads = false` keeps one budget.
 //!
 //! Each case runs one scenario twice, the rule on and off, over several
-//! seeds. A writer alone on a device nobody calibrated (`profile = "none"`,
-//! as the engine runs without a profile) must move more bytes with the rule;
+//! seeds where something in it is random. A writer alone on a device nobody
+//! calibrated (`profile = "none"`, as the engine runs without a profile) must
+//! move more bytes with the rule (on `nvme` over every seed, since its garbage
+//! collection stalls are drawn; on `sata-ssd` once, since a lone sequential
+//! writer there draws nothing and every seed gives the same run);
 //! while readers come and go, the rule must cost the readers none of their
 //! requests; and the adaptive controller, which grows its budget itself,
 //! must not take the rule at all (identical runs).
@@ -78,8 +81,9 @@ fn bytes(report: &RunReport, class: &str) -> u64 {
 
 #[test]
 fn a_lone_writer_streams_faster_with_the_rule() {
-    for model in ["nvme", "sata-ssd"] {
-        for seed in SEEDS {
+    // sata-ssd: deterministic (see the module docs), so one seed.
+    for (model, seeds) in [("nvme", &SEEDS[..]), ("sata-ssd", &SEEDS[..1])] {
+        for &seed in seeds {
             let on = bytes(&run(&scenario(model, "fixed", true, 0), seed), "writes");
             let off = bytes(&run(&scenario(model, "fixed", false, 0), seed), "writes");
             println!("{model} seed {seed}: writes with the rule {on} B, without {off} B");
