@@ -127,7 +127,9 @@ pub fn render_timeline(reports: &[RunReport]) -> String {
                 continue;
             };
             let points = merged(drawn(&row.timeline, report.duration_s), per_character);
-            if points.is_empty() {
+            // A timeline covers the whole run, so a class that completed
+            // nothing has empty points rather than none.
+            if points.is_empty() || row.ops == 0 {
                 let _ = writeln!(out, "  {:label_width$}  (nothing completed)", report.policy);
                 continue;
             }
@@ -383,6 +385,22 @@ mod tests {
             lines[5].contains("▁█▁") && lines[5].ends_with("200µs–800.0ms"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_class_that_completed_nothing_says_so_over_a_whole_run_timeline() {
+        let starved = ClassAccumulator::new("reads".into(), "vda".into(), 3_000_000_000)
+            .starting_at(0)
+            .covering_run(3_000_000_000);
+        let report = RunReport {
+            policy: "starved".into(),
+            seed: 1,
+            duration_s: 3.0,
+            classes: vec![starved.finish()],
+        };
+        assert_eq!(report.classes[0].timeline.len(), 3, "the run's seconds");
+        let text = render_timeline(&[report]);
+        assert!(text.contains("(nothing completed)"), "{text}");
     }
 
     #[test]
