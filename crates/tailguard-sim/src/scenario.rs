@@ -1047,6 +1047,8 @@ queue_depth = 8
             ),
             ("read_latency_us = -5.0", "device[0].read_latency_us"),
             ("read_latency_us = nan", "device[0].read_latency_us"),
+            ("read_latency_us = 1e300", "device[0].read_latency_us"),
+            ("controller_us = 4e9", "device[0].controller_us"),
         ] {
             let text = MINIMAL.replace(
                 "model = \"sata-ssd\"",
@@ -1063,6 +1065,12 @@ queue_depth = 8
             let error = Scenario::from_toml(&text).unwrap_err();
             assert_eq!(error.key, format!("device[0].{key}"), "{error}");
         }
+        let text = MINIMAL.replace(
+            "model = \"sata-ssd\"",
+            "model = \"hdd\"\nseek_settle_us = 1e300\nfull_stroke_seek_us = 1e300",
+        );
+        let error = Scenario::from_toml(&text).unwrap_err();
+        assert!(error.key.ends_with("_us"), "{error}");
         let text = MINIMAL.replace("model = \"sata-ssd\"", "model = \"hdd\"\nrpm = 0");
         let error = Scenario::from_toml(&text).unwrap_err();
         assert_eq!(error.key, "device[0].rpm", "{error}");

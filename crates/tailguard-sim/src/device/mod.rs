@@ -172,6 +172,12 @@ const POSITIVE_PARAMETERS: [&str; 14] = [
     "write_bandwidth_bytes_per_s",
 ];
 
+/// The longest time a model parameter in microseconds (a key ending in
+/// `_us`: seeks, overheads, latencies, stalls) may give, an hour: far beyond
+/// any device's, and short enough that the model's times stay far from
+/// overflow.
+pub const DEVICE_TIME_US_MAX: f64 = 3.6e9;
+
 /// The most commands a model's queue (`ncq_depth`, `queue_depth`) or its
 /// parallel units may number: far beyond any real device, and a bound on the
 /// model's memory.
@@ -179,7 +185,8 @@ pub const QUEUE_SLOTS_MAX: i64 = 65_536;
 
 /// Refuses model parameters no device has, naming the key: a number that is
 /// negative, not finite, or zero where the model needs it above zero
-/// (`POSITIVE_PARAMETERS`); a queue deeper than [`QUEUE_SLOTS_MAX`]. So the
+/// (`POSITIVE_PARAMETERS`); a time longer than [`DEVICE_TIME_US_MAX`]; a
+/// queue deeper than [`QUEUE_SLOTS_MAX`]. So the
 /// error names the parameter the user wrote (`rpm`), not the profile number
 /// derived from it, and no model silently rounds a zero up.
 pub fn validate_parameters(parameters: &toml::Table) -> Result<(), ConfigError> {
@@ -195,6 +202,12 @@ pub fn validate_parameters(parameters: &toml::Table) -> Result<(), ConfigError> 
             return Err(ConfigError::new(
                 key.as_str(),
                 format!("{number} is not usable; give a finite number {wanted}"),
+            ));
+        }
+        if key.ends_with("_us") && number > DEVICE_TIME_US_MAX {
+            return Err(ConfigError::new(
+                key.as_str(),
+                format!("{number} µs is out of range; give 0 to {DEVICE_TIME_US_MAX} (an hour)"),
             ));
         }
         let slots = ["ncq_depth", "queue_depth", "parallel_units", "flash_dies"];
