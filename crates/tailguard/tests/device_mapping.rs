@@ -45,6 +45,14 @@ struct LoopDevice {
 }
 
 impl LoopDevice {
+    /// [`LoopDevice::attach`], or `None` with the reason printed (a test
+    /// then skips).
+    fn attach_or_skip(image: &Path) -> Option<LoopDevice> {
+        Self::attach(image)
+            .map_err(|error| println!("skipped: {error}"))
+            .ok()
+    }
+
     fn attach(image: &Path) -> Result<LoopDevice, String> {
         let node = run("losetup", &["-f", "--show", image.to_str().unwrap()])?;
         Ok(LoopDevice {
@@ -258,12 +266,8 @@ fn loop_device_node_maps_to_loop() {
     let scratch = Scratch::new("loopnode");
     let image = scratch.0.join("disk.img");
     File::create(&image).unwrap().set_len(16 << 20).unwrap();
-    let dev = match LoopDevice::attach(&image) {
-        Ok(dev) => dev,
-        Err(e) => {
-            println!("skipped: {e}");
-            return;
-        }
+    let Some(dev) = LoopDevice::attach_or_skip(&image) else {
+        return;
     };
     let info = device_of_path(Path::new(&dev.node)).unwrap();
     println!("{} -> {info:?}", dev.node);
@@ -319,12 +323,8 @@ fn partitions_and_filesystems_on_a_loop_disk() {
     let image = scratch.0.join("disk.img");
     File::create(&image).unwrap().set_len(64 << 20).unwrap();
     // Declared before the mounts so that it is dropped after them.
-    let mut dev = match LoopDevice::attach(&image) {
-        Ok(dev) => dev,
-        Err(e) => {
-            println!("skipped: {e}");
-            return;
-        }
+    let Some(mut dev) = LoopDevice::attach_or_skip(&image) else {
+        return;
     };
     let parts = match (
         dev.add_partition(1, 2048, 49_152),
@@ -436,12 +436,8 @@ fn unaligned_writes_and_streams_on_a_device_node_keep_its_other_bytes() {
     let image = scratch.0.join("disk.img");
     let original: Vec<u8> = (0..1 << 20).map(|index| (index % 251 + 1) as u8).collect();
     std::fs::write(&image, &original).unwrap();
-    let dev = match LoopDevice::attach(&image) {
-        Ok(dev) => dev,
-        Err(e) => {
-            println!("skipped: {e}");
-            return;
-        }
+    let Some(dev) = LoopDevice::attach_or_skip(&image) else {
+        return;
     };
     let scheduler = tailguard::Scheduler::builder().build().unwrap();
     let class = scheduler.add_class("c", 100).unwrap();
@@ -504,12 +500,8 @@ fn btrfs_subvolumes_map_to_the_disk_under_them() {
     let scratch = Scratch::new("btrfs");
     let image = scratch.0.join("disk.img");
     File::create(&image).unwrap().set_len(256 << 20).unwrap();
-    let dev = match LoopDevice::attach(&image) {
-        Ok(dev) => dev,
-        Err(e) => {
-            println!("skipped: {e}");
-            return;
-        }
+    let Some(dev) = LoopDevice::attach_or_skip(&image) else {
+        return;
     };
     if let Err(e) = run("mkfs.btrfs", &["-q", "-f", &dev.node]) {
         println!("skipped: {e}");
