@@ -53,7 +53,6 @@ use crate::progress::Progress;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tailguard_core::{Direction, Nanos};
 use tailguard_sim::report::{human_duration, ClassReport, RunReport};
 use tailguard_sim::scenario::Scenario;
 
@@ -278,7 +277,7 @@ fn run_one(
     };
     let bar = progress.start_run(&label, scenario.duration_ns);
     let device = plan.device_name.as_str();
-    let mut disk_writes = DiskWriteWindow::for_scenario(scenario);
+    let mut disk_writes = measure::DiskWriteWindow::for_scenario(scenario);
     let mut report = driver::run(
         scenario,
         plan,
@@ -297,58 +296,6 @@ fn run_one(
     drop(bar);
     report.policy = name.to_string();
     Ok((report, disk_write))
-}
-
-/// The disk's write rate over the span in which a run's writes are active:
-/// from the start of its earliest writing job (the run's start when it has
-/// none) to its end, the span over which the writer's own rate counts, so the
-/// two rates compare like with like.
-struct DiskWriteWindow {
-    /// Run time at which the window opens.
-    opens_ns: Nanos,
-    /// The sector counter when the window opened, and when that was.
-    opened: Option<(Option<u64>, Instant)>,
-}
-
-impl DiskWriteWindow {
-    fn for_scenario(scenario: &Scenario) -> Self {
-        let opens_ns = scenario
-            .jobs
-            .iter()
-            .filter(|job| job.pattern.direction() == Direction::Write)
-            .map(|job| job.start_ns)
-            .min()
-            .unwrap_or(0);
-        Self {
-            opens_ns,
-            opened: None,
-        }
-    }
-
-    /// At `elapsed_ns` into the run (at `now`): reads the sector counter with
-    /// `read_sectors` once, when the window opens.
-    fn observe(
-        &mut self,
-        elapsed_ns: Nanos,
-        now: Instant,
-        read_sectors: impl FnOnce() -> Option<u64>,
-    ) {
-        if self.opened.is_none() && elapsed_ns >= self.opens_ns {
-            self.opened = Some((read_sectors(), now));
-        }
-    }
-
-    /// MB/s written from the window's opening to `now`, when the sector
-    /// counter then reads `sectors_now`; `None` when the window never opened
-    /// or the kernel does not tell.
-    fn rate(&self, sectors_now: Option<u64>, now: Instant) -> Option<f64> {
-        let (sectors_before, opened_at) = self.opened?;
-        measure::disk_write_rate(
-            sectors_before,
-            sectors_now,
-            now.saturating_duration_since(opened_at).as_secs_f64(),
-        )
-    }
 }
 
 /// What the demo measured: the three runs (alone, kernel writeback,
@@ -1288,7 +1235,7 @@ mod tests {
             threshold_bytes: None,
         };
         let mixed = demo_job(&sizing, 6.0, true).unwrap().scenario;
-        let mut window = DiskWriteWindow::for_scenario(&mixed);
+        let mut window = measure::DiskWriteWindow::for_scenario(&mixed);
         let run_start = Instant::now();
         let at = |seconds: u64| run_start + std::time::Duration::from_secs(seconds);
         // Before the writer starts (1 s into 6 s) the counter is not read.
@@ -1308,7 +1255,7 @@ mod tests {
         );
         // Without writers the window is the whole run.
         let solo = demo_job(&sizing, 3.0, false).unwrap().scenario;
-        let mut whole = DiskWriteWindow::for_scenario(&solo);
+        let mut whole = measure::DiskWriteWindow::for_scenario(&solo);
         whole.observe(0, at(0), || Some(0));
         assert_eq!(whole.rate(Some(0), at(3)), Some(0.0));
     }

@@ -21,9 +21,12 @@
 //! [`target::settle`], exactly as `tailguard bench` runs one mode.
 //!
 //! The disk's write rate comes from the device's own counters
-//! (`/sys/block/DEVICE/stat`, sectors written, read before and after the run),
-//! so it counts what reached the disk whoever sent it; where the target has no
-//! such counters (tmpfs) the writer's own rate stands in.
+//! (`/sys/block/DEVICE/stat`, sectors written, read at the run's start and
+//! end from its progress calls: [`DiskWriteWindow`]), so it counts what
+//! reached the disk whoever sent it, over the run's own seconds and not the
+//! setup or drain around them (which differ between tailguard's points and
+//! the static ones); where the target has no such counters (tmpfs) the
+//! writer's own rate stands in.
 //!
 //! Every round runs every point once, in the order of one row of a Williams
 //! design ([`round_order`]): round `r` starts at point `r * points / rounds`
@@ -42,8 +45,11 @@ use crate::frontier::grid::{Setting, Variant};
 use crate::progress::Progress;
 use serde::Serialize;
 use std::fmt::Write as _;
+use std::time::Instant;
 use tailguard::ControllerChoice;
+use tailguard_core::{Direction, Nanos};
 use tailguard_sim::report::{ClassReport, RunReport};
+use tailguard_sim::scenario::Scenario;
 
 /// The demo's readers: closed-loop instances.
 pub const READERS: u32 = 16;
@@ -417,23 +423,21 @@ pub fn measure(
                 ),
                 scenario.duration_ns,
             );
-            let sectors_before = disk_sectors_written(&plan.device_name);
-            let clock = std::time::Instant::now();
+            let mut window = DiskWriteWindow::for_scenario(scenario);
+            let device = plan.device_name.as_str();
             let run = driver::run(
                 scenario,
                 plan,
                 mode(setting),
                 &scheduler_settings(base, setting),
                 scenario.seed,
-                &mut |elapsed| bar.tick(elapsed),
+                &mut |elapsed| {
+                    bar.tick(elapsed);
+                    window.observe(elapsed, Instant::now(), || disk_sectors_written(device));
+                },
             )?;
-            let elapsed_s = clock.elapsed().as_secs_f64();
+            let disk = window.rate(disk_sectors_written(device), Instant::now());
             drop(bar);
-            let disk = disk_write_rate(
-                sectors_before,
-                disk_sectors_written(&plan.device_name),
-                elapsed_s,
-            );
             let sample =
                 Sample::of(&run.report, workload, round, order, disk).ok_or_else(|| {
                     CliError::usage(format!("{}: the run completed no reads", setting.name()))
@@ -442,6 +446,74 @@ pub fn measure(
         }
     }
     Ok(samples)
+}
+
+/// The disk's write rate over the span in which a run's writes are active:
+/// from the start of its earliest writing job (the run's start when it has
+/// none) to the run's end, the span over which the writer's own rate counts,
+/// so the two rates compare like with like. The counters are read from the
+/// run's progress calls, so the setup before the run (a scheduler built, files
+/// opened) and the drain and checks after it are left out; where no progress
+/// call comes after the end, the reading after the run closes it.
+pub struct DiskWriteWindow {
+    /// Run time at which the window opens.
+    opens_ns: Nanos,
+    /// Run time at which it closes: the scenario's end.
+    closes_ns: Nanos,
+    /// The sector counter when the window opened, and when that was.
+    opened: Option<(Option<u64>, Instant)>,
+    /// The same when it closed.
+    closed: Option<(Option<u64>, Instant)>,
+}
+
+impl DiskWriteWindow {
+    /// The window of `scenario`'s writes.
+    pub fn for_scenario(scenario: &Scenario) -> Self {
+        let opens_ns = scenario
+            .jobs
+            .iter()
+            .filter(|job| job.pattern.direction() == Direction::Write)
+            .map(|job| job.start_ns)
+            .min()
+            .unwrap_or(0);
+        Self {
+            opens_ns,
+            closes_ns: scenario.duration_ns,
+            opened: None,
+            closed: None,
+        }
+    }
+
+    /// At `elapsed_ns` into the run (at `now`): reads the sector counter with
+    /// `read_sectors` when the window opens, and again when it closes (once
+    /// each, at most one read per call).
+    pub fn observe(
+        &mut self,
+        elapsed_ns: Nanos,
+        now: Instant,
+        read_sectors: impl FnOnce() -> Option<u64>,
+    ) {
+        if self.opened.is_none() {
+            if elapsed_ns >= self.opens_ns {
+                self.opened = Some((read_sectors(), now));
+            }
+        } else if self.closed.is_none() && elapsed_ns >= self.closes_ns {
+            self.closed = Some((read_sectors(), now));
+        }
+    }
+
+    /// MB/s written over the window: to its closing reading, or to `now`
+    /// with the counter at `sectors_now` where none came; `None` when the
+    /// window never opened or the kernel does not tell.
+    pub fn rate(&self, sectors_now: Option<u64>, now: Instant) -> Option<f64> {
+        let (sectors_before, opened_at) = self.opened?;
+        let (sectors_after, closed_at) = self.closed.unwrap_or((sectors_now, now));
+        disk_write_rate(
+            sectors_before,
+            sectors_after,
+            closed_at.saturating_duration_since(opened_at).as_secs_f64(),
+        )
+    }
 }
 
 /// Sectors (512 bytes) written to the whole disk `device` since boot, from
@@ -465,6 +537,31 @@ pub fn disk_write_rate(before: Option<u64>, after: Option<u64>, elapsed_s: f64) 
 mod tests {
     use super::*;
     use crate::frontier::grid::Variant;
+
+    #[test]
+    fn the_disk_window_closes_at_the_run_end_when_a_progress_call_comes_after_it() {
+        let scenario = Scenario::from_toml(
+            "duration_s = 3\n[[device]]\nname = \"d\"\nmodel = \"sata-ssd\"\n\
+             [[class]]\nname = \"w\"\nshares = 100\n[[job]]\nclass = \"w\"\ndevice = \"d\"\n\
+             pattern = \"seqwrite\"\nblock_size = \"128k\"\n",
+        )
+        .unwrap();
+        let start = Instant::now();
+        let at = |millis: u64| start + std::time::Duration::from_millis(millis);
+        let mut window = DiskWriteWindow::for_scenario(&scenario);
+        window.observe(0, at(0), || Some(0));
+        window.observe(1_000_000_000, at(1_000), || panic!("read between the ends"));
+        // 300 MB over the run's 3 s; the drain after it adds 100 MB and 2 s.
+        window.observe(3_000_000_000, at(3_000), || Some(300_000_000 / 512));
+        window.observe(3_100_000_000, at(3_100), || panic!("read after closing"));
+        let rate = window.rate(Some(400_000_000 / 512), at(5_000)).unwrap();
+        assert!((rate - 100.0).abs() < 0.01, "{rate} MB/s over the run");
+        // No progress call after the end: the reading after the run closes it.
+        let mut open = DiskWriteWindow::for_scenario(&scenario);
+        open.observe(0, at(0), || Some(0));
+        let rate = open.rate(Some(400_000_000 / 512), at(4_000)).unwrap();
+        assert!((rate - 100.0).abs() < 0.01, "{rate} MB/s");
+    }
     use std::collections::BTreeSet;
 
     #[test]
