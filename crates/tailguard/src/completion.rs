@@ -135,16 +135,15 @@ pub(crate) fn drive_until_notified_helping<T>(
 thread_local! {
     /// The driver whose `block_on` runs on this thread (0: none).
     static DRIVING: Cell<usize> = const { Cell::new(0) };
-    /// The driver this thread holds the engine of ([`EngineHold`]; 0: none).
-    static HOLDING: Cell<usize> = const { Cell::new(0) };
+    /// The driver this thread holds the engine of ([`EngineHold`]; [`holding`]
+    /// gives its id), kept whole so that a `block_on` of another driver can
+    /// end the hold's session (see [`release_other_hold`]).
+    static HELD_DRIVER: RefCell<Option<Arc<dyn Driver>>> = const { RefCell::new(None) };
     /// Whether the helping session of this thread's hold is open (counted by
-    /// `HOLDING`'s driver). One flag for the thread, not one per `block_on`:
+    /// the held driver). One flag for the thread, not one per `block_on`:
     /// a wait in any `block_on` may end the session, and the hold may be
     /// dropped inside one, so they all read and write this.
     static HOLD_OPEN: Cell<bool> = const { Cell::new(false) };
-    /// `HOLDING`'s driver itself, so that a `block_on` of another driver can
-    /// end the hold's session (see [`release_other_hold`]).
-    static HELD_DRIVER: RefCell<Option<Arc<dyn Driver>>> = const { RefCell::new(None) };
     /// Its address identifies the thread.
     #[cfg(not(tailguard_loom))]
     static THREAD_TOKEN: u8 = const { 0 };
@@ -152,6 +151,11 @@ thread_local! {
 
 fn driver_id(driver: &Arc<dyn Driver>) -> usize {
     Arc::as_ptr(driver).cast::<()>() as usize
+}
+
+/// The id of the driver this thread holds the engine of (0: none).
+fn holding() -> usize {
+    HELD_DRIVER.with_borrow(|held| held.as_ref().map_or(0, driver_id))
 }
 
 /// Identifies the current thread (a parker's owner).
@@ -192,7 +196,7 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
             }
             // A wait that found the engine busy ended the hold's session (so
             // the engine thread took over); the hold reopens it.
-            if HOLDING.get() == driver_id(&self.driver) && !HOLD_OPEN.get() {
+            if holding() == driver_id(&self.driver) && !HOLD_OPEN.get() {
                 self.driver.begin_session();
                 HOLD_OPEN.set(true);
             }
@@ -216,7 +220,7 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
             return value;
         }
         // The future may have made or dropped a hold: look each time.
-        if HOLDING.get() == id {
+        if holding() == id {
             let mut open = HOLD_OPEN.get();
             driver.drive_until_notified(&parker, &mut open);
             HOLD_OPEN.set(open);
@@ -233,8 +237,8 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
 /// may wait for the held engine's requests (which would otherwise wait for
 /// this thread: a hang). The hold's next wait reopens the session.
 fn release_other_hold(id: usize) {
-    let holding = HOLDING.get();
-    if holding == 0 || holding == id || !HOLD_OPEN.get() {
+    let held = holding();
+    if held == 0 || held == id || !HOLD_OPEN.get() {
         return;
     }
     HELD_DRIVER.with_borrow(|held| {
@@ -260,9 +264,9 @@ pub struct EngineHold {
     /// `None`: waiters may not run this engine, so there is nothing to hold,
     /// or this thread held it already (an inner hold changes nothing).
     driver: Option<Arc<dyn Driver>>,
-    /// `HOLDING`, `HOLD_OPEN` and `HELD_DRIVER` before this hold, restored
-    /// when it ends.
-    previous: (usize, bool, Option<Arc<dyn Driver>>),
+    /// `HOLD_OPEN` and `HELD_DRIVER` before this hold, restored when it
+    /// ends.
+    previous: (bool, Option<Arc<dyn Driver>>),
     /// The session belongs to this thread: the guard is not `Send`.
     _thread_bound: std::marker::PhantomData<*const ()>,
 }
@@ -271,7 +275,7 @@ impl EngineHold {
     /// Opens the session on `driver`, whose waiters may run its engine.
     /// A second hold of the same engine on this thread is [`EngineHold::inert`].
     pub(crate) fn new(driver: Arc<dyn Driver>) -> Self {
-        if HOLDING.get() == driver_id(&driver) {
+        if holding() == driver_id(&driver) {
             return Self::inert();
         }
         // A hold of another engine lets go of its session, as a wait in
@@ -279,7 +283,6 @@ impl EngineHold {
         release_other_hold(driver_id(&driver));
         driver.begin_session();
         let previous = (
-            HOLDING.replace(driver_id(&driver)),
             HOLD_OPEN.replace(true),
             HELD_DRIVER.replace(Some(driver.clone())),
         );
@@ -295,7 +298,7 @@ impl EngineHold {
     pub(crate) fn inert() -> Self {
         Self {
             driver: None,
-            previous: (0, false, None),
+            previous: (false, None),
             _thread_bound: std::marker::PhantomData,
         }
     }
@@ -317,9 +320,8 @@ impl Drop for EngineHold {
         if HOLD_OPEN.get() {
             driver.end_session();
         }
-        HOLDING.set(self.previous.0);
-        HOLD_OPEN.set(self.previous.1);
-        HELD_DRIVER.set(self.previous.2.take());
+        HOLD_OPEN.set(self.previous.0);
+        HELD_DRIVER.set(self.previous.1.take());
         driver.kick();
     }
 }
