@@ -320,6 +320,14 @@ struct InFlightPiece {
     alone: bool,
 }
 
+impl InFlightPiece {
+    /// Whether this slot still holds the piece dispatched with `generation`
+    /// (not completed, not reused since).
+    fn holds(&self, generation: u32) -> bool {
+        self.occupied && self.generation == generation
+    }
+}
+
 fn direction_index(direction: Direction) -> usize {
     match direction {
         Direction::Read => 0,
@@ -961,7 +969,7 @@ impl<C: LatencyController> Dispatcher<C> {
     fn oldest_is_overdue(&mut self, now: Nanos) -> bool {
         while let Some(&(slot, generation)) = self.dispatch_order.front() {
             let piece = &self.in_flight.slots[slot as usize];
-            if piece.occupied && piece.generation == generation {
+            if piece.holds(generation) {
                 return piece.overdue_at.is_some_and(|at| now >= at);
             }
             self.dispatch_order.pop_front();
@@ -1011,7 +1019,7 @@ impl<C: LatencyController> Dispatcher<C> {
     fn end_alone_exemption(&mut self, now: Nanos) {
         for &(slot, generation) in &self.dispatch_order {
             let piece = &mut self.in_flight.slots[slot as usize];
-            if piece.occupied && piece.generation == generation && piece.alone {
+            if piece.holds(generation) && piece.alone {
                 piece.alone = false;
                 piece.overdue_at = piece
                     .overdue_after_ns
@@ -1096,10 +1104,8 @@ impl<C: LatencyController> Dispatcher<C> {
         self.dispatch_order.push_back((slot, generation));
         if self.dispatch_order.len() > 2 * self.in_flight.live_count() + DISPATCH_ORDER_SLACK {
             let in_flight = &self.in_flight;
-            self.dispatch_order.retain(|&(slot, generation)| {
-                let piece = &in_flight.slots[slot as usize];
-                piece.occupied && piece.generation == generation
-            });
+            self.dispatch_order
+                .retain(|&(slot, generation)| in_flight.slots[slot as usize].holds(generation));
         }
         DispatchedPiece {
             token: (u64::from(generation) << 32) | u64::from(slot),
@@ -1119,7 +1125,7 @@ impl<C: LatencyController> Dispatcher<C> {
         let slot_index = (token & u64::from(u32::MAX)) as u32;
         let generation = (token >> 32) as u32;
         let piece = match self.in_flight.slots.get(slot_index as usize) {
-            Some(piece) if piece.occupied && piece.generation == generation => *piece,
+            Some(piece) if piece.holds(generation) => *piece,
             _ => return Err(CoreError::UnknownToken(token)),
         };
         self.in_flight.slots[slot_index as usize].occupied = false;
