@@ -246,6 +246,34 @@ fn verify_writes_checksummed_blocks_and_reads_them_back_in_every_mode() {
 }
 
 #[test]
+fn a_block_size_range_draws_as_fio_does_and_verifies_in_every_mode() {
+    let (directory, fio) = scratch("bsrange");
+    let text = format!(
+        "[global]\ndirectory={}\nsize=1m\n\
+         [write]\nrw=randwrite\nbsrange=4k-64k\niodepth=4\nverify=crc32c\n",
+        directory.display()
+    );
+    let (runs, notes) = bench(&fio, &text, &[]);
+    assert_eq!(
+        notes
+            .matches("written blocks read back and checked")
+            .count(),
+        3,
+        "one read-back per mode: {notes}"
+    );
+    for run in &runs {
+        assert_eq!(class_u64(run, 0, "bytes"), 1 << 20, "{run}");
+        // fio draws 4k, 8k, ... 64k equally (a mean of 34 KiB: about 30
+        // requests for 1 MiB); powers of two alone would mean 24.8 KiB
+        // (about 41).
+        let ops = class_u64(run, 0, "ops");
+        assert!((22..=37).contains(&ops), "{ops} requests: {run}");
+    }
+    assert_empty(&directory);
+    remove_scratch(&directory, &fio);
+}
+
+#[test]
 fn a_ramp_keeps_the_first_requests_out_of_the_report() {
     let (directory, fio) = scratch("ramp");
     let text = format!(

@@ -385,10 +385,10 @@ struct Driver<'a> {
     /// Per accumulator row: when its requests begin to count (after ramp).
     measure_from_ns: Vec<Nanos>,
     timers: BinaryHeap<Timer>,
-    /// Free buffers by length, the least recently used first: a job that
+    /// Free buffers by capacity, the least recently used first: a job that
     /// asks for a set of write buffers larger than its depth cycles through
     /// all of them.
-    buffers: HashMap<usize, VecDeque<AlignedBuffer>>,
+    buffers: BTreeMap<usize, VecDeque<AlignedBuffer>>,
     pending: HashMap<u64, Pending>,
     next_token: u64,
     generated: Vec<RequestTemplate>,
@@ -451,10 +451,7 @@ impl<'a> Driver<'a> {
             .jobs
             .iter()
             .zip(&job_options)
-            .map(|(job, options)| {
-                let sizes = options.shape.sizes(job.block_size_bytes);
-                sizes.into_iter().max().unwrap_or(job.block_size_bytes)
-            })
+            .map(|(job, options)| options.shape.largest_bytes(job.block_size_bytes))
             .collect();
         let in_flight = InFlight::new(limits, &request_bytes_max, instance_job.len());
         let (buffers, buffers_allocated) = buffers(scenario, &job_options, &in_flight)?;
@@ -743,13 +740,20 @@ impl<'a> Driver<'a> {
         token: u64,
     ) -> Result<AlignedBuffer, CliError> {
         let length = length_bytes as usize;
-        let mut buffer = match self.buffers.get_mut(&length).and_then(VecDeque::pop_front) {
+        // The smallest free buffer that holds the request: its own size's,
+        // or a range's largest.
+        let free = self
+            .buffers
+            .range_mut(length..)
+            .find_map(|(_, free)| free.pop_front());
+        let mut buffer = match free {
             Some(buffer) => buffer,
             None => {
                 self.buffers_allocated += 1;
-                new_buffer(length)?
+                new_buffer(self.job_options[job].shape.new_buffer_bytes(length_bytes) as usize)?
             }
         };
+        buffer.truncate(length);
         if write && self.job_options[job].verify {
             let seed = derive_seed(self.seed, offset_bytes, token as usize);
             fill_verified(&mut buffer, offset_bytes, seed);
@@ -808,7 +812,7 @@ impl<'a> Driver<'a> {
         };
         let job = request.template.job;
         self.in_flight.finish(job, self.request_bytes_max[job]);
-        let Some(buffer) = finished.buffer else {
+        let Some(mut buffer) = finished.buffer else {
             return Ok(());
         };
         let template = request.template;
@@ -823,6 +827,7 @@ impl<'a> Driver<'a> {
         if request.measured {
             self.measure(&request, completed_ns, bytes as u64);
         }
+        buffer.restore_len();
         self.buffers
             .entry(buffer.len())
             .or_default()
@@ -1236,8 +1241,8 @@ fn buffers(
     scenario: &Scenario,
     job_options: &[JobOptions],
     in_flight: &InFlight,
-) -> Result<(HashMap<usize, VecDeque<AlignedBuffer>>, u64), CliError> {
-    let mut buffers: HashMap<usize, VecDeque<AlignedBuffer>> = HashMap::new();
+) -> Result<(BTreeMap<usize, VecDeque<AlignedBuffer>>, u64), CliError> {
+    let mut buffers: BTreeMap<usize, VecDeque<AlignedBuffer>> = BTreeMap::new();
     let mut allocated = 0;
     let mut allocated_bytes = 0;
     let run_bytes_max = in_flight.limits().run_bytes_max;
@@ -1250,7 +1255,7 @@ fn buffers(
         let in_flight_count =
             (per_instance * u64::from(job.numjobs)).min(in_flight.job_limit(index));
         let writes = job.pattern.direction() == tailguard_core::Direction::Write;
-        for length in options.shape.sizes(job.block_size_bytes) {
+        for length in options.shape.buffer_sizes(job.block_size_bytes) {
             let ring_count = if writes {
                 options.write_buffer_bytes.div_ceil(length)
             } else {

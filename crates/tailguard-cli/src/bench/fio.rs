@@ -55,7 +55,7 @@
 //!   (`psync`, `sync`, ...) run at queue depth 1, as in fio.
 
 use crate::bench::job::{BenchJob, JobOptions, SyncKind};
-use crate::bench::shape::Shape;
+use crate::bench::shape::{BlockSizes, Shape};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::FileTypeExt as _;
 use std::path::{Path, PathBuf};
@@ -986,8 +986,7 @@ fn shapes(
                     .and_then(|(_, sizes)| sizes[direction].clone())
             });
         if let Some(sizes) = sizes {
-            block_size_bytes[direction] =
-                sizes.iter().map(|(bytes, _)| *bytes).min().unwrap_or(4096);
+            block_size_bytes[direction] = sizes.smallest_bytes().unwrap_or(4096);
             shape.block_sizes = sizes;
         }
     }
@@ -1037,14 +1036,12 @@ fn rw_modifier(
     Ok(())
 }
 
-/// A per-direction list: (read, write) sizes and weights.
-type DirectionLists = [Option<Vec<(u64, u32)>>; 2];
-
-/// fio's `R,W` values that are lists themselves (`bssplit`, `bsrange`).
-fn per_direction_list(
+/// fio's `R,W` values that are lists or ranges themselves (`bssplit`,
+/// `bsrange`): (read, write).
+fn per_direction_list<T: Clone>(
     text: &str,
-    parse: impl Fn(&str) -> Result<Vec<(u64, u32)>, String>,
-) -> Result<DirectionLists, String> {
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<[Option<T>; 2], String> {
     let parts: Vec<&str> = text.split(',').map(str::trim).collect();
     let value = |part: &str| {
         if part.is_empty() {
@@ -1063,7 +1060,7 @@ fn per_direction_list(
 
 /// `bssplit`'s `SIZE/PERCENT:SIZE/PERCENT...`; sizes without a percentage
 /// share what the others leave.
-fn parse_split(text: &str, kb_base: u64) -> Result<Vec<(u64, u32)>, String> {
+fn parse_split(text: &str, kb_base: u64) -> Result<BlockSizes, String> {
     let mut sizes = Vec::new();
     let mut unweighted = Vec::new();
     for entry in text.split(':').filter(|entry| !entry.is_empty()) {
@@ -1095,31 +1092,27 @@ fn parse_split(text: &str, kb_base: u64) -> Result<Vec<(u64, u32)>, String> {
     if sizes.is_empty() {
         return Err("no size has a share; write e.g. 4k/70:64k/30".into());
     }
-    Ok(sizes)
+    Ok(BlockSizes::Weighted(sizes))
 }
 
-/// `bsrange`'s `LOW-HIGH`: LOW times each power of two up to HIGH, equally
-/// likely.
-fn parse_range(text: &str, kb_base: u64) -> Result<Vec<(u64, u32)>, String> {
+/// `bsrange`'s `LOW-HIGH`, drawn as fio draws it ([`BlockSizes::Range`]).
+fn parse_range(text: &str, kb_base: u64) -> Result<BlockSizes, String> {
     let (low, high) = text
         .split_once('-')
         .ok_or_else(|| format!("`{text}` is not a range; write e.g. 4k-64k"))?;
-    let (low, high) = (
+    let (low_bytes, high_bytes) = (
         parse_block_size(low, kb_base)?,
         parse_block_size(high, kb_base)?,
     );
-    if low > high {
+    if low_bytes > high_bytes {
         return Err(format!(
             "`{text}` goes from high to low; write the smaller size first"
         ));
     }
-    let mut sizes = Vec::new();
-    let mut size = low;
-    while size <= high {
-        sizes.push((size, 1));
-        size *= 2;
-    }
-    Ok(sizes)
+    Ok(BlockSizes::Range {
+        low_bytes,
+        high_bytes,
+    })
 }
 
 /// One block size: fio units, a multiple of 512.
@@ -1497,15 +1490,11 @@ fn check_requests_fit(
     };
     for &direction in directions {
         let shape = &shapes[direction];
-        let largest = shape
-            .sizes(block_size_bytes[direction])
-            .into_iter()
-            .max()
-            .unwrap_or(block_size_bytes[direction]);
+        let largest = shape.largest_bytes(block_size_bytes[direction]);
         if largest <= region_bytes {
             continue;
         }
-        let key = if shape.block_sizes.is_empty() {
+        let key = if shape.block_sizes == BlockSizes::Job {
             "bs"
         } else {
             ["bssplit", "bsrange"]
@@ -2380,8 +2369,9 @@ prio=0
             (rates[0] - 104_857_600.0 / split_mean).abs() < 1e-6,
             "{rates:?}"
         );
-        // bsrange=4k-16k draws 4k, 8k and 16k equally: a mean of 28k / 3.
-        let range_mean = (4096.0 + 8192.0 + 16384.0) / 3.0;
+        // bsrange=4k-16k draws 4k, 8k, 12k and 16k equally, as fio does: a
+        // mean of 10k.
+        let range_mean = 10_240.0;
         assert!(
             (rates[1] - 12_582_912.0 / range_mean).abs() < 1e-6,
             "{rates:?}"
@@ -2766,18 +2756,25 @@ prio=0
         );
         let options = &imported.job.job_options;
         let jobs = &imported.job.scenario.jobs;
-        assert_eq!(options[0].shape.block_sizes, [(4096, 25), (65536, 75)]);
-        assert_eq!(jobs[0].block_size_bytes, 4096);
-        assert_eq!(options[1].shape.block_sizes, [(16384, 100)]);
-        assert_eq!(jobs[1].block_size_bytes, 16384);
+        let range = |low_bytes, high_bytes| BlockSizes::Range {
+            low_bytes,
+            high_bytes,
+        };
         assert_eq!(
-            options[2].shape.block_sizes,
-            [(4096, 1), (8192, 1), (16384, 1)]
+            options[0].shape.block_sizes,
+            BlockSizes::Weighted(vec![(4096, 25), (65536, 75)])
         );
+        assert_eq!(jobs[0].block_size_bytes, 4096);
+        assert_eq!(
+            options[1].shape.block_sizes,
+            BlockSizes::Weighted(vec![(16384, 100)])
+        );
+        assert_eq!(jobs[1].block_size_bytes, 16384);
+        assert_eq!(options[2].shape.block_sizes, range(4096, 16384));
         assert_eq!(options[2].shape.skip_bytes, 8192);
         assert_eq!(options[3].shape.random_run, 8);
         assert_eq!(options[3].shape.random_percent, Some(40));
-        assert_eq!(options[3].shape.block_sizes, [(8192, 1)]);
+        assert_eq!(options[3].shape.block_sizes, range(8192, 8192));
         assert_eq!(options[4].think_ns, 250_000, "thinktime is in microseconds");
         assert_eq!(options[4].ramp_ns, 2_000_000_000);
         // The ramp comes before the measured runtime.

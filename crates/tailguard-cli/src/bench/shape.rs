@@ -5,9 +5,11 @@
 //! length from the job's pattern and block size. A [`Shape`] reshapes them,
 //! per instance, for fio options the generator has no notion of:
 //!
-//! - **block sizes** (`bssplit`, `bsrange`, `bs=a-b`): each request's length
-//!   is drawn from weighted sizes; the job's own block size is the smallest,
-//!   and offsets stay multiples of it;
+//! - **block sizes**: each request's length is drawn from weighted sizes
+//!   (`bssplit`), or as fio draws it from a range (`bsrange`, `bs=a-b`):
+//!   uniform below the range's top, rounded up to a multiple of its bottom,
+//!   at most its top. The job's own block size is the smallest, and offsets
+//!   stay multiples of it;
 //! - **random and sequential mixes** (`percentage_random`, `rw=randread:N`):
 //!   a request goes to a random offset with the given probability, or only
 //!   every N requests, and otherwise follows the previous one;
@@ -27,11 +29,42 @@
 
 use tailguard_sim::scenario::JobSpec;
 
+/// How a job's request sizes are drawn.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BlockSizes {
+    /// Every request has the job's block size.
+    #[default]
+    Job,
+    /// Sizes drawn by their weights (`bssplit`).
+    Weighted(Vec<(u64, u32)>),
+    /// fio's `bsrange=LOW-HIGH`: a number uniform in `0..high_bytes`,
+    /// rounded up to the next multiple of `low_bytes`, at most `high_bytes`.
+    /// Every multiple of LOW up to HIGH is equally likely (a HIGH that is
+    /// not one gets what is left).
+    Range {
+        /// The smallest size, and the step between sizes.
+        low_bytes: u64,
+        /// The largest size.
+        high_bytes: u64,
+    },
+}
+
+impl BlockSizes {
+    /// The smallest size it draws, or `None` for the job's own.
+    pub fn smallest_bytes(&self) -> Option<u64> {
+        match self {
+            Self::Job => None,
+            Self::Weighted(sizes) => sizes.iter().map(|(bytes, _)| *bytes).min(),
+            Self::Range { low_bytes, .. } => Some(*low_bytes),
+        }
+    }
+}
+
 /// How a job's requests are shaped; the default changes nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Shape {
-    /// Request sizes and their weights; empty: the job's block size.
-    pub block_sizes: Vec<(u64, u32)>,
+    /// How request sizes are drawn.
+    pub block_sizes: BlockSizes,
     /// Percentage of requests at a random offset, the rest sequential
     /// (`percentage_random`); `None`: as the job's pattern says.
     pub random_percent: Option<u32>,
@@ -53,28 +86,68 @@ impl Shape {
     /// `job_block` when it sets no sizes: what turns a byte rate into a
     /// request rate, or a request count into bytes.
     pub fn mean_size_bytes(&self, job_block: u64) -> f64 {
-        let (weighted, total) =
-            self.block_sizes
-                .iter()
-                .fold((0.0, 0u64), |(weighted, total), &(bytes, weight)| {
-                    (
-                        weighted + bytes as f64 * f64::from(weight),
-                        total + u64::from(weight),
-                    )
-                });
-        if total == 0 {
-            job_block as f64
-        } else {
-            weighted / total as f64
+        match &self.block_sizes {
+            BlockSizes::Job => job_block as f64,
+            BlockSizes::Weighted(sizes) => {
+                let (weighted, total) =
+                    sizes
+                        .iter()
+                        .fold((0.0, 0u64), |(weighted, total), &(bytes, weight)| {
+                            (
+                                weighted + bytes as f64 * f64::from(weight),
+                                total + u64::from(weight),
+                            )
+                        });
+                if total == 0 {
+                    job_block as f64
+                } else {
+                    weighted / total as f64
+                }
+            }
+            &BlockSizes::Range {
+                low_bytes,
+                high_bytes,
+            } => {
+                // Steps 1..=whole each have probability low / high; the
+                // rest of the range draws high itself.
+                let (low, high) = (low_bytes as f64, high_bytes as f64);
+                let whole = (high_bytes / low_bytes) as f64;
+                let rest = (high_bytes % low_bytes) as f64;
+                low * low / high * whole * (whole + 1.0) / 2.0 + rest
+            }
         }
     }
 
-    /// The request sizes it can give, or `job_block` alone.
-    pub fn sizes(&self, job_block: u64) -> Vec<u64> {
-        if self.block_sizes.is_empty() {
-            vec![job_block]
-        } else {
-            self.block_sizes.iter().map(|(bytes, _)| *bytes).collect()
+    /// The largest request size it can give (`job_block` when it sets none).
+    pub fn largest_bytes(&self, job_block: u64) -> u64 {
+        match &self.block_sizes {
+            BlockSizes::Job => job_block,
+            BlockSizes::Weighted(sizes) => sizes
+                .iter()
+                .map(|(bytes, _)| *bytes)
+                .max()
+                .unwrap_or(job_block),
+            BlockSizes::Range { high_bytes, .. } => *high_bytes,
+        }
+    }
+
+    /// The sizes of the buffers its requests use: one per size it draws by
+    /// weight, or the largest of a range (a request takes the smallest free
+    /// buffer that holds it, cut to its length).
+    pub fn buffer_sizes(&self, job_block: u64) -> Vec<u64> {
+        match &self.block_sizes {
+            BlockSizes::Job => vec![job_block],
+            BlockSizes::Weighted(sizes) => sizes.iter().map(|(bytes, _)| *bytes).collect(),
+            BlockSizes::Range { high_bytes, .. } => vec![*high_bytes],
+        }
+    }
+
+    /// The size of a new buffer for a request of `length_bytes` when none
+    /// is free: a range's largest, which serves any of its requests later.
+    pub fn new_buffer_bytes(&self, length_bytes: u64) -> u64 {
+        match &self.block_sizes {
+            BlockSizes::Range { high_bytes, .. } => length_bytes.max(*high_bytes),
+            _ => length_bytes,
         }
     }
 }
@@ -155,24 +228,33 @@ pub fn reshape(
     (offset, length)
 }
 
-/// A request size drawn by weight (the job's block size when none are set).
+/// A request size drawn as `shape` says (the job's block size when it sets
+/// none).
 fn pick_size(shape: &Shape, state: &mut ShapeState, job_block: u64) -> u64 {
-    let total: u64 = shape
-        .block_sizes
-        .iter()
-        .map(|(_, weight)| u64::from(*weight))
-        .sum();
-    if total == 0 {
-        return job_block;
-    }
-    let mut pick = state.below(total);
-    for &(bytes, weight) in &shape.block_sizes {
-        if pick < u64::from(weight) {
-            return bytes;
+    match &shape.block_sizes {
+        BlockSizes::Job => job_block,
+        BlockSizes::Weighted(sizes) => {
+            let total: u64 = sizes.iter().map(|(_, weight)| u64::from(*weight)).sum();
+            if total == 0 {
+                return job_block;
+            }
+            let mut pick = state.below(total);
+            for &(bytes, weight) in sizes {
+                if pick < u64::from(weight) {
+                    return bytes;
+                }
+                pick -= u64::from(weight);
+            }
+            job_block
         }
-        pick -= u64::from(weight);
+        &BlockSizes::Range {
+            low_bytes,
+            high_bytes,
+        } => {
+            let steps = state.below(high_bytes) / low_bytes + 1;
+            (steps * low_bytes).min(high_bytes)
+        }
     }
-    job_block
 }
 
 /// The first eight bytes of every verified block.
@@ -244,6 +326,7 @@ pub fn check_verified(buffer: &[u8], offset: u64) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
     use tailguard_sim::scenario::Scenario;
 
     fn job(pattern: &str) -> JobSpec {
@@ -258,7 +341,7 @@ mod tests {
     #[test]
     fn split_sizes_follow_their_weights_and_stay_in_the_region() {
         let shape = Shape {
-            block_sizes: vec![(4096, 75), (65536, 25)],
+            block_sizes: BlockSizes::Weighted(vec![(4096, 75), (65536, 25)]),
             ..Shape::default()
         };
         let spec = job("randread");
@@ -277,6 +360,83 @@ mod tests {
             (800..1200).contains(&large),
             "{large} of 4000 should be about 1000"
         );
+    }
+
+    /// Draws `count` sizes from `sizes` and returns how often each came.
+    fn draw(sizes: BlockSizes, count: usize) -> BTreeMap<u64, usize> {
+        let shape = Shape {
+            block_sizes: sizes,
+            ..Shape::default()
+        };
+        let mut state = ShapeState::new(11);
+        let mut seen = BTreeMap::new();
+        for _ in 0..count {
+            *seen.entry(pick_size(&shape, &mut state, 4096)).or_default() += 1;
+        }
+        seen
+    }
+
+    #[test]
+    fn a_range_draws_every_multiple_of_its_low_size_as_fio_does() {
+        // fio: LOW + HIGH × uniform, rounded down to LOW, at most HIGH:
+        // 4k, 8k, 12k and 16k equally.
+        let seen = draw(
+            BlockSizes::Range {
+                low_bytes: 4096,
+                high_bytes: 16384,
+            },
+            40_000,
+        );
+        assert_eq!(
+            seen.keys().copied().collect::<Vec<_>>(),
+            [4096, 8192, 12288, 16384]
+        );
+        for (size, times) in &seen {
+            assert!((9_000..11_000).contains(times), "{size}: {times} of 40000");
+        }
+        // A top that is no multiple of the bottom gets what is left: 4k and
+        // 8k each 0.4, 10k 0.2.
+        let seen = draw(
+            BlockSizes::Range {
+                low_bytes: 4096,
+                high_bytes: 10240,
+            },
+            50_000,
+        );
+        assert_eq!(
+            seen.keys().copied().collect::<Vec<_>>(),
+            [4096, 8192, 10240]
+        );
+        assert!((19_000..21_000).contains(&seen[&4096]), "{seen:?}");
+        assert!((9_000..11_000).contains(&seen[&10240]), "{seen:?}");
+    }
+
+    #[test]
+    fn the_mean_size_of_a_range_is_the_mean_of_its_draws() {
+        for (low_bytes, high_bytes) in [(4096, 16384), (4096, 10240), (4096, 1 << 20), (8192, 8192)]
+        {
+            let sizes = BlockSizes::Range {
+                low_bytes,
+                high_bytes,
+            };
+            let shape = Shape {
+                block_sizes: sizes.clone(),
+                ..Shape::default()
+            };
+            let count = 200_000;
+            let drawn: u64 = draw(sizes, count)
+                .iter()
+                .map(|(size, times)| size * *times as u64)
+                .sum();
+            let mean = shape.mean_size_bytes(4096);
+            let measured = drawn as f64 / count as f64;
+            assert!(
+                (measured / mean - 1.0).abs() < 0.01,
+                "{low_bytes}-{high_bytes}: drawn {measured}, computed {mean}"
+            );
+            assert_eq!(shape.largest_bytes(4096), high_bytes);
+            assert_eq!(shape.buffer_sizes(4096), [high_bytes]);
+        }
     }
 
     #[test]
