@@ -39,7 +39,12 @@ fn open(kind: BackendKind, depth: u32) -> Option<Box<dyn Backend>> {
                 println!("io_uring features accepted: {:?}", ring.features());
                 Some(Box::new(ring))
             }
-            Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+            Err(error)
+                if matches!(
+                    error.raw_os_error(),
+                    Some(libc::ENOSYS | libc::EPERM | libc::EOPNOTSUPP)
+                ) =>
+            {
                 println!("skipping io_uring: {} ({error})", refusal_reason(&error));
                 None
             }
@@ -477,7 +482,12 @@ fn auto_falls_back_to_threads_when_io_uring_is_forbidden() {
 fn open_uring(depth: u32, options: UringOptions) -> Option<Uring> {
     match Uring::with_options(depth, options) {
         Ok(ring) => Some(ring),
-        Err(error) if matches!(error.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+        Err(error)
+            if matches!(
+                error.raw_os_error(),
+                Some(libc::ENOSYS | libc::EPERM | libc::EOPNOTSUPP)
+            ) =>
+        {
             println!("skipping io_uring: {} ({error})", refusal_reason(&error));
             None
         }

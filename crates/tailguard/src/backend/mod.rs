@@ -333,6 +333,10 @@ pub fn refusal_reason(error: &io::Error) -> &'static str {
         }
         Some(libc::ENOMEM) => "RLIMIT_MEMLOCK is too low for the ring; raise it with ulimit -l",
         Some(libc::EINVAL) => "the kernel rejected the ring's parameters",
+        Some(libc::EOPNOTSUPP) => {
+            "the kernel's io_uring lacks plain reads and writes or keeps no \
+             completion it cannot post at once (older than 5.6)"
+        }
         _ => "io_uring setup failed",
     }
 }

@@ -394,8 +394,9 @@ impl Features {
 /// Must be created and used on one thread (the ring may be set up with
 /// `SINGLE_ISSUER`).
 pub struct Uring {
-    // Field order is drop order: the ring goes first, so that the kernel is done
-    // with the wake read before its buffer and its eventfd are released.
+    // Field order is drop order: the ring goes first. The kernel cancels the
+    // wake read after `close` returns, so `drop` leaves an armed read's
+    // buffer alive, and submitters' wakers keep the eventfd open.
     /// The ring.
     ring: IoUring,
     /// Where the wake read writes the eventfd's counter. Boxed: its address must
@@ -451,6 +452,7 @@ impl Uring {
             &SETUP_ATTEMPTS
         };
         let (ring, features) = build_ring(depth, attempts)?;
+        check_ops(&ring)?;
         let waker = Arc::new(EventFdWaker::new()?);
         let mut uring = Self {
             ring,
@@ -604,9 +606,9 @@ impl Uring {
         .build()
         .user_data(WAKE_USER_DATA);
         let mut sq = self.ring.submission();
-        // SAFETY: the buffer is 8 bytes, heap-allocated, and lives in a field
-        // dropped after the ring, so it outlives the read; nothing else reads or
-        // writes it. The eventfd also outlives the ring (field order).
+        // SAFETY: the buffer is 8 bytes, heap-allocated, and outlives the read:
+        // `drop` leaks it while the read is armed. Nothing else reads or writes
+        // it. The kernel's read holds its own reference to the eventfd's file.
         if unsafe { sq.push(&entry) }.is_ok() {
             self.wake_armed = true;
         }
@@ -657,7 +659,12 @@ impl Uring {
                     let mut parked = std::mem::take(&mut self.pending);
                     let drained = self.drain_completions(&mut parked);
                     self.pending = parked;
-                    if drained == 0 && self.ring.submission().is_empty() {
+                    if drained == 0
+                        && (self.ring.submission().is_empty() || !self.kernel_holds_an_op())
+                    {
+                        // Nothing left to submit, or nothing that could
+                        // complete to make room (a wait would never end):
+                        // the engine retries on its next turn.
                         return Err(error);
                     }
                     if drained == 0 {
@@ -690,6 +697,14 @@ impl Uring {
                 return Ok(());
             }
         }
+    }
+
+    /// Whether an op (the wake read included) is in the kernel: pushed,
+    /// neither still queued nor completed. Only then can a wait for a
+    /// completion end.
+    fn kernel_holds_an_op(&mut self) -> bool {
+        let in_ring = self.in_flight - self.pending.len() + usize::from(self.wake_armed);
+        in_ring > self.ring.submission().len()
     }
 
     /// One `io_uring_enter`: submits what is queued, and waits for `want`
@@ -776,6 +791,49 @@ fn build_ring(depth: u32, attempts: &[Features]) -> io::Result<(IoUring, Feature
         }
     }
     Err(last_error.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL)))
+}
+
+/// The opcodes the backend submits.
+const OPCODES_USED: [(u8, &str); 4] = [
+    (opcode::Read::CODE, "read"),
+    (opcode::Write::CODE, "write"),
+    (opcode::Fsync::CODE, "fsync"),
+    (opcode::Nop::CODE, "nop"),
+];
+
+/// Refuses a ring the backend cannot use: a kernel whose io_uring predates
+/// the plain read and write ops, or that drops completions when the
+/// completion queue is full (both arrived in 5.5 and 5.6; a 5.4 kernel
+/// builds a ring whose every read fails). The error is `EOPNOTSUPP`, which
+/// [`super::refusal_reason`] names, so `auto` falls back to threads.
+fn check_ops(ring: &IoUring) -> io::Result<()> {
+    let mut probe = io_uring::Probe::new();
+    let probed = ring.submitter().register_probe(&mut probe).is_ok();
+    let missing = missing_ops(ring.params().is_feature_nodrop(), |code| {
+        probed && probe.is_supported(code)
+    });
+    if missing.is_empty() {
+        return Ok(());
+    }
+    tracing::debug!(
+        ?missing,
+        "tailguard io_uring: the kernel's io_uring lacks what the backend needs"
+    );
+    Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+}
+
+/// What the backend needs that a kernel lacks: the opcodes `supported`
+/// refuses, and `nodrop` when the kernel may drop completions.
+fn missing_ops(nodrop: bool, supported: impl Fn(u8) -> bool) -> Vec<&'static str> {
+    let mut missing: Vec<&'static str> = OPCODES_USED
+        .iter()
+        .filter(|(code, _)| !supported(*code))
+        .map(|(_, name)| *name)
+        .collect();
+    if !nodrop {
+        missing.push("nodrop");
+    }
+    missing
 }
 
 /// The submission entry for `op` on `target` (a plain descriptor or a slot of
@@ -938,8 +996,8 @@ pub fn file_table_refusal_reason(error: &io::Error) -> &'static str {
 impl Drop for Uring {
     /// The engine drains every op it pushed before dropping its backend, so only
     /// the wake read can still be in flight here. Dropping the ring (the first
-    /// field) closes it, and the kernel cancels the read during teardown; only
-    /// then are the read's buffer and the eventfd (later fields) released.
+    /// field) closes it; the kernel cancels the read in its teardown work,
+    /// after `close` returns, so an armed read's buffer is never freed.
     fn drop(&mut self) {
         if self.in_flight > 0 {
             tracing::warn!(
@@ -955,6 +1013,13 @@ impl Drop for Uring {
             if let Err(error) = self.ring.submitter().unregister_files() {
                 tracing::debug!(%error, "tailguard io_uring: unregistering the files failed");
             }
+        }
+        // The armed wake read is cancelled in that work item too, later: a
+        // submitter's wake meanwhile (the eventfd lives on in its waker)
+        // completes the read into its buffer. Keep the 8 bytes alive for
+        // good rather than let the kernel write into freed memory.
+        if self.wake_armed {
+            std::mem::forget(Arc::clone(&self.wake_buffer));
         }
     }
 }
@@ -1085,6 +1150,21 @@ impl EngineWaker for EventFdWaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_without_plain_reads_writes_or_nodrop_is_refused() {
+        assert!(missing_ops(true, |_| true).is_empty());
+        // A 5.4 kernel: no probe (every op reads as missing), no NODROP.
+        assert_eq!(
+            missing_ops(false, |_| false),
+            ["read", "write", "fsync", "nop", "nodrop"]
+        );
+        let no_write = missing_ops(true, |code| code != opcode::Write::CODE);
+        assert_eq!(no_write, ["write"]);
+        assert_eq!(missing_ops(false, |_| true), ["nodrop"]);
+        let reason = super::super::refusal_reason(&io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        assert!(reason.contains("older than 5.6"), "{reason}");
+    }
 
     #[test]
     fn file_slots_hand_out_each_slot_once_and_reuse_freed_ones() {
