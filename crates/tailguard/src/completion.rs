@@ -133,13 +133,23 @@ pub(crate) fn drive_until_notified_helping<T>(
 }
 
 thread_local! {
-    /// The driver whose `block_on` runs on this thread (0: none).
+    /// The driver whose `block_on` runs innermost on this thread (0: none).
     static DRIVING: Cell<usize> = const { Cell::new(0) };
-    /// The driver this thread holds the engine of ([`EngineHold`]; [`holding`]
-    /// gives its id), kept whole so that a `block_on` of another driver can
-    /// end the hold's session (see [`release_other_hold`]).
-    static HELD_DRIVER: RefCell<Option<Arc<dyn Driver>>> = const { RefCell::new(None) };
-    /// Whether the helping session of this thread's hold is open (counted by
+    /// That driver, kept whole so that a nested `block_on` of another driver
+    /// can end its session and pay its kick (see [`release_outer_block`]).
+    static DRIVING_DRIVER: RefCell<Option<Arc<dyn Driver>>> = const { RefCell::new(None) };
+    /// Whether the innermost `block_on`'s own helping session is open (a
+    /// hold's session is `HOLD_OPEN`).
+    static BLOCK_SESSION: Cell<bool> = const { Cell::new(false) };
+    /// The engines this thread holds ([`EngineHold`]), the latest last, each
+    /// with its hold's number; [`holding`] gives the latest's driver id.
+    /// Only the latest can have its session open: a hold made or a
+    /// `block_on` entered for another driver ends it (see
+    /// [`release_other_hold`]).
+    static HELD: RefCell<Vec<(u64, Arc<dyn Driver>)>> = const { RefCell::new(Vec::new()) };
+    /// Numbers the holds of this thread.
+    static HOLD_COUNT: Cell<u64> = const { Cell::new(0) };
+    /// Whether the helping session of the latest hold is open (counted by
     /// the held driver). One flag for the thread, not one per `block_on`:
     /// a wait in any `block_on` may end the session, and the hold may be
     /// dropped inside one, so they all read and write this.
@@ -155,7 +165,7 @@ fn driver_id(driver: &Arc<dyn Driver>) -> usize {
 
 /// The id of the driver this thread holds the engine of (0: none).
 fn holding() -> usize {
-    HELD_DRIVER.with_borrow(|held| held.as_ref().map_or(0, driver_id))
+    HELD.with_borrow(|held| held.last().map_or(0, |(_, driver)| driver_id(driver)))
 }
 
 /// Identifies the current thread (a parker's owner).
@@ -182,18 +192,18 @@ fn thread_token() -> ThreadToken {
 /// engine ([`EngineHold`]), its waits keep the hold's session; otherwise this
 /// call opens one of its own when it helps, and ends it on return.
 pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Output {
+    /// The enclosing `block_on`'s driver and session, put back on return.
     struct Restore {
-        previous: usize,
+        previous: (usize, Option<Arc<dyn Driver>>, bool),
         driver: Arc<dyn Driver>,
-        /// This call's own session (not the hold's).
-        session: bool,
     }
     impl Drop for Restore {
         fn drop(&mut self) {
-            DRIVING.set(self.previous);
-            if self.session {
+            if BLOCK_SESSION.replace(self.previous.2) {
                 self.driver.end_session();
             }
+            DRIVING.set(self.previous.0);
+            DRIVING_DRIVER.set(self.previous.1.take());
             // A wait that found the engine busy ended the hold's session (so
             // the engine thread took over); the hold reopens it.
             if holding() == driver_id(&self.driver) && !HOLD_OPEN.get() {
@@ -206,28 +216,59 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
     }
     let id = driver_id(driver);
     release_other_hold(id);
+    release_outer_block(id);
     let parker = Arc::new(Parker::new(driver.clone()));
     let waker = Waker::from(parker.clone());
     let mut context = Context::from_waker(&waker);
     let mut future = std::pin::pin!(future);
-    let mut restore = Restore {
-        previous: DRIVING.replace(id),
+    let _restore = Restore {
+        previous: (
+            DRIVING.replace(id),
+            DRIVING_DRIVER.replace(Some(driver.clone())),
+            BLOCK_SESSION.replace(false),
+        ),
         driver: driver.clone(),
-        session: false,
     };
     loop {
         if let Poll::Ready(value) = future.as_mut().poll(&mut context) {
             return value;
         }
-        // The future may have made or dropped a hold: look each time.
+        // The future may have made or dropped a hold: look each time. A
+        // hold of another engine made in there must not keep its session
+        // while this thread waits here.
         if holding() == id {
             let mut open = HOLD_OPEN.get();
             driver.drive_until_notified(&parker, &mut open);
             HOLD_OPEN.set(open);
         } else {
-            driver.drive_until_notified(&parker, &mut restore.session);
+            release_other_hold(id);
+            let mut open = BLOCK_SESSION.get();
+            driver.drive_until_notified(&parker, &mut open);
+            BLOCK_SESSION.set(open);
         }
     }
+}
+
+/// Before a `block_on` of the driver `id` inside the future of a `block_on`
+/// of another driver: ends the outer call's helping session, if open, and
+/// pays its deferred kicks, handing the outer engine's work to its engine
+/// thread. This thread waits in the inner engine meanwhile, and the inner
+/// future may wait for the outer engine's requests (a hang otherwise). The
+/// outer call's next wait reopens the session.
+fn release_outer_block(id: usize) {
+    let outer = DRIVING.get();
+    if outer == 0 || outer == id {
+        return;
+    }
+    let open = BLOCK_SESSION.replace(false);
+    DRIVING_DRIVER.with_borrow(|driver| {
+        if let Some(driver) = driver {
+            if open {
+                driver.end_session();
+            }
+            driver.kick();
+        }
+    });
 }
 
 /// Before a `block_on` of the driver `id`: if this thread holds another
@@ -241,8 +282,8 @@ fn release_other_hold(id: usize) {
     if held == 0 || held == id || !HOLD_OPEN.get() {
         return;
     }
-    HELD_DRIVER.with_borrow(|held| {
-        if let Some(held) = held {
+    HELD.with_borrow(|held| {
+        if let Some((_, held)) = held.last() {
             held.end_session();
             held.kick();
         }
@@ -261,12 +302,10 @@ fn release_other_hold(id: usize) {
 /// completion). Dropping it ends the session: the engine thread takes over
 /// whatever is left.
 pub struct EngineHold {
-    /// `None`: waiters may not run this engine, so there is nothing to hold,
-    /// or this thread held it already (an inner hold changes nothing).
-    driver: Option<Arc<dyn Driver>>,
-    /// `HOLD_OPEN` and `HELD_DRIVER` before this hold, restored when it
-    /// ends.
-    previous: (bool, Option<Arc<dyn Driver>>),
+    /// The hold's number and driver; `None`: waiters may not run this
+    /// engine, so there is nothing to hold, or this thread held it already
+    /// (an inner hold changes nothing).
+    held: Option<(u64, Arc<dyn Driver>)>,
     /// The session belongs to this thread: the guard is not `Send`.
     _thread_bound: std::marker::PhantomData<*const ()>,
 }
@@ -282,13 +321,12 @@ impl EngineHold {
         // this engine would: this thread now serves this one.
         release_other_hold(driver_id(&driver));
         driver.begin_session();
-        let previous = (
-            HOLD_OPEN.replace(true),
-            HELD_DRIVER.replace(Some(driver.clone())),
-        );
+        HOLD_OPEN.set(true);
+        let number = HOLD_COUNT.get();
+        HOLD_COUNT.set(number + 1);
+        HELD.with_borrow_mut(|held| held.push((number, driver.clone())));
         Self {
-            driver: Some(driver),
-            previous,
+            held: Some((number, driver)),
             _thread_bound: std::marker::PhantomData,
         }
     }
@@ -297,8 +335,7 @@ impl EngineHold {
     /// runs, or of one this thread holds already.
     pub(crate) fn inert() -> Self {
         Self {
-            driver: None,
-            previous: (false, None),
+            held: None,
             _thread_bound: std::marker::PhantomData,
         }
     }
@@ -312,16 +349,24 @@ impl std::fmt::Debug for EngineHold {
 
 impl Drop for EngineHold {
     /// Ends the hold's session if a wait did not end it already (whether
-    /// dropped between waits or inside a `block_on`'s future).
+    /// dropped between waits or inside a `block_on`'s future). A hold
+    /// dropped before a later one of another engine has no open session
+    /// (the later one ended it): it only leaves the list.
     fn drop(&mut self) {
-        let Some(driver) = &self.driver else {
+        let Some((number, driver)) = &self.held else {
             return;
         };
-        if HOLD_OPEN.get() {
+        let latest = HELD.with_borrow_mut(|held| {
+            let index = held
+                .iter()
+                .rposition(|(each, _)| each == number)
+                .expect("a live hold is in its thread's list");
+            held.remove(index);
+            index == held.len()
+        });
+        if latest && HOLD_OPEN.replace(false) {
             driver.end_session();
         }
-        HOLD_OPEN.set(self.previous.0);
-        HELD_DRIVER.set(self.previous.1.take());
         driver.kick();
     }
 }

@@ -322,3 +322,106 @@ fn a_held_engine_serves_a_request_awaited_in_another_schedulers_block_on() {
         }
     });
 }
+
+/// Unparks the thread that polls.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `future` on this thread without running any engine: only the
+/// engine thread (or another helper) can complete it, as under an executor
+/// that knows nothing of tailguard.
+fn park_on<F: Future + Unpin>(mut future: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    loop {
+        if let Poll::Ready(value) = Pin::new(&mut future).poll(&mut Context::from_waker(&waker)) {
+            return value;
+        }
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
+}
+
+/// Two engines held on one thread, the holds dropped in the order they
+/// were made: each engine then serves requests awaited elsewhere (a hold's
+/// session counted twice, or never ended, leaves its engine thread waiting
+/// for a helper that is gone).
+#[test]
+fn holds_of_two_engines_dropped_in_either_order_end_their_sessions_once() {
+    common::watched(WATCHDOG, || {
+        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
+            let Some((first, file, path)) =
+                scheduler_and_file(choice, &format!("order-{choice:?}"))
+            else {
+                continue;
+            };
+            let Some(second) = common::build_on(choice, Scheduler::builder()) else {
+                continue;
+            };
+            let first_class = first.add_class("reads", 100).unwrap();
+            let second_class = second.add_class("nops", 100).unwrap();
+            for oldest_first in [true, false] {
+                let first_hold = first.hold_engine();
+                let second_hold = second.hold_engine();
+                if oldest_first {
+                    drop(first_hold);
+                    drop(second_hold);
+                } else {
+                    drop(second_hold);
+                    drop(first_hold);
+                }
+                for round in 0..10u64 {
+                    let buffer = AlignedBuffer::new(4096, 4096).unwrap();
+                    park_on(file.read_at(&first_class, buffer, 4096 * (round % 4)))
+                        .0
+                        .unwrap();
+                    park_on(second.nop(&second_class)).unwrap();
+                }
+            }
+            drop(file);
+            drop(first);
+            drop(second);
+            let _ = std::fs::remove_file(path);
+        }
+    });
+}
+
+/// A `block_on` of one engine whose future, having helped that engine,
+/// waits in another engine's `block_on` for the first one's request, or
+/// holds the other engine and waits for its request: neither engine may be
+/// left waiting for this thread.
+#[test]
+fn a_block_on_nested_in_another_engines_leaves_neither_engine_without_a_runner() {
+    common::watched(WATCHDOG, || {
+        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
+            let Some((outer, file, path)) = scheduler_and_file(choice, &format!("nest-{choice:?}"))
+            else {
+                continue;
+            };
+            let Some(inner) = common::build_on(choice, Scheduler::builder()) else {
+                continue;
+            };
+            let outer_class = outer.add_class("reads", 100).unwrap();
+            let inner_class = inner.add_class("nops", 100).unwrap();
+            let read = |round: u64| {
+                let buffer = AlignedBuffer::new(4096, 4096).unwrap();
+                file.read_at(&outer_class, buffer, 4096 * (round % 4))
+            };
+            for round in 0..10u64 {
+                outer.block_on(async {
+                    read(round).await.0.unwrap();
+                    inner.block_on(read(round + 1)).0.unwrap();
+                    let _hold = inner.hold_engine();
+                    inner.nop(&inner_class).await.unwrap();
+                });
+            }
+            drop(file);
+            drop(outer);
+            drop(inner);
+            let _ = std::fs::remove_file(path);
+        }
+    });
+}
