@@ -1014,8 +1014,9 @@ impl Engine {
     }
 
     /// Hands what is pushed to the kernel without waiting (eager submission).
-    /// A failure is left for the turn's own submit, which reports it and fails
-    /// the unsubmitted requests.
+    /// A failure is left for the turn's own submit, which logs it and leaves
+    /// the ops pushed, to be submitted again on the next turn (the backends
+    /// absorb the transient errors, EINTR, EAGAIN and EBUSY, themselves).
     fn submit_now(&mut self) {
         self.unsubmitted = false;
         if let Err(error) = self.backend.submit(false) {
@@ -1305,7 +1306,7 @@ impl Engine {
         tracing::error!("the tailguard engine panicked; failing every pending request");
         // Queued messages are dropped unanswered: their responders answer with
         // an error (their buffers never reached the kernel, so they are freed).
-        self.handoff.close();
+        self.handoff.close_after_crash();
         let mut queued = Vec::new();
         self.handoff.take_all(&mut queued);
         drop(queued);
@@ -1391,7 +1392,7 @@ impl Drop for CrashGuard<'_, '_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             drop(self.engine.take());
-            self.handoff.close();
+            self.handoff.close_after_crash();
         }
     }
 }
@@ -1673,7 +1674,7 @@ fn cancelled_error(message: &IoMessage, length_bytes: u64) -> io::Error {
     )
 }
 
-fn engine_stopped() -> io::Error {
+pub(crate) fn engine_stopped() -> io::Error {
     io::Error::other("the tailguard engine stopped unexpectedly (a bug; see the log)")
 }
 

@@ -110,6 +110,8 @@ pub struct Handoff<T> {
 struct Queue<T> {
     messages: Vec<T>,
     closed: bool,
+    /// Closed because the engine panicked, not by a shutdown.
+    crashed: bool,
     sleeping: bool,
     parked: bool,
     helpers: usize,
@@ -146,6 +148,7 @@ impl<T> Handoff<T> {
             queue: Mutex::new(Queue {
                 messages: Vec::new(),
                 closed: false,
+                crashed: false,
                 sleeping: false,
                 parked: false,
                 helpers: 0,
@@ -362,7 +365,23 @@ impl<T> Handoff<T> {
     /// Refuses every later push; messages already queued stay for `take_all`.
     /// Also unparks the engine thread, which must see that it is closed.
     pub fn close(&self) {
+        self.close_because(false);
+    }
+
+    /// [`Handoff::close`], after the engine panicked: refusals then say so
+    /// ([`Handoff::crashed`]) rather than blame a shutdown.
+    pub fn close_after_crash(&self) {
+        self.close_because(true);
+    }
+
+    /// Whether the engine's panic closed it.
+    pub fn crashed(&self) -> bool {
+        self.queue.lock().expect("handoff lock poisoned").crashed
+    }
+
+    fn close_because(&self, crashed: bool) {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        queue.crashed |= crashed;
         queue.closed = true;
         queue.parked = false;
         drop(queue);

@@ -337,7 +337,7 @@ impl Inner {
                 self.handoff().kick();
                 Ok(())
             }
-            Err(_) => Err(shut_down()),
+            Err(_) => Err(shut_down(self.handoff())),
         }
     }
 
@@ -348,7 +348,7 @@ impl Inner {
         let (responder, mut future) = Responder::new(engine::stopped);
         match self.handoff().push(message(responder), &self.shared.waker) {
             Ok(pushed) => future.attach(self.driver.clone(), pushed == Pushed::Deferred),
-            Err(_) => return Err(shut_down()),
+            Err(_) => return Err(shut_down(self.handoff())),
         }
         future.wait()
     }
@@ -528,7 +528,7 @@ impl Scheduler {
         };
         match self.inner.send_io(message, &mut future) {
             Ok(()) => future,
-            Err(_) => IoFuture::ready(Err(shut_down())),
+            Err(_) => IoFuture::ready(Err(shut_down(self.inner.handoff()))),
         }
     }
 
@@ -542,6 +542,8 @@ impl Scheduler {
     ///
     /// The future may await anything (another scheduler's requests, timers,
     /// channels): a wake-up from another thread interrupts the engine's sleep.
+    /// It may also call another scheduler's `block_on`: while the thread
+    /// waits in there, this engine's thread serves this scheduler.
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         crate::completion::block_on(&self.inner.driver, future)
     }
@@ -566,7 +568,8 @@ impl Scheduler {
     /// the holding thread lets go of this engine until the thread's next
     /// wait here (its engine thread serves it meanwhile, so a future waiting
     /// there for this scheduler's requests is served).
-    /// Dropping the guard hands whatever is left to the engine thread. With
+    /// Dropping the guard hands whatever is left to the engine thread;
+    /// guards of different schedulers may be dropped in any order. With
     /// [`SchedulerBuilder::waiters_run_engine`] off the guard does nothing.
     #[must_use = "the engine stays with this thread only while the guard lives"]
     pub fn hold_engine(&self) -> EngineHold {
@@ -758,8 +761,13 @@ fn check_class_name(name: &str) -> io::Result<()> {
     }
 }
 
-fn shut_down() -> io::Error {
-    io::Error::other("the tailguard scheduler is shut down; build a new one")
+/// Why the engine refused a request: a shutdown, or its crash.
+fn shut_down(handoff: &Handoff<Message>) -> io::Error {
+    if handoff.crashed() {
+        engine::engine_stopped()
+    } else {
+        io::Error::other("the tailguard scheduler is shut down; build a new one")
+    }
 }
 
 fn invalid_input(message: String) -> io::Error {
@@ -1172,7 +1180,7 @@ impl File {
         match self.scheduler.inner.send_io(message, &mut future) {
             Ok(()) => future,
             Err(mut message) => IoFuture::ready((
-                Err(shut_down()),
+                Err(shut_down(self.scheduler.inner.handoff())),
                 message.buffer.take().expect("data requests carry a buffer"),
             )),
         }
@@ -1271,11 +1279,17 @@ mod tests {
                 || error.to_string().contains("shut down"),
             "{error}"
         );
-        assert!(
-            scheduler.nop(&class).wait().is_err(),
-            "later requests are refused"
-        );
-        assert!(scheduler.stats().is_err());
+        // Later requests are refused, naming the crash rather than a
+        // shutdown nobody asked for.
+        for error in [
+            scheduler.nop(&class).wait().unwrap_err(),
+            scheduler.stats().unwrap_err(),
+        ] {
+            assert!(
+                error.to_string().contains("stopped unexpectedly"),
+                "{error}"
+            );
+        }
     }
 
     #[test]
