@@ -396,6 +396,11 @@ impl Inner {
             let _ = self
                 .handoff()
                 .push_to_engine_thread(Message::Shutdown { cancel_pending }, &self.shared.waker);
+            // The last handle dropped by a waker the engine thread calls: it
+            // cannot wait for itself; it drains and exits after this turn.
+            if thread.thread().id() == std::thread::current().id() {
+                return;
+            }
             if thread.join().is_err() {
                 tracing::error!("the tailguard engine thread had panicked");
             }
@@ -1290,6 +1295,67 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    /// Drops what it holds when woken, and says on which thread: an
+    /// executor whose task owned the scheduler's last handle.
+    struct DropOnWake {
+        scheduler: std::sync::Mutex<Option<Scheduler>>,
+        dropped_on: std::sync::mpsc::Sender<Option<String>>,
+    }
+
+    impl std::task::Wake for DropOnWake {
+        fn wake(self: Arc<Self>) {
+            let scheduler = self.scheduler.lock().unwrap().take();
+            if scheduler.is_some() {
+                drop(scheduler);
+                let name = std::thread::current().name().map(str::to_string);
+                let _ = self.dropped_on.send(name);
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_handle_dropped_by_a_waker_on_the_engine_thread_shuts_down() {
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .waiters_run_engine(false)
+            .build()
+            .unwrap();
+        let class = scheduler.add_class("c", 1).unwrap();
+        let engine_panics = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = engine_panics.clone();
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if std::thread::current().name() == Some("tailguard-engine") {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+        let mut nop = scheduler.nop(&class);
+        drop(class);
+        let (sender, dropped_on) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(DropOnWake {
+            scheduler: std::sync::Mutex::new(Some(scheduler)),
+            dropped_on: sender,
+        }));
+        let mut context = std::task::Context::from_waker(&waker);
+        // The push to the parked engine thread is paid when the future is
+        // first found pending; from then on only the engine thread can
+        // call the waker (this thread polls again only after it did).
+        let first = std::pin::Pin::new(&mut nop).poll(&mut context);
+        assert!(first.is_pending(), "the engine had not seen the nop yet");
+        let thread = dropped_on
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the waker was called");
+        assert_eq!(thread.as_deref(), Some("tailguard-engine"));
+        // The shutdown began on the engine thread must not make it join
+        // itself (a panic there crashes the engine).
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = std::panic::take_hook();
+        assert_eq!(engine_panics.load(Ordering::SeqCst), 0);
+        let done = std::pin::Pin::new(&mut nop).poll(&mut context);
+        assert!(matches!(done, std::task::Poll::Ready(Ok(()))), "{done:?}");
     }
 
     #[test]
