@@ -177,6 +177,17 @@ fn what_kill_9_leaves_is_removed_by_the_next_run_and_a_live_runs_files_stay() {
         killed.0.wait().unwrap();
         let left = owned_by(&directory.0, killed_pid);
         assert!(!left.is_empty(), "{command}: kill -9 left nothing to test");
+        // A file registered with the dead run's io_uring ring stays open
+        // until the kernel's teardown of the ring, which runs after the
+        // process is gone: its lock (a live owner's sign) goes with it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while holds_a_flock(killed_pid) {
+            assert!(
+                Instant::now() < deadline,
+                "{command}: the dead run's lock stayed"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
 
         let mut next = start(command, &directory);
         let next_pid = next.0.id();
