@@ -11,8 +11,10 @@
 //!   a random fraction of them ([`FaultRule::ErrorRate`]), complete with an
 //!   errno and never reach the device;
 //! - **short transfers**: a fraction of reads and writes run in full but
-//!   report half their bytes, rounded down to 512 ([`FaultRule::ShortRate`]),
-//!   as a kernel may;
+//!   report half their bytes, rounded down to a multiple of 512 and at least
+//!   512 ([`FaultRule::ShortRate`]), as a kernel may; one that moved 512 bytes
+//!   or fewer is reported whole, since no shorter nonzero multiple of 512
+//!   exists and a 0 would read as end of file;
 //! - **stalls**: from the op numbered `at_op` (or from
 //!   [`FaultInjector::stall_for`]), every op pushed is held, unsubmitted, until
 //!   the stall ends; a timer thread wakes the engine then, so a stalled engine
@@ -85,7 +87,8 @@ pub enum FaultRule {
         errno: i32,
     },
     /// Each read or write longer than 512 bytes reports a short transfer with
-    /// probability `per_million / 1_000_000`.
+    /// probability `per_million / 1_000_000` (of half its bytes, at least 512;
+    /// see the module docs).
     ShortRate {
         /// Short transfers per million ops.
         per_million: u32,
@@ -317,6 +320,18 @@ impl InjectorState {
             }
         }
     }
+}
+
+/// The result a short transfer reports for an op of `length` bytes whose
+/// result was `result`: half the bytes it moved, rounded down to a multiple
+/// of 512 and at least 512. `None` when it failed or moved 512 bytes or
+/// fewer: no shorter nonzero multiple of 512 exists, and reporting 0 would
+/// turn the short transfer into end of file.
+fn shortened(result: i32, length: u32) -> Option<i32> {
+    let moved = u32::try_from(result).ok()?.min(length);
+    let reported = (moved > 512).then(|| (moved / 2 / 512 * 512).max(512))?;
+    // At most `result`, so it fits.
+    i32::try_from(reported).ok()
 }
 
 /// Whether `op` touches `offsets`; a sync (no range) when `offsets` holds 0.
@@ -588,9 +603,8 @@ impl Backend for FaultBackend {
             if let Some(errno) = state.gone {
                 completion.result = -errno;
                 state.counts.ops_failed_gone += 1;
-            } else if short && completion.result > 0 {
-                let reported = (completion.result as u32).min(length) / 2 / 512 * 512;
-                completion.result = reported as i32;
+            } else if let Some(reported) = shortened(completion.result, length).filter(|_| short) {
+                completion.result = reported;
                 state.counts.short_transfers += 1;
             }
             out.push(completion);
@@ -619,5 +633,134 @@ impl Backend for FaultBackend {
 
     fn unregister_file(&mut self, fd: std::os::fd::RawFd) {
         self.inner.unregister_file(fd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wrapped backend that touches no file and no buffer: every op pushed
+    /// completes at the next submit, with the result `result_of` gives it.
+    struct Scripted {
+        pushed: Vec<Op>,
+        done: Vec<OpResult>,
+        result_of: fn(&Op) -> i32,
+    }
+
+    struct NoWaker;
+
+    impl EngineWaker for NoWaker {
+        fn wake(&self) {}
+    }
+
+    impl Backend for Scripted {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Threads
+        }
+
+        unsafe fn push(&mut self, op: Op) -> Result<(), Op> {
+            self.pushed.push(op);
+            Ok(())
+        }
+
+        fn submit(&mut self, _wait: bool) -> io::Result<()> {
+            let result_of = self.result_of;
+            self.done.extend(self.pushed.drain(..).map(|op| OpResult {
+                user_data: op.user_data,
+                result: result_of(&op),
+            }));
+            Ok(())
+        }
+
+        fn submit_wait_timeout(&mut self, _timeout: Duration) -> io::Result<()> {
+            self.submit(false)
+        }
+
+        fn reap(&mut self, out: &mut Vec<OpResult>) {
+            out.append(&mut self.done);
+        }
+
+        fn waker(&self) -> Arc<dyn EngineWaker> {
+            Arc::new(NoWaker)
+        }
+
+        fn in_flight(&self) -> usize {
+            self.pushed.len() + self.done.len()
+        }
+    }
+
+    fn backend(plan: FaultPlan, result_of: fn(&Op) -> i32) -> (FaultBackend, FaultInjector) {
+        let injector = FaultInjector::new(plan);
+        let inner = Scripted {
+            pushed: Vec::new(),
+            done: Vec::new(),
+            result_of,
+        };
+        let backend = FaultBackend::new(Box::new(inner), injector.clone()).unwrap();
+        (backend, injector)
+    }
+
+    fn op(user_data: u64, kind: OpKind, length: u32) -> Op {
+        Op {
+            user_data,
+            fd: -1,
+            kind,
+            buffer: std::ptr::null_mut(),
+            length,
+            offset: 0,
+        }
+    }
+
+    /// Pushes `ops`, submits them and returns their completions by `user_data`.
+    fn run(backend: &mut FaultBackend, ops: &[Op]) -> HashMap<u64, i32> {
+        for &op in ops {
+            // SAFETY: the scripted backend never dereferences `op.buffer`.
+            unsafe { backend.push(op) }.unwrap();
+        }
+        backend.submit(false).unwrap();
+        let mut out = Vec::new();
+        backend.reap(&mut out);
+        assert_eq!(out.len(), ops.len(), "every op completes once: {out:?}");
+        out.into_iter()
+            .map(|result| (result.user_data, result.result))
+            .collect()
+    }
+
+    #[test]
+    fn a_short_transfer_reports_at_least_512_bytes_and_never_end_of_file() {
+        let plan = FaultPlan {
+            seed: 1,
+            rules: vec![FaultRule::ShortRate {
+                per_million: 1_000_000,
+            }],
+        };
+        // Each read of 4096 bytes moves as many bytes as its `user_data` says.
+        let (mut backend, injector) = backend(plan, |op| op.user_data as i32);
+        let moved = [4096, 2048, 1536, 1024, 1000, 700, 513, 512, 300];
+        let ops: Vec<_> = moved
+            .iter()
+            .map(|&moved| op(moved, OpKind::Read, 4096))
+            .collect();
+        let results = run(&mut backend, &ops);
+        let expected = [
+            (4096, 2048),
+            (2048, 1024),
+            (1536, 512),
+            (1024, 512),
+            (1000, 512),
+            (700, 512),
+            (513, 512),
+            (512, 512),
+            (300, 300),
+        ];
+        for (moved, reported) in expected {
+            assert_eq!(results[&moved], reported, "an op that moved {moved} bytes");
+        }
+        assert_eq!(
+            injector.counts().short_transfers,
+            7,
+            "only the ops reported shorter than they moved count"
+        );
     }
 }
