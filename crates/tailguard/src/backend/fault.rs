@@ -211,7 +211,8 @@ impl FaultInjector {
     }
 
     /// Makes the device vanish: every op from now on, and every op held or
-    /// still at the device, fails with `errno`.
+    /// still at the device, fails with `errno` (nops excepted: they are
+    /// never faulted).
     pub fn disappear(&self, errno: i32) {
         let mut state = self.lock();
         state.gone = Some(errno);
@@ -427,6 +428,18 @@ impl Drop for StallTimer {
     }
 }
 
+/// What [`FaultBackend`] remembers of an op at the wrapped backend.
+#[derive(Clone, Copy)]
+struct AtDevice {
+    /// Bytes asked for.
+    length: u32,
+    /// Whether to report the transfer short.
+    short: bool,
+    /// A nop, never faulted: it completes as the wrapped backend says even
+    /// once the device is gone.
+    nop: bool,
+}
+
 /// A backend that wraps another and injects faults; see the module docs.
 pub struct FaultBackend {
     inner: Box<dyn Backend>,
@@ -435,9 +448,8 @@ pub struct FaultBackend {
     held: VecDeque<(Op, Fate)>,
     /// Completions made up here (injected errors), not yet reaped.
     injected: Vec<OpResult>,
-    /// Ops at the wrapped backend, by `user_data`: their length, and whether
-    /// to report them short.
-    at_device: HashMap<u64, (u32, bool)>,
+    /// Ops at the wrapped backend, by `user_data`.
+    at_device: HashMap<u64, AtDevice>,
     /// The fate of an op the wrapped backend handed back as full, decided
     /// already: the engine pushes it again.
     retry: Option<(u64, Fate)>,
@@ -477,7 +489,12 @@ impl FaultBackend {
     unsafe fn forward(&mut self, op: Op, short: bool) -> Result<(), Op> {
         // SAFETY: the caller's guarantee for `op` is passed on unchanged.
         unsafe { self.inner.push(op) }?;
-        self.at_device.insert(op.user_data, (op.length, short));
+        let at_device = AtDevice {
+            length: op.length,
+            short,
+            nop: op.kind == OpKind::Nop,
+        };
+        self.at_device.insert(op.user_data, at_device);
         Ok(())
     }
 
@@ -596,14 +613,18 @@ impl Backend for FaultBackend {
         self.inner.reap(&mut completions);
         let mut state = self.injector.lock();
         for mut completion in completions.drain(..) {
-            let (length, short) = self
+            let op = self
                 .at_device
                 .remove(&completion.user_data)
                 .expect("the wrapped backend completes only ops pushed to it, once each");
-            if let Some(errno) = state.gone {
+            if op.nop {
+                // Nops measure the engine, not the device: never faulted.
+            } else if let Some(errno) = state.gone {
                 completion.result = -errno;
                 state.counts.ops_failed_gone += 1;
-            } else if let Some(reported) = shortened(completion.result, length).filter(|_| short) {
+            } else if let Some(reported) =
+                shortened(completion.result, op.length).filter(|_| op.short)
+            {
                 completion.result = reported;
                 state.counts.short_transfers += 1;
             }
@@ -762,5 +783,42 @@ mod tests {
             7,
             "only the ops reported shorter than they moved count"
         );
+    }
+
+    #[test]
+    fn nops_at_the_device_complete_unfaulted_when_it_disappears() {
+        let (mut backend, injector) = backend(FaultPlan::default(), |op| match op.kind {
+            OpKind::Nop => 0,
+            _ => op.length as i32,
+        });
+        let ops = [
+            op(1, OpKind::Nop, 0),
+            op(2, OpKind::Read, 4096),
+            op(3, OpKind::Nop, 0),
+        ];
+        for op in ops {
+            // SAFETY: the scripted backend never dereferences `op.buffer`.
+            unsafe { backend.push(op) }.unwrap();
+        }
+        backend.submit(false).unwrap();
+        // The device vanishes while the ops are at it.
+        injector.disappear(libc::ENODEV);
+        let mut out = Vec::new();
+        backend.reap(&mut out);
+        let results: HashMap<_, _> = out.iter().map(|r| (r.user_data, r.result)).collect();
+        assert_eq!(results.len(), 3, "{out:?}");
+        assert_eq!(results[&1], 0, "a nop completes as the device said");
+        assert_eq!(results[&3], 0, "a nop completes as the device said");
+        assert_eq!(results[&2], -libc::ENODEV, "a read fails with the device");
+        assert_eq!(injector.counts().ops_failed_gone, 1);
+
+        // Nops pushed after the disappearance are not faulted either.
+        let results = run(
+            &mut backend,
+            &[op(4, OpKind::Nop, 0), op(5, OpKind::Read, 512)],
+        );
+        assert_eq!(results[&4], 0);
+        assert_eq!(results[&5], -libc::ENODEV);
+        assert_eq!(injector.counts().ops_failed_gone, 2);
     }
 }
