@@ -41,7 +41,12 @@
 //!
 //! A filesystem without a block device (tmpfs, overlay, proc, NFS, and a
 //! btrfs whose members cannot be found) has
-//! major number 0 in `st_dev`, or a number that sysfs does not list. Each
+//! major number 0 in `st_dev`, or a number that sysfs does not list. A
+//! number whose sysfs entry cannot be read (sysfs not mounted, or hidden by
+//! AppArmor, SELinux or a sandbox: EACCES, ENOTDIR, a partition without a
+//! readable parent) is treated the same way, with the error logged at debug
+//! level: a file that the process may open is scheduled, with default
+//! attributes, rather than refused. Each
 //! such filesystem becomes one pseudo device: its id is `st_dev` with
 //! [`PSEUDO_DEVICE_TAG`] (bit 63) set, which no real `dev_t` can carry
 //! because the kernel encodes device numbers in 32 bits; its name is the
@@ -162,9 +167,10 @@ pub fn device_of(file: &File) -> io::Result<DeviceInfo> {
         Err(_) => format!("file descriptor {fd}"),
     };
     let meta = file.metadata().map_err(|e| context(e, &describe()))?;
+    let (dev, block_node) = device_number(&meta);
     let fs_type = || fstatfs_type(file);
     let fsid = || btrfs_fsid(file);
-    device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type, fsid)
+    device_from_number(Path::new(SYSFS_ROOT), dev, block_node, fs_type, fsid)
         .map_err(|e| context(e, &describe()))
 }
 
@@ -175,11 +181,12 @@ pub fn device_of(file: &File) -> io::Result<DeviceInfo> {
 pub fn device_of_path(path: &Path) -> io::Result<DeviceInfo> {
     let describe = || path.display().to_string();
     let meta = std::fs::metadata(path).map_err(|e| context(e, &describe()))?;
+    let (dev, block_node) = device_number(&meta);
     let fs_type = || statfs_type(path);
     // The ioctl needs an open file; one that cannot be opened is mapped as a
     // pseudo device.
     let fsid = || File::open(path).ok().and_then(|file| btrfs_fsid(&file));
-    device_from_stat(Path::new(SYSFS_ROOT), &meta, fs_type, fsid)
+    device_from_number(Path::new(SYSFS_ROOT), dev, block_node, fs_type, fsid)
         .map_err(|e| context(e, &describe()))
 }
 
@@ -222,34 +229,70 @@ fn context(err: io::Error, what: &str) -> io::Error {
     io::Error::new(err.kind(), format!("cannot map {what} to a device: {err}"))
 }
 
-/// The common part of [`device_of`] and [`device_of_path`]: picks the device
-/// number from the metadata and resolves it against `sysfs`; `btrfs_fsid`
+/// The device number a file is mapped by, and whether the file is a block
+/// device node: a node's `st_rdev` (the device it names), any other file's
+/// `st_dev` (the device holding it).
+fn device_number(meta: &std::fs::Metadata) -> (libc::dev_t, bool) {
+    if meta.file_type().is_block_device() {
+        (meta.rdev(), true)
+    } else {
+        (meta.dev(), false)
+    }
+}
+
+/// The common part of [`device_of`] and [`device_of_path`]: resolves the
+/// device number `dev` ([`device_number`]) against `sysfs`; `btrfs_fsid`
 /// gives a btrfs filesystem's id (see the module docs).
-fn device_from_stat(
+///
+/// A sysfs lookup that fails, whatever the error, maps a file to a pseudo
+/// device, as a number sysfs does not list does. A block device node has no
+/// filesystem to stand for it, so for one either is an error.
+fn device_from_number(
     sysfs: &Path,
-    meta: &std::fs::Metadata,
+    dev: libc::dev_t,
+    block_node: bool,
     fs_type: impl FnOnce() -> io::Result<i64>,
     btrfs_fsid: impl FnOnce() -> Option<[u8; 16]>,
 ) -> io::Result<DeviceInfo> {
-    let dev = if meta.file_type().is_block_device() {
-        meta.rdev()
-    } else {
-        meta.dev()
-    };
     let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let mut lookup_error = None;
     if major != 0 {
-        if let Some(info) = block_device_info(sysfs, major, minor)? {
-            return Ok(info);
+        match block_device_info(sysfs, major, minor) {
+            Ok(Some(info)) => return Ok(info),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(
+                    %error,
+                    major,
+                    minor,
+                    sysfs = %sysfs.display(),
+                    "cannot look the device up in sysfs; mapping it as a pseudo device"
+                );
+                lookup_error = Some(error);
+            }
         }
     }
-    if meta.file_type().is_block_device() {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "block device {major}:{minor} is not listed under {}/dev/block",
-                sysfs.display()
+    if block_node {
+        let block = sysfs.join("dev/block");
+        return Err(match lookup_error {
+            Some(error) => io::Error::new(
+                error.kind(),
+                format!(
+                    "cannot look block device {major}:{minor} up under {}: {error}; \
+                     allow the process to read sysfs (AppArmor, SELinux or sandbox policy)",
+                    block.display()
+                ),
             ),
-        ));
+            None => io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "block device {major}:{minor} is not listed under {}; \
+                     check that the device exists and that sysfs is mounted at {}",
+                    block.display(),
+                    sysfs.display()
+                ),
+            ),
+        });
     }
     let fs_type = fs_type()?;
     if fs_type & 0xffff_ffff == BTRFS_MAGIC {
@@ -334,7 +377,8 @@ fn btrfs_disk(sysfs: &Path, fsid: &[u8; 16]) -> Option<DeviceInfo> {
 
 /// Looks `major:minor` up under `sysfs` (normally `/sys`). Returns `None`
 /// when sysfs does not list the number (a filesystem without a block
-/// device).
+/// device), and an error when the lookup fails otherwise (an unreadable or
+/// malformed entry), which [`device_from_number`] reports.
 fn block_device_info(sysfs: &Path, major: u32, minor: u32) -> io::Result<Option<DeviceInfo>> {
     let link = sysfs.join(format!("dev/block/{major}:{minor}"));
     let dir = match std::fs::canonicalize(&link) {
@@ -390,12 +434,7 @@ fn backing_device(sysfs: &Path, disk_dir: &Path, depth: u32) -> Option<DeviceInf
             bytes.strip_suffix(b"\n").unwrap_or(&bytes),
         ));
         let meta = std::fs::metadata(path).ok()?;
-        let dev = if meta.file_type().is_block_device() {
-            meta.rdev()
-        } else {
-            meta.dev()
-        };
-        return nested_device(sysfs, dev, depth);
+        return nested_device(sysfs, device_number(&meta).0, depth);
     }
     let mut slaves: Vec<_> = std::fs::read_dir(disk_dir.join("slaves"))
         .ok()?
@@ -693,6 +732,69 @@ mod tests {
         let err = block_device_info(&scratch.0, 8, 1).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(err.to_string().contains("not MAJ:MIN"), "{err}");
+    }
+
+    /// The `statfs` type the files mapped below report.
+    const EXT4_MAGIC: i64 = 0xef53;
+
+    fn map_file(sysfs: &Path, dev: libc::dev_t) -> io::Result<DeviceInfo> {
+        device_from_number(sysfs, dev, false, || Ok(EXT4_MAGIC), || None)
+    }
+
+    #[test]
+    fn a_sysfs_lookup_error_maps_a_file_to_a_pseudo_device() {
+        let dev = libc::makedev(8, 1);
+        let pseudo = pseudo_device(dev, EXT4_MAGIC);
+        assert_eq!(pseudo.name, "ext4:8:1");
+
+        // `dev/block` is a file where a directory belongs: the lookup fails
+        // with ENOTDIR, an error other than NotFound, as EACCES is where a
+        // security policy hides sysfs (root reads past file modes, so a
+        // chmod cannot stand in for that here).
+        let scratch = Scratch::new("notdir");
+        write(&scratch.0.join("dev/block"), "");
+        let err = block_device_info(&scratch.0, 8, 1).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR), "{err}");
+        assert_eq!(map_file(&scratch.0, dev).unwrap(), pseudo);
+
+        // An entry that links to itself: ELOOP.
+        let scratch = Scratch::new("loop");
+        std::fs::create_dir_all(scratch.0.join("dev/block")).unwrap();
+        symlink("8:1", scratch.0.join("dev/block/8:1")).unwrap();
+        let err = block_device_info(&scratch.0, 8, 1).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        assert_eq!(map_file(&scratch.0, dev).unwrap(), pseudo);
+
+        // A partition whose disk's number cannot be read.
+        let scratch = Scratch::new("badparent");
+        fake_sysfs(&scratch.0);
+        write(
+            &scratch.0.join("devices/pci0000:00/host0/block/sda/dev"),
+            "garbage\n",
+        );
+        assert!(block_device_info(&scratch.0, 8, 1).is_err());
+        assert_eq!(map_file(&scratch.0, dev).unwrap(), pseudo);
+
+        // No sysfs at all.
+        assert_eq!(map_file(&scratch.0.join("absent"), dev).unwrap(), pseudo);
+    }
+
+    #[test]
+    fn a_block_node_that_sysfs_cannot_describe_is_an_error_naming_the_fix() {
+        let scratch = Scratch::new("node");
+        write(&scratch.0.join("dev/block"), "");
+        let dev = libc::makedev(8, 1);
+        let no_fs_type = || -> io::Result<i64> { panic!("a block node has no filesystem") };
+        let err = device_from_number(&scratch.0, dev, true, no_fs_type, || None).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotADirectory, "the cause's kind");
+        assert!(
+            err.to_string().contains("allow the process to read sysfs"),
+            "{err}"
+        );
+        let err = device_from_number(&scratch.0.join("absent"), dev, true, no_fs_type, || None)
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        assert!(err.to_string().contains("sysfs is mounted"), "{err}");
     }
 
     #[test]
