@@ -176,8 +176,11 @@ pub fn device_of(file: &File) -> io::Result<DeviceInfo> {
 
 /// Maps a path (a file, a directory, or a block device node) to its device.
 ///
-/// The path is not opened, so a block device node needs no permission
-/// beyond `stat`.
+/// A block device node is not opened, so it needs no permission beyond
+/// `stat`. On btrfs the path is opened for the filesystem's id (see the
+/// module docs) in a way that neither blocks nor acts on a device: a regular
+/// file or directory itself, anything else (a FIFO, a device node, a socket)
+/// through its parent directory, without blocking.
 pub fn device_of_path(path: &Path) -> io::Result<DeviceInfo> {
     let describe = || path.display().to_string();
     let meta = std::fs::metadata(path).map_err(|e| context(e, &describe()))?;
@@ -185,9 +188,37 @@ pub fn device_of_path(path: &Path) -> io::Result<DeviceInfo> {
     let fs_type = || statfs_type(path);
     // The ioctl needs an open file; one that cannot be opened is mapped as a
     // pseudo device.
-    let fsid = || File::open(path).ok().and_then(|file| btrfs_fsid(&file));
+    let fsid = || open_for_fs_ioctl(path, &meta).and_then(|file| btrfs_fsid(&file));
     device_from_number(Path::new(SYSFS_ROOT), dev, block_node, fs_type, fsid)
         .map_err(|e| context(e, &describe()))
+}
+
+/// Opens `path`, described by `meta`, for an ioctl about its filesystem.
+///
+/// A regular file or a directory is opened itself. Anything else is
+/// represented by its parent directory, which holds it on the same
+/// filesystem (unless the path is a mount point of its own): opening a FIFO
+/// waits for a writer, opening or closing a character device may act on
+/// the device (a watchdog starts, a tape rewinds), and a socket cannot be
+/// opened at all. The open is read-only, non-blocking and takes no controlling
+/// terminal, so that a path replaced by a FIFO or a terminal after `meta` was
+/// read still cannot hang or change the process. `None` when the open fails.
+fn open_for_fs_ioctl(path: &Path, meta: &std::fs::Metadata) -> Option<File> {
+    use rustix::fs::{Mode, OFlags};
+    let kind = meta.file_type();
+    let target = if kind.is_file() || kind.is_dir() {
+        path
+    } else {
+        match path.parent() {
+            Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+            Some(parent) => parent,
+            None => path,
+        }
+    };
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    rustix::fs::open(target, flags, Mode::empty())
+        .ok()
+        .map(File::from)
 }
 
 /// The alignment `O_DIRECT` I/O on `file` needs.
@@ -795,6 +826,84 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert!(err.to_string().contains("sysfs is mounted"), "{err}");
+    }
+
+    /// Runs `lookup` on `fifo` on a thread and fails the test if it has not
+    /// returned after 30 s: a hang detector, far beyond any normal open. On
+    /// timeout a writer opens the FIFO, which releases an open waiting for one.
+    fn returns_without_hanging<T: Send + 'static>(
+        fifo: &Path,
+        lookup: impl FnOnce(&Path) -> T + Send + 'static,
+    ) -> T {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let path = fifo.to_path_buf();
+        std::thread::spawn(move || sender.send(lookup(&path)));
+        match receiver.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(value) => value,
+            Err(_) => {
+                let _writer = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(fifo);
+                panic!("the lookup on the FIFO {} hangs", fifo.display());
+            }
+        }
+    }
+
+    #[test]
+    fn a_fifo_is_never_opened_for_the_fs_ioctl() {
+        let scratch = Scratch::new("fifo");
+        let fifo = scratch.0.join("fifo");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        let meta = std::fs::metadata(&fifo).unwrap();
+        assert!(meta.file_type().is_fifo());
+        let opened = returns_without_hanging(&fifo, move |fifo| open_for_fs_ioctl(fifo, &meta));
+        let opened = opened
+            .expect("the FIFO's directory opens")
+            .metadata()
+            .unwrap();
+        let dir = std::fs::metadata(&scratch.0).unwrap();
+        assert!(
+            opened.is_dir(),
+            "the FIFO's parent directory is opened instead"
+        );
+        assert_eq!((opened.dev(), opened.ino()), (dir.dev(), dir.ino()));
+
+        // The whole lookup returns too (on btrfs it reaches the open above).
+        let info = returns_without_hanging(&fifo, device_of_path).unwrap();
+        assert_eq!(info, device_of_path(&scratch.0).unwrap());
+    }
+
+    #[test]
+    fn regular_files_and_directories_are_opened_themselves_devices_not() {
+        let scratch = Scratch::new("opener");
+        let file = scratch.0.join("file");
+        write(&file, "x");
+        for path in [file.as_path(), scratch.0.as_path()] {
+            let meta = std::fs::metadata(path).unwrap();
+            let opened = open_for_fs_ioctl(path, &meta).unwrap().metadata().unwrap();
+            assert_eq!((opened.dev(), opened.ino()), (meta.dev(), meta.ino()));
+        }
+        // A character device stands for its directory: its open could act on
+        // the device.
+        let null = Path::new("/dev/null");
+        let meta = std::fs::metadata(null).unwrap();
+        let opened = open_for_fs_ioctl(null, &meta).unwrap().metadata().unwrap();
+        let dev_dir = std::fs::metadata("/dev").unwrap();
+        assert_eq!((opened.dev(), opened.ino()), (dev_dir.dev(), dev_dir.ino()));
+        // A bare relative name stands for the current directory.
+        let cwd = std::fs::metadata(".").unwrap();
+        let relative = Path::new("tailguard-no-such-fifo");
+        let opened = open_for_fs_ioctl(relative, &meta)
+            .unwrap()
+            .metadata()
+            .unwrap();
+        assert_eq!((opened.dev(), opened.ino()), (cwd.dev(), cwd.ino()));
     }
 
     #[test]
