@@ -35,15 +35,25 @@
 //!
 //! # Drop order
 //!
-//! Dropping the pool raises the shutdown flag, wakes every worker and joins them.
-//! A worker finishes the op it is running and then exits without taking more;
-//! ops still queued are abandoned unexecuted. Buffers stay valid throughout
-//! because the engine drains every op before dropping its backend (see the
-//! safety contract in [`super`]), so at that point the queue is empty and no
-//! worker is running anything. An engine that panicked does not drain: it
-//! leaks the buffers and descriptors of the ops it had handed over instead,
-//! so the workers that still run them touch only live memory and the right
-//! files.
+//! Dropping the pool raises the shutdown flag and wakes every worker. A worker
+//! finishes the op it is running and then exits without taking more; ops still
+//! queued are abandoned unexecuted. When no op is running, the pool joins its
+//! workers, so none is left once the drop returns. That is the usual case: the
+//! engine drains every op before dropping its backend (see the safety contract
+//! in [`super`]), so the queue is empty and no worker is running anything.
+//!
+//! An engine that panicked does not drain, and a worker may then be blocked in
+//! a read or sync on a hung device that never returns; joining it would block
+//! the thread unwinding from the panic forever. So when ops are still running
+//! the pool logs a warning and detaches its workers instead of joining them. A
+//! detached worker touches only the state it holds its own [`Arc`] to (the
+//! queue and the completion list, freed with the last of them) and its op's
+//! buffer and descriptor, which the panicked engine leaks, as it leaks those of
+//! every op it had handed over: they stay valid and name the right file. The
+//! worker publishes its result to a list nobody reaps, and exits. Whoever else
+//! drops a pool with ops running must likewise keep their buffers and
+//! descriptors for good, as [`Backend::push`] requires until a completion is
+//! reaped.
 
 use super::{Backend, BackendKind, EngineWaker, Op, OpKind, OpResult};
 use std::collections::VecDeque;
@@ -153,6 +163,24 @@ impl ThreadPool {
     /// Workers running now (those started with the pool and those added).
     pub fn threads(&self) -> usize {
         self.workers.len()
+    }
+
+    /// Raises the shutdown flag and wakes every worker; returns how many ops
+    /// a worker is running still (see "Drop order" in the module docs).
+    fn shut_down(&mut self) -> usize {
+        let queued = {
+            let mut work = lock(&self.shared.work);
+            work.shutdown = true;
+            work.queue.len()
+        };
+        self.shared.work_ready.notify_all();
+        // `in_flight` counts the ops staged, queued, running, and finished but
+        // not reaped. Once the flag is up no worker takes a queued op, so the
+        // ops neither staged, queued nor finished are the ones running (or
+        // finished since `finished` was read).
+        let finished = lock(&self.shared.done).results.len();
+        self.in_flight
+            .saturating_sub(self.staged.len() + queued + finished)
     }
 }
 
@@ -356,16 +384,28 @@ impl Backend for ThreadPool {
 }
 
 impl Drop for ThreadPool {
-    /// Stops and joins the workers. Each finishes the op it is running; queued
-    /// ops are abandoned. The engine drains before dropping its backend, so no op
-    /// is running or queued here and no buffer is touched after this returns.
+    /// Stops the workers: each finishes the op it is running, and queued ops
+    /// are abandoned. Joins them when no op is running, and detaches them
+    /// when one is, since it may never return (see "Drop order" in the module
+    /// docs).
     fn drop(&mut self) {
-        lock(&self.shared.work).shutdown = true;
-        self.shared.work_ready.notify_all();
-        for worker in self.workers.drain(..) {
-            // A worker that panicked has nothing left to clean up.
-            let _ = worker.join();
+        let running = self.shut_down();
+        if running == 0 {
+            for worker in self.workers.drain(..) {
+                // A worker that panicked has nothing left to clean up.
+                let _ = worker.join();
+            }
+            return;
         }
+        tracing::warn!(
+            running,
+            workers = self.workers.len(),
+            "tailguard thread pool dropped with ops still running, as an engine that \
+             panicked leaves it (see the error logged before this): its workers are \
+             detached to finish them and exit on their own"
+        );
+        // Dropping a handle detaches its thread.
+        self.workers.clear();
     }
 }
 
@@ -379,5 +419,236 @@ impl EngineWaker for PoolWaker {
         lock(&self.shared.done).woken = true;
         // Only the engine thread waits on this condvar.
         self.shared.done_ready.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    /// Waits until `done` holds, looking every 10 ms; false if it still does
+    /// not after 30 s. A hang detector, not a measure of speed.
+    fn eventually(mut done: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !done() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
+    #[test]
+    fn drop_joins_the_workers_when_no_op_is_running() {
+        let mut pool = ThreadPool::new(2, 4).unwrap();
+        let shared = pool.shared.clone();
+        let nop = Op {
+            user_data: 1,
+            fd: -1,
+            kind: OpKind::Nop,
+            buffer: std::ptr::null_mut(),
+            length: 0,
+            offset: 0,
+        };
+        // SAFETY: a nop has no buffer.
+        unsafe { pool.push(nop) }.unwrap();
+        pool.submit(false).unwrap();
+        assert!(eventually(|| !lock(&shared.done).results.is_empty()));
+        assert_eq!(pool.in_flight(), 1, "finished, not reaped");
+        assert_eq!(pool.shut_down(), 0, "a finished op is not running");
+        drop(pool);
+        assert_eq!(
+            Arc::strong_count(&shared),
+            1,
+            "every worker has exited, dropping its share of the state"
+        );
+    }
+
+    /// `struct uffdio_api` of `linux/userfaultfd.h`.
+    #[repr(C)]
+    struct UffdioApi {
+        api: u64,
+        features: u64,
+        ioctls: u64,
+    }
+
+    /// `struct uffdio_register` of `linux/userfaultfd.h`.
+    #[repr(C)]
+    struct UffdioRegister {
+        start: u64,
+        len: u64,
+        mode: u64,
+        ioctls: u64,
+    }
+
+    /// A page of memory that traps its first access, the kernel's copy in a
+    /// `pread` included, until the userfaultfd it is registered with is
+    /// closed: nobody serves the fault, so the access waits for it.
+    struct TrapPage {
+        uffd: OwnedFd,
+        page: *mut u8,
+        len: usize,
+    }
+
+    impl TrapPage {
+        /// `Err` names why the kernel refuses (userfaultfd needs root, or
+        /// `vm.unprivileged_userfaultfd=1`). rustix's wrappers for
+        /// userfaultfd and mmap need its `mm` feature, which this crate does
+        /// not enable, so the calls go through libc.
+        fn new() -> Result<TrapPage, String> {
+            // SAFETY: sysconf reads a constant of the system.
+            let len = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+            // SAFETY: userfaultfd takes only flags and returns a new descriptor.
+            let fd =
+                unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+            if fd < 0 {
+                return Err(format!("userfaultfd: {}", io::Error::last_os_error()));
+            }
+            // SAFETY: the descriptor is new and owned by nothing else.
+            let uffd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+            const API: rustix::ioctl::Opcode =
+                rustix::ioctl::opcode::read_write::<UffdioApi>(0xaa, 0x3f);
+            let mut api = UffdioApi {
+                api: 0xaa,
+                features: 0,
+                ioctls: 0,
+            };
+            // SAFETY: UFFDIO_API reads and writes one `uffdio_api`, which
+            // `UffdioApi` lays out exactly.
+            let updater = unsafe { rustix::ioctl::Updater::<API, UffdioApi>::new(&mut api) };
+            // SAFETY: as above: the opcode and the argument's type match.
+            unsafe { rustix::ioctl::ioctl(&uffd, updater) }
+                .map_err(|error| format!("UFFDIO_API: {error}"))?;
+            // SAFETY: a new private anonymous mapping, placed by the kernel
+            // where nothing else is mapped.
+            let page = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if page == libc::MAP_FAILED {
+                return Err(format!("mmap: {}", io::Error::last_os_error()));
+            }
+            let trap = TrapPage {
+                uffd,
+                page: page.cast(),
+                len,
+            };
+            const REGISTER: rustix::ioctl::Opcode =
+                rustix::ioctl::opcode::read_write::<UffdioRegister>(0xaa, 0x00);
+            let mut register = UffdioRegister {
+                start: page as u64,
+                len: len as u64,
+                // UFFDIO_REGISTER_MODE_MISSING: trap pages not yet present.
+                mode: 1,
+                ioctls: 0,
+            };
+            // SAFETY: UFFDIO_REGISTER reads and writes one `uffdio_register`,
+            // which `UffdioRegister` lays out exactly.
+            let updater =
+                unsafe { rustix::ioctl::Updater::<REGISTER, UffdioRegister>::new(&mut register) };
+            // SAFETY: as above: the opcode and the argument's type match.
+            unsafe { rustix::ioctl::ioctl(&trap.uffd, updater) }
+                .map_err(|error| format!("UFFDIO_REGISTER: {error}"))?;
+            Ok(trap)
+        }
+
+        /// Whether an access waits in the trap now (reads the fault's event).
+        fn sprung(&self) -> bool {
+            let mut message = [0u8; 32];
+            // `struct uffd_msg`: the event first, UFFD_EVENT_PAGEFAULT 0x12.
+            rustix::io::read(&self.uffd, &mut message).is_ok() && message[0] == 0x12
+        }
+
+        /// Closes the userfaultfd, which lets a waiting access go on; returns
+        /// the page, to be unmapped with `unmap` once nobody uses it.
+        fn release(self) -> (*mut u8, usize) {
+            (self.page, self.len)
+        }
+    }
+
+    /// Unmaps a page [`TrapPage::release`] returned.
+    ///
+    /// # Safety
+    ///
+    /// Nobody may use the page any more.
+    unsafe fn unmap(page: *mut u8, len: usize) {
+        // SAFETY: the page is a mapping of `len` bytes that nobody uses, by
+        // the caller's guarantee.
+        unsafe { libc::munmap(page.cast(), len) };
+    }
+
+    #[test]
+    fn drop_detaches_the_workers_when_an_op_is_stuck() {
+        let trap = match TrapPage::new() {
+            Ok(trap) => trap,
+            Err(reason) => {
+                eprintln!(
+                    "skipped: no userfaultfd to hold a read ({reason}); \
+                     run as root or with vm.unprivileged_userfaultfd=1"
+                );
+                return;
+            }
+        };
+        let path =
+            std::env::temp_dir().join(format!("tailguard-threads-stuck-{}", std::process::id()));
+        std::fs::write(&path, vec![0x5a; trap.len]).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+
+        let mut pool = ThreadPool::new(1, 4).unwrap();
+        let shared = pool.shared.clone();
+        let read = Op {
+            user_data: 7,
+            fd: file.as_raw_fd(),
+            kind: OpKind::Read,
+            buffer: trap.page,
+            length: trap.len as u32,
+            offset: 0,
+        };
+        // SAFETY: the page stays mapped, and untouched by this thread, until
+        // the worker has exited below (or for good, should the test fail).
+        unsafe { pool.push(read) }.unwrap();
+        pool.submit(false).unwrap();
+        assert!(
+            eventually(|| trap.sprung()),
+            "the worker's read reaches the trapped page"
+        );
+
+        // The worker is stuck in its read, as on a hung device.
+        assert_eq!(pool.shut_down(), 1, "the read is running");
+        let dropper = std::thread::spawn(move || drop(pool));
+        let dropped = eventually(|| dropper.is_finished());
+        // Free the read either way, so that a failed test ends too.
+        let (page, len) = trap.release();
+        assert!(
+            dropped,
+            "dropping the pool waits for a worker stuck in its op"
+        );
+        dropper.join().unwrap();
+
+        assert!(
+            eventually(|| Arc::strong_count(&shared) == 1),
+            "the detached worker exits once its read returns"
+        );
+        let results = std::mem::take(&mut lock(&shared.done).results);
+        let expected = OpResult {
+            user_data: 7,
+            result: len as i32,
+        };
+        assert_eq!(results, [expected], "the read completes in full");
+        // SAFETY: the worker that read into the page has exited.
+        let bytes = unsafe { std::slice::from_raw_parts(page, len) };
+        assert!(bytes.iter().all(|&byte| byte == 0x5a), "the file's bytes");
+        // SAFETY: as above, and `bytes` is not used past this point.
+        unsafe { unmap(page, len) };
+        drop(file);
     }
 }
