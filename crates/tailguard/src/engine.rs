@@ -1397,6 +1397,29 @@ impl Drop for CrashGuard<'_, '_> {
     }
 }
 
+thread_local! {
+    /// The engine this thread runs now (its `Shared`'s address; 0: none).
+    static RUNNING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks this thread as running an engine until dropped: a shutdown started
+/// from inside the engine's turn (a waker dropping the scheduler's last
+/// handle) must not wait for the engine thread, which would wait for this
+/// thread to let go of the engine.
+struct RunningMark(usize);
+
+impl RunningMark {
+    fn new(shared: &Shared) -> Self {
+        Self(RUNNING.replace(std::ptr::from_ref(shared) as usize))
+    }
+}
+
+impl Drop for RunningMark {
+    fn drop(&mut self) {
+        RUNNING.set(self.0);
+    }
+}
+
 impl Shared {
     pub(crate) fn new(engine: Engine, helpers_allowed: bool) -> Arc<Self> {
         let ring_wait = helpers_allowed
@@ -1416,6 +1439,12 @@ impl Shared {
 
     pub(crate) fn backend_kind(&self) -> BackendKind {
         self.backend
+    }
+
+    /// Whether this thread runs this engine now (the engine thread, or a
+    /// waiter or submitter helping it).
+    pub(crate) fn runs_here(&self) -> bool {
+        RUNNING.get() == std::ptr::from_ref(self) as usize
     }
 
     /// Whether waiters may run the engine (see [`crate::Scheduler::hold_engine`]).
@@ -1449,7 +1478,9 @@ impl Shared {
             let Some(engine) = crash.engine.as_mut() else {
                 return;
             };
+            let running = RunningMark::new(self);
             let leave = self.run_until_leaving(engine, ring_wait.is_some());
+            drop(running);
             if let Leave::Exit = leave {
                 // Everything is drained: dropping the engine closes the backend.
                 drop(crash.engine.take());
@@ -1521,9 +1552,11 @@ impl Shared {
         };
         self.handoff.try_push_beside_ring_wait(message)?;
         // A panic in the engine's code crashes the engine, as in `help`.
+        let running = RunningMark::new(self);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             engine.run_beside_ring_wait()
         }));
+        drop(running);
         let must_look = outcome.unwrap_or_else(|_| {
             if let Some(mut engine) = guard.take() {
                 engine.crash();
@@ -1552,6 +1585,7 @@ impl Shared {
             self.handoff.begin_helping();
         }
         parker.set_running_engine(true);
+        let running = RunningMark::new(self);
         let done = || parker.is_notified();
         // A panic in the engine's code (a bug) must not unwind into the caller's
         // thread with the engine half-updated: it crashes the engine, which
@@ -1565,6 +1599,7 @@ impl Shared {
             }
             !engine.drained() || engine.shutting_down
         }));
+        drop(running);
         parker.set_running_engine(false);
         let must_look = match outcome {
             Ok(work_left) => {

@@ -396,9 +396,11 @@ impl Inner {
             let _ = self
                 .handoff()
                 .push_to_engine_thread(Message::Shutdown { cancel_pending }, &self.shared.waker);
-            // The last handle dropped by a waker the engine thread calls: it
-            // cannot wait for itself; it drains and exits after this turn.
-            if thread.thread().id() == std::thread::current().id() {
+            // The last handle dropped by a waker that the engine's runner
+            // calls: the engine thread cannot wait for itself, nor for a
+            // helper that holds the engine meanwhile. It drains and exits
+            // after the turn; its handle is let go.
+            if self.shared.runs_here() || thread.thread().id() == std::thread::current().id() {
                 return;
             }
             if thread.join().is_err() {
@@ -592,7 +594,9 @@ impl Scheduler {
 
     /// Stops accepting requests, completes every one already accepted, and
     /// joins the engine thread. Other handles get errors afterwards. Dropping
-    /// the last handle does the same.
+    /// the last handle does the same. From a waker that the engine calls
+    /// (on its own thread, or on a thread running it in a wait) it returns
+    /// without waiting: the engine finishes after its turn.
     pub fn shutdown(&self) {
         self.inner.shutdown(false);
     }
@@ -1356,6 +1360,64 @@ mod tests {
         assert_eq!(engine_panics.load(Ordering::SeqCst), 0);
         let done = std::pin::Pin::new(&mut nop).poll(&mut context);
         assert!(matches!(done, std::task::Poll::Ready(Ok(()))), "{done:?}");
+    }
+
+    /// On a thread named `name`: holds a new scheduler's engine, hands its
+    /// last handle to the waker of a pending nop, and waits for a second nop
+    /// (running the engine, which answers both and calls that waker, under
+    /// the engine's lock, on this thread, unless the engine thread had the
+    /// engine at that moment). Returns the thread the waker ran on.
+    fn drop_the_last_handle_in_a_waker_while_holding(name: &str) -> Option<String> {
+        let (sender, dropped_on) = std::sync::mpsc::channel();
+        let helping = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let scheduler = Scheduler::builder()
+                    .backend(BackendChoice::Threads)
+                    .build()
+                    .unwrap();
+                let class = scheduler.add_class("c", 1).unwrap();
+                let hold = scheduler.hold_engine();
+                let mut first = scheduler.nop(&class);
+                let second = scheduler.nop(&class);
+                drop(class);
+                let waker = std::task::Waker::from(Arc::new(DropOnWake {
+                    scheduler: std::sync::Mutex::new(Some(scheduler)),
+                    dropped_on: sender,
+                }));
+                let mut context = std::task::Context::from_waker(&waker);
+                if std::pin::Pin::new(&mut first).poll(&mut context).is_ready() {
+                    return;
+                }
+                second.wait().unwrap();
+                drop(hold);
+                let done = std::pin::Pin::new(&mut first).poll(&mut context);
+                assert!(matches!(done, std::task::Poll::Ready(Ok(()))), "{done:?}");
+            })
+            .unwrap();
+        // A hang detector: a shutdown must not wait for the engine thread
+        // while this thread holds the engine.
+        let give_up = std::time::Instant::now() + Duration::from_secs(60);
+        while !helping.is_finished() {
+            assert!(std::time::Instant::now() < give_up, "the shutdown hangs");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        helping.join().unwrap();
+        dropped_on.try_recv().ok().flatten()
+    }
+
+    #[test]
+    fn the_last_handle_dropped_by_a_waker_on_a_helping_thread_shuts_down() {
+        let name = "a helper of the engine";
+        let on_the_helper = (0..20)
+            .filter(|_| {
+                drop_the_last_handle_in_a_waker_while_holding(name).as_deref() == Some(name)
+            })
+            .count();
+        assert!(
+            on_the_helper > 0,
+            "the waker never ran on the helping thread"
+        );
     }
 
     #[test]
