@@ -983,6 +983,52 @@ impl Backend for Uring {
     }
 }
 
+/// How many times [`Uring::retire_wake_read`] looks for the wake read's
+/// completion, a millisecond apart after the first look.
+const WAKE_RETIRE_LOOKS: u32 = 1_000;
+
+impl Uring {
+    /// Completes the wake read before the ring closes: submits it if it is
+    /// still queued, writes the eventfd and reaps until its completion
+    /// comes. Returns whether no wake read is left in the kernel. A ring
+    /// dropped on a thread that may not enter it (a `SINGLE_ISSUER` ring
+    /// elsewhere) fails here.
+    fn retire_wake_read(&mut self) -> bool {
+        if !self.wake_armed {
+            return true;
+        }
+        if self.submit_until(false, None).is_err() {
+            return false;
+        }
+        self.waker.wake();
+        for look in 0..WAKE_RETIRE_LOOKS {
+            if look > 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // SAFETY: as in `enter`, with nothing submitted: it only runs
+            // the ring's pending task work, which posts completions.
+            let entered = unsafe {
+                self.ring.submitter().enter::<libc::sigset_t>(
+                    0,
+                    0,
+                    EnterFlags::GETEVENTS.bits(),
+                    None,
+                )
+            };
+            if matches!(&entered, Err(error) if error.raw_os_error() != Some(libc::EINTR)) {
+                return false;
+            }
+            let mut parked = std::mem::take(&mut self.pending);
+            self.drain_completions(&mut parked);
+            self.pending = parked;
+            if !self.wake_armed {
+                return true;
+            }
+        }
+        false
+    }
+}
+
 /// Why the kernel refused a registered-file table, in words that name the cause.
 pub fn file_table_refusal_reason(error: &io::Error) -> &'static str {
     match error.raw_os_error() {
@@ -1014,11 +1060,15 @@ impl Drop for Uring {
                 tracing::debug!(%error, "tailguard io_uring: unregistering the files failed");
             }
         }
-        // The armed wake read is cancelled in that work item too, later: a
-        // submitter's wake meanwhile (the eventfd lives on in its waker)
-        // completes the read into its buffer. Keep the 8 bytes alive for
-        // good rather than let the kernel write into freed memory.
-        if self.wake_armed {
+        // The armed wake read would be cancelled in that work item too,
+        // later: a submitter's wake meanwhile (the eventfd lives on in its
+        // waker) would complete the read into its freed buffer. So the read
+        // is completed here first; where that fails, its 8 bytes are kept
+        // alive for good.
+        if !self.retire_wake_read() {
+            tracing::debug!(
+                "tailguard io_uring: the wake read outlives the ring; its buffer is kept"
+            );
             std::mem::forget(Arc::clone(&self.wake_buffer));
         }
     }
@@ -1150,6 +1200,28 @@ impl EngineWaker for EventFdWaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wake_read_completes_before_the_ring_closes() {
+        for shared in [false, true] {
+            let options = UringOptions {
+                shared,
+                ..UringOptions::default()
+            };
+            let mut ring = match Uring::with_options(8, options) {
+                Ok(ring) => ring,
+                Err(error) => {
+                    println!("skipping io_uring: {error}");
+                    return;
+                }
+            };
+            assert!(ring.wake_armed, "the wake read is armed from the start");
+            assert!(ring.retire_wake_read(), "shared: {shared}");
+            assert!(!ring.wake_armed);
+            // Nothing left for the drop to keep alive.
+            assert_eq!(Arc::strong_count(&ring.wake_buffer), 1);
+        }
+    }
 
     #[test]
     fn a_kernel_without_plain_reads_writes_or_nodrop_is_refused() {
