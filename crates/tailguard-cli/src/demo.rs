@@ -290,6 +290,8 @@ fn run_one(
                 measure::disk_sectors_written(device)
             });
         },
+        // The demo's jobs set no bench options.
+        &[],
     )?
     .report;
     let disk_write = disk_writes.rate(measure::disk_sectors_written(device), Instant::now());
@@ -1129,6 +1131,7 @@ mod tests {
             read_worst_500ms_iops: Some(worst),
             read_p9999_us: 5_000.0,
             read_max_us: 9_000.0,
+            buffers_allocated: 0,
         };
         let points = frontier_points(true);
         let samples: Vec<Vec<measure::Sample>> = points

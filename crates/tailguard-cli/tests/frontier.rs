@@ -132,6 +132,31 @@ fn check_kinds(points: &[serde_json::Value], write_source: &str) {
     }
 }
 
+/// Every writer cycles through the same 8 MiB of buffers, whatever its
+/// request size and depth (with one buffer per request in flight, a static
+/// writer at depth 1 rewrote one hot buffer, which a virtual disk's host
+/// copies faster); every reader has its own.
+fn check_buffers(points: &[serde_json::Value]) {
+    const READERS: u64 = 16;
+    const RING_BYTES: u64 = 8 << 20;
+    for point in points {
+        let writer_request_bytes = match point["kind"].as_str().unwrap() {
+            "solo" => None,
+            "static" => point["request_bytes"].as_u64(),
+            _ => Some(1 << 20),
+        };
+        let least = READERS + writer_request_bytes.map_or(0, |bytes| RING_BYTES / bytes);
+        for sample in point["samples"].as_array().unwrap() {
+            let buffers = sample["buffers_allocated"].as_u64().unwrap();
+            assert!(
+                buffers >= least,
+                "{} buffers, at least {least}: {point}",
+                buffers
+            );
+        }
+    }
+}
+
 #[test]
 fn a_tiny_frontier_reports_consistent_json_a_table_and_a_chart() {
     let directory = common::scratch_dir("frontier", "run");
@@ -190,6 +215,7 @@ fn a_tiny_frontier_reports_consistent_json_a_table_and_a_chart() {
     check_rounds(points);
     check_ratios(points, &points[0]);
     check_kinds(points, write_source);
+    check_buffers(points);
 
     let text = String::from_utf8(output.stdout).unwrap();
     check_table_order(&text, points);

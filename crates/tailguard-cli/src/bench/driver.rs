@@ -255,24 +255,13 @@ impl SchedulerSettings {
     }
 }
 
-/// Runs one mode: the report, and the scheduler's own statistics in `tailguard`
-/// mode.
-pub fn run(
-    scenario: &Scenario,
-    plan: &Plan,
-    mode: Mode,
-    settings: &SchedulerSettings,
-    seed: u64,
-    progress: &mut dyn FnMut(Nanos),
-) -> Result<BenchRun, CliError> {
-    run_with_options(scenario, plan, mode, settings, seed, progress, &[])
-}
-
-/// [`run`], with bench's per-job options (aligned with `scenario.jobs`; a
-/// shorter slice leaves the rest at their defaults): a job with
+/// Runs one mode: the report, and the scheduler's own statistics in
+/// `tailguard` mode. `job_options` are bench's per-job options (aligned with
+/// `scenario.jobs`; a shorter slice leaves the rest at their defaults, one
+/// buffer per request in flight among them): a job with
 /// `io_bytes_per_instance` stops each instance once it has submitted that
 /// many bytes, and its class's rates count over the time it actually ran.
-pub fn run_with_options(
+pub fn run(
     scenario: &Scenario,
     plan: &Plan,
     mode: Mode,
@@ -309,6 +298,7 @@ pub fn run_with_options(
         directions,
         written,
         overloads,
+        buffers_allocated,
         ..
     } = result?;
     for overload in &overloads {
@@ -324,6 +314,7 @@ pub fn run_with_options(
     let mut run = BenchRun::new(report, stats.as_ref());
     run.directions = directions;
     run.overloads = overloads;
+    run.buffers_allocated = buffers_allocated;
     Ok(run)
 }
 

@@ -294,7 +294,7 @@ fn run_modes(
                     label.push_str(&format!(" group {group}"));
                 }
                 let bar = progress.start_run(&label, scenario.duration_ns);
-                let mut run = driver::run_with_options(
+                let mut run = driver::run(
                     &scenario,
                     &group_plan,
                     mode,

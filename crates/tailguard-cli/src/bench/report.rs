@@ -115,6 +115,9 @@ pub struct BenchRun {
     /// or closed-loop and burst requests held back); see
     /// [`crate::bench::limit`].
     pub overloads: Vec<JobOverload>,
+    /// Data buffers the driver allocated over the run (a writer's ring of
+    /// `write_buffers` included).
+    pub buffers_allocated: u64,
 }
 
 /// The driver's own histograms of a direction's times, in nanoseconds (fio's
@@ -201,6 +204,7 @@ impl BenchRun {
             group: 0,
             directions: Vec::new(),
             overloads: Vec::new(),
+            buffers_allocated: 0,
         }
     }
 }

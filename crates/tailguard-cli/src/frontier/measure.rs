@@ -309,6 +309,7 @@ pub fn sample(round: u32, write: f64, iops: f64, worst: f64) -> Sample {
         read_worst_500ms_iops: Some(worst),
         read_p9999_us: 4_000.0,
         read_max_us: 9_000.0,
+        buffers_allocated: 0,
     }
 }
 
@@ -333,6 +334,9 @@ pub struct Sample {
     pub read_p9999_us: f64,
     /// The readers' max latency, µs.
     pub read_max_us: f64,
+    /// Data buffers the run allocated: one per reader, and the writer's ring
+    /// of 8 MiB, the same for every point.
+    pub buffers_allocated: u64,
 }
 
 impl Sample {
@@ -358,6 +362,7 @@ impl Sample {
             read_worst_500ms_iops: reads.worst_500ms_iops,
             read_p9999_us: reads.latency_us.p9999,
             read_max_us: reads.latency_us.max,
+            buffers_allocated: 0,
         })
     }
 }
@@ -435,13 +440,16 @@ pub fn measure(
                     bar.tick(elapsed);
                     window.observe(elapsed, Instant::now(), || disk_sectors_written(device));
                 },
+                // The writer's ring of buffers, the same for every point.
+                &jobs[index].job_options,
             )?;
             let disk = window.rate(disk_sectors_written(device), Instant::now());
             drop(bar);
-            let sample =
+            let mut sample =
                 Sample::of(&run.report, workload, round, order, disk).ok_or_else(|| {
                     CliError::usage(format!("{}: the run completed no reads", setting.name()))
                 })?;
+            sample.buffers_allocated = run.buffers_allocated;
             samples[index].push(sample);
         }
     }
