@@ -549,3 +549,69 @@ fn a_sync_after_a_dropped_one_flushes_what_came_since() {
         writer.close().unwrap();
     });
 }
+
+#[test]
+fn a_new_writer_over_a_longer_file_cuts_it_at_the_first_sync() {
+    on_each_backend("longer", |choice, scheduler, class, path| {
+        for appended in [8192usize, 5000] {
+            std::fs::write(path, bytes(1 << 20, 9)).unwrap();
+            // Opened without truncating: a log rewritten in place.
+            let file = scheduler.open(path).unwrap();
+            let mut writer = StreamWriter::new(file, class, SMALL);
+            let data = bytes(appended, 10);
+            writer.write_all(&data).unwrap();
+            writer.sync().unwrap();
+            assert_eq!(
+                std::fs::read(path).unwrap(),
+                data,
+                "{choice:?}: after sync the file is what was appended"
+            );
+            drop(writer);
+        }
+    });
+}
+
+/// A writer whose first write fails while its next ones are held by a
+/// stalled device: dropped, it waits for them, so that none lands after it
+/// is gone (a dropped request is still carried out).
+#[test]
+fn a_failed_writer_dropped_waits_for_its_writes_in_flight() {
+    use tailguard::backend::fault::{FaultInjector, FaultPlan, FaultRule, OpFilter};
+    watchdog(|| {
+        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
+            let injector = FaultInjector::new(FaultPlan {
+                seed: 1,
+                rules: vec![
+                    FaultRule::ErrorRange {
+                        offsets: 0..4096,
+                        ops: OpFilter::Writes,
+                        errno: libc::EIO,
+                    },
+                    // Long enough that the drop comes while they are held.
+                    FaultRule::Stall {
+                        at_op: 2,
+                        duration: Duration::from_secs(2),
+                    },
+                ],
+            });
+            let builder = Scheduler::builder().fault_injection(injector.clone());
+            let Some(scheduler) = common::build_on(choice, builder) else {
+                continue;
+            };
+            let class = scheduler.add_class("failed-drop", 100).unwrap();
+            let path = scratch(&format!("failed-drop-{choice:?}"));
+            let mut writer = StreamWriter::new(create(&scheduler, &path), &class, SMALL);
+            let error = write_until_error(&mut writer, 1 << 20);
+            assert_eq!(tailguard::os_error_code(&error), Some(libc::EIO), "{error}");
+            drop(writer);
+            let counts = injector.counts();
+            assert_eq!(counts.ops_held_now, 0, "{choice:?}: {counts:?}");
+            assert_eq!(
+                counts.ops_completed, counts.ops_pushed,
+                "{choice:?}: {counts:?}"
+            );
+            drop(scheduler);
+            std::fs::remove_file(&path).unwrap();
+        }
+    });
+}

@@ -21,9 +21,12 @@
 //! refuses later writes. On a block device node, which has a size but no
 //! length to cut, the stream owns the device from where it starts: nothing is
 //! truncated, and the bytes past the stream's end in its last block are the
-//! padding's zeros. Dropping a writer
-//! that was not closed closes it (blocking) and logs an error it could not
-//! report.
+//! padding's zeros. A writer made with [`StreamWriter::new`] over a file
+//! that already holds bytes cuts them at its first `sync` or `close`.
+//! Dropping a writer that was not closed closes it (blocking) and logs an
+//! error it could not report; one that had failed only waits for its writes
+//! in flight and logs the error: it truncates nothing, so the file may end
+//! in a padded block.
 
 use super::{block, granularity, round_up, Flight, StickyError};
 use crate::buffer::AlignedBuffer;
@@ -144,6 +147,12 @@ impl StreamWriter {
     pub fn new(file: impl Into<Arc<File>>, class: &IoClass, options: WriterOptions) -> Self {
         let file = file.into();
         let (block_bytes, memory_alignment) = granularity(&file);
+        // A file that already holds bytes keeps them past the stream's end
+        // until the first `sync` or `close` cuts them (where its length is
+        // unknown, that cut happens anyway).
+        let longer_on_disk = file
+            .length_now()
+            .map_or(true, |(length, device)| length > 0 && !device);
         Self {
             buffer_bytes: round_up(options.buffer_bytes, block_bytes),
             buffers_in_flight: options
@@ -161,7 +170,7 @@ impl StreamWriter {
             writes: VecDeque::new(),
             idle: Vec::new(),
             buffers_made: 0,
-            longer_on_disk: false,
+            longer_on_disk,
             written_through: 0,
             sync: None,
             error: StickyError::default(),
@@ -245,7 +254,8 @@ impl StreamWriter {
         &self.file
     }
 
-    /// Bytes appended so far: the file's length after the next `flush`.
+    /// Bytes appended so far: the file's length after the next `sync` or
+    /// `close` (a `flush` may leave the last block padded with zeros).
     pub fn logical_len(&self) -> u64 {
         self.buffer_offset + self.filled as u64
     }
@@ -471,6 +481,15 @@ impl StreamWriter {
         }
     }
 
+    /// Ready once every write in flight has come back (results dropped).
+    fn poll_writes_done(&mut self, context: &mut Context<'_>) -> Poll<()> {
+        for write in &mut self.writes {
+            ready!(write.flight.poll_done(context));
+        }
+        self.writes.clear();
+        Poll::Ready(())
+    }
+
     fn poll_flush_inner(&mut self, context: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.check()?;
         if self.filled > self.tail_written && !self.tail_out {
@@ -582,6 +601,10 @@ impl Drop for StreamWriter {
             if let Some(error) = self.error.unreported() {
                 tracing::error!("a dropped stream writer had failed: {error}");
             }
+            // Its writes still in flight land anyway (a dropped request is
+            // still carried out): wait for them, so that none lands after
+            // the writer is gone (over a file a recovery truncated since).
+            block(self, Self::scheduler, Self::poll_writes_done);
             return;
         }
         if let Err(error) = self.close() {
