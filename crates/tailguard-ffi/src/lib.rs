@@ -205,7 +205,9 @@ thread_local! {
 
 fn set_last_error(message: &str) {
     let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|last| *last.borrow_mut() = text);
+    // During the thread's teardown (a C thread-key destructor calling a
+    // failing function) the message is lost rather than a panic aborting.
+    let _ = LAST_ERROR.try_with(|last| *last.borrow_mut() = text);
 }
 
 /// The errno that stands for `error`: the kernel's for a failed request,
@@ -372,7 +374,9 @@ unsafe fn hand_out<T>(out: *mut *mut T, value: T) -> io::Result<i64> {
 /// pointer stays valid until the next failing call on the same thread.
 #[no_mangle]
 pub extern "C" fn tg_last_error() -> *const c_char {
-    LAST_ERROR.with(|last| last.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|last| last.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
 }
 
 // ------------------------------------------------------------- scheduler
@@ -454,7 +458,10 @@ const OPTIONS_FIELD_ENDS: [usize; 10] = {
 /// is a newer header's (checked for unknown fields when read).
 fn check_options_size(size: usize) -> io::Result<()> {
     let known = std::mem::size_of::<tg_scheduler_options>();
-    if size > known || OPTIONS_FIELD_ENDS.contains(&size) {
+    let newer = size > known
+        && size <= OPTIONS_SIZE_MAX
+        && size % std::mem::align_of::<tg_scheduler_options>() == 0;
+    if newer || OPTIONS_FIELD_ENDS.contains(&size) {
         return Ok(());
     }
     Err(io::Error::new(
@@ -465,6 +472,12 @@ fn check_options_size(size: usize) -> io::Result<()> {
         ),
     ))
 }
+
+/// The largest options struct a newer header may have (room for hundreds of
+/// fields): a larger size, or one that is no multiple of the struct's
+/// alignment, is a `size` field never filled by `tg_scheduler_options_init`,
+/// refused rather than zeroed or read that far.
+const OPTIONS_SIZE_MAX: usize = 4096;
 
 /// The caller's options, read as far as its struct goes (its `size`), with
 /// the defaults for fields its header does not have.

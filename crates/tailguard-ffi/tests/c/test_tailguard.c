@@ -169,8 +169,14 @@ static int test_options_of_another_header_version(void) {
     CHECK(tg_scheduler_new(&storage.options, &scheduler) == -EINVAL, "an unknown field set");
     CHECK(strstr(tg_last_error(), "does not know") != NULL, "says why: %s", tg_last_error());
 
-    /* A size no version has. */
+    /* A size no version has, or garbage where init never ran. */
     CHECK(tg_scheduler_options_init(&storage.options, 3) == -EINVAL, "size 3");
+    CHECK(tg_scheduler_options_init(&storage.options, (size_t)1 << 40) == -EINVAL,
+          "a size of 1 TiB is refused, not zeroed");
+    storage.options.size = (size_t)1 << 40;
+    CHECK(tg_scheduler_new(&storage.options, &scheduler) == -EINVAL, "nor read");
+    storage.options.size = sizeof(tg_scheduler_options) + 3;
+    CHECK(tg_scheduler_new(&storage.options, &scheduler) == -EINVAL, "a misaligned size");
     CHECK(strstr(tg_last_error(), "sizeof options") != NULL, "names the fix: %s",
           tg_last_error());
     return 0;
