@@ -43,7 +43,7 @@
 //! small disks.
 
 use crate::bench::target::{self, Plan};
-use crate::bench::{driver, job::BenchJob, Mode};
+use crate::bench::{driver, job::BenchJob, job::JobOptions, Mode};
 use crate::error::CliError;
 use crate::frontier::analysis::Standing;
 use crate::frontier::grid::{Grid, Setting};
@@ -66,10 +66,11 @@ const WRITES: &str = "writes";
 /// queued; 16 closed-loop readers seldom do, so on an uncalibrated device the
 /// split is mostly set by how many writes the device budget keeps in flight.
 const READ_SHARES: u32 = 400;
-/// 1 MiB writes the writer keeps in flight: enough that it always has writes
-/// queued in tailguard (so shares, not its own depth, limit it), as kernel
-/// writeback, which sends far more at once, always has.
-const WRITE_QUEUE_DEPTH: u32 = 16;
+/// 1 MiB writes the writer keeps in flight, as the frontier's tailguard
+/// writer: enough that it always has writes queued in tailguard (so the
+/// budget, not its own depth, limits it); kernel writeback sends far more
+/// at once whatever the depth.
+const WRITE_QUEUE_DEPTH: u32 = crate::frontier::measure::TAILGUARD_WRITE_QUEUE_DEPTH;
 const WRITE_SHARES: u32 = 100;
 /// Smallest write file worth running: below this the demo refuses.
 const WRITE_BYTES_MIN: u64 = 64 << 20;
@@ -175,23 +176,18 @@ fn measure(
     layout: &mut target::Layout,
 ) -> Result<Measured, CliError> {
     let progress = Progress::new("tailguard demo");
-    let run = |number: usize, name: &str, scenario: &Scenario, plan: &Plan, mode: Mode| {
-        run_one(arguments, &progress, number, name, scenario, plan, mode)
+    let run = |number: usize, name: &str, job: (&Scenario, &[JobOptions]), plan: &Plan, mode| {
+        run_one(arguments, &progress, number, name, job, plan, mode)
     };
+    let mixed = (&setup.mixed.scenario, setup.mixed.job_options.as_slice());
     let alone = run(
         1,
         "alone",
-        &setup.solo,
+        (&setup.solo, &[]),
         &setup.read_plan,
         Mode::KernelDirect,
     )?;
-    let tailguard = run(
-        2,
-        "tailguard",
-        &setup.mixed,
-        &setup.mixed_plan,
-        Mode::Tailguard,
-    )?;
+    let tailguard = run(2, "tailguard", mixed, &setup.mixed_plan, Mode::Tailguard)?;
     let frontier = static_frontier(
         arguments,
         sizing,
@@ -203,7 +199,7 @@ fn measure(
     let writeback = run(
         3,
         "kernel writeback",
-        &setup.mixed,
+        mixed,
         &setup.mixed_plan,
         Mode::KernelBuffered,
     )?;
@@ -221,7 +217,8 @@ fn measure(
 struct Setup {
     solo: Scenario,
     read_plan: Plan,
-    mixed: Scenario,
+    /// The readers beside the writer, with the writer's ring of buffers.
+    mixed: BenchJob,
     mixed_plan: Plan,
 }
 
@@ -233,7 +230,7 @@ impl Setup {
         layout: &mut target::Layout,
     ) -> Result<Self, CliError> {
         let mut solo_job = demo_job(sizing, (sizing.duration_s / 2.0).max(0.5), false)?;
-        let mixed = demo_job(sizing, sizing.duration_s, true)?.scenario;
+        let mixed = demo_job(sizing, sizing.duration_s, true)?;
         eprintln!(
             "tailguard demo: laying out a {:.0} MiB read file in {}",
             sizing.read_bytes as f64 / MIB as f64,
@@ -265,7 +262,7 @@ fn run_one(
     progress: &Progress,
     number: usize,
     name: &str,
-    scenario: &Scenario,
+    (scenario, job_options): (&Scenario, &[JobOptions]),
     plan: &Plan,
     mode: Mode,
 ) -> Result<(RunReport, Option<f64>), CliError> {
@@ -290,8 +287,7 @@ fn run_one(
                 measure::disk_sectors_written(device)
             });
         },
-        // The demo's jobs set no bench options.
-        &[],
+        job_options,
     )?
     .report;
     let disk_write = disk_writes.rate(measure::disk_sectors_written(device), Instant::now());
@@ -824,9 +820,11 @@ fn demo_job(sizing: &Sizing, duration_s: f64, writes: bool) -> Result<BenchJob, 
             text,
             "[[class]]\nname = \"{WRITES}\"\nshares = {WRITE_SHARES}\n\
              [[job]]\nname = \"writer\"\nclass = \"{WRITES}\"\npattern = \"seqwrite\"\n\
-             block_size = \"1m\"\nqueue_depth = {WRITE_QUEUE_DEPTH}\nstart_s = {}\nsize = {}\n",
+             block_size = \"1m\"\nqueue_depth = {WRITE_QUEUE_DEPTH}\nstart_s = {}\nsize = {}\n\
+             write_buffers = {}\n",
             writes_start_s(duration_s),
-            sizing.write_bytes
+            sizing.write_bytes,
+            crate::frontier::measure::WRITE_BUFFER_BYTES
         );
     }
     BenchJob::from_toml(&text)
@@ -1223,10 +1221,24 @@ mod tests {
         };
         let solo = demo_job(&sizing, 3.0, false).unwrap().scenario;
         assert_eq!(solo.jobs.len(), 1);
-        let mixed = demo_job(&sizing, 6.0, true).unwrap().scenario;
+        let job = demo_job(&sizing, 6.0, true).unwrap();
+        let mixed = &job.scenario;
         assert_eq!(mixed.jobs.len(), 2);
         assert_eq!(mixed.jobs[1].region_bytes, 16 * MIB);
         assert_eq!(mixed.jobs[1].start_ns, 1_000_000_000);
+        // The writer is the frontier's tailguard writer, its ring of buffers
+        // included, so the verdict against the static points compares
+        // scheduling, not buffers.
+        assert_eq!(
+            job.options_of(1).write_buffer_bytes,
+            measure::WRITE_BUFFER_BYTES
+        );
+        assert!(matches!(
+            mixed.jobs[1].arrival,
+            tailguard_sim::scenario::Arrival::ClosedLoop {
+                queue_depth: measure::TAILGUARD_WRITE_QUEUE_DEPTH
+            }
+        ));
     }
 
     #[test]
