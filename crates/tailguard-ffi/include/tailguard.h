@@ -288,7 +288,8 @@ int tg_class_stats(const struct tg_scheduler *scheduler,
 // Opens `path` through the scheduler with `flags` (`TG_OPEN_*`, or'ed;
 // O_DIRECT unless `TG_OPEN_BUFFERED`) and stores the handle in `*out`.
 // Returns 0 or a negative errno (-EINVAL with a message naming the fix
-// where the filesystem refuses O_DIRECT).
+// where the filesystem refuses O_DIRECT, or for a bit that is no
+// `TG_OPEN_*` flag).
 //
 // # Safety
 // `scheduler` is a live handle; `path` a NUL-terminated string; `out`

@@ -789,7 +789,8 @@ pub unsafe extern "C" fn tg_class_stats(
 /// Opens `path` through the scheduler with `flags` (`TG_OPEN_*`, or'ed;
 /// O_DIRECT unless `TG_OPEN_BUFFERED`) and stores the handle in `*out`.
 /// Returns 0 or a negative errno (-EINVAL with a message naming the fix
-/// where the filesystem refuses O_DIRECT).
+/// where the filesystem refuses O_DIRECT, or for a bit that is no
+/// `TG_OPEN_*` flag).
 ///
 /// # Safety
 /// `scheduler` is a live handle; `path` a NUL-terminated string; `out`
@@ -805,6 +806,19 @@ pub unsafe extern "C" fn tg_file_open(
         // SAFETY: the caller's contract (live handle, C string).
         let (scheduler, path) =
             unsafe { (reference(scheduler, "scheduler")?, string(path, "path")?) };
+        let known =
+            TG_OPEN_READ | TG_OPEN_WRITE | TG_OPEN_CREATE | TG_OPEN_TRUNCATE | TG_OPEN_BUFFERED;
+        if flags & !known != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "tailguard: open flags {:#x} are no TG_OPEN_* flag of this library; \
+                     pass only TG_OPEN_* values, or link the library that matches \
+                     include/tailguard.h",
+                    flags & !known
+                ),
+            ));
+        }
         let file = OpenOptions::new()
             .read(flags & TG_OPEN_READ != 0)
             .write(flags & TG_OPEN_WRITE != 0)

@@ -113,6 +113,9 @@ static int test_errors_are_negative_errno_with_a_message(void) {
     tg_file *file = NULL;
     CHECK(tg_file_open(scheduler, "/nonexistent/tailguard", TG_OPEN_READ, &file) == -ENOENT,
           "missing file");
+    CHECK(tg_file_open(scheduler, path, TG_OPEN_READ | 0x400, &file) == -EINVAL,
+          "an unknown open flag");
+    CHECK(strstr(tg_last_error(), "TG_OPEN_") != NULL, "names the fix: %s", tg_last_error());
     tg_scheduler_options options;
     tg_scheduler_options_init(&options, sizeof options);
     options.backend = 99;
