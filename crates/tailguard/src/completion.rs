@@ -133,10 +133,10 @@ pub(crate) fn drive_until_notified_helping<T>(
 }
 
 thread_local! {
-    /// The driver whose `block_on` runs innermost on this thread (0: none).
-    static DRIVING: Cell<usize> = const { Cell::new(0) };
-    /// That driver, kept whole so that a nested `block_on` of another driver
-    /// can end its session and pay its kick (see [`release_outer_block`]).
+    /// The driver whose `block_on` runs innermost on this thread ([`driving`]
+    /// gives its id), kept whole so that a nested `block_on` of another
+    /// driver can end its session and pay its kick (see
+    /// [`release_outer_block`]).
     static DRIVING_DRIVER: RefCell<Option<Arc<dyn Driver>>> = const { RefCell::new(None) };
     /// Whether the innermost `block_on`'s own helping session is open (a
     /// hold's session is `HOLD_OPEN`).
@@ -161,6 +161,11 @@ thread_local! {
 
 fn driver_id(driver: &Arc<dyn Driver>) -> usize {
     Arc::as_ptr(driver).cast::<()>() as usize
+}
+
+/// The id of the driver whose `block_on` runs innermost here (0: none).
+fn driving() -> usize {
+    DRIVING_DRIVER.with_borrow(|driving| driving.as_ref().map_or(0, driver_id))
 }
 
 /// The id of the driver this thread holds the engine of (0: none).
@@ -194,16 +199,15 @@ fn thread_token() -> ThreadToken {
 pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Output {
     /// The enclosing `block_on`'s driver and session, put back on return.
     struct Restore {
-        previous: (usize, Option<Arc<dyn Driver>>, bool),
+        previous: (Option<Arc<dyn Driver>>, bool),
         driver: Arc<dyn Driver>,
     }
     impl Drop for Restore {
         fn drop(&mut self) {
-            if BLOCK_SESSION.replace(self.previous.2) {
+            if BLOCK_SESSION.replace(self.previous.1) {
                 self.driver.end_session();
             }
-            DRIVING.set(self.previous.0);
-            DRIVING_DRIVER.set(self.previous.1.take());
+            DRIVING_DRIVER.set(self.previous.0.take());
             // A wait that found the engine busy ended the hold's session (so
             // the engine thread took over); the hold reopens it.
             if holding() == driver_id(&self.driver) && !HOLD_OPEN.get() {
@@ -223,7 +227,6 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
     let mut future = std::pin::pin!(future);
     let _restore = Restore {
         previous: (
-            DRIVING.replace(id),
             DRIVING_DRIVER.replace(Some(driver.clone())),
             BLOCK_SESSION.replace(false),
         ),
@@ -256,7 +259,7 @@ pub(crate) fn block_on<F: Future>(driver: &Arc<dyn Driver>, future: F) -> F::Out
 /// future may wait for the outer engine's requests (a hang otherwise). The
 /// outer call's next wait reopens the session.
 fn release_outer_block(id: usize) {
-    let outer = DRIVING.get();
+    let outer = driving();
     if outer == 0 || outer == id {
         return;
     }
@@ -740,7 +743,7 @@ impl<T> IoFuture<T> {
             return;
         }
         if let Some(driver) = &self.driver {
-            if DRIVING.get() != driver_id(driver) {
+            if driving() != driver_id(driver) {
                 driver.kick();
             }
         }

@@ -615,6 +615,15 @@ impl Uring {
         self.wake_armed
     }
 
+    /// Moves every posted completion to `pending`, for the next `reap`;
+    /// returns how many.
+    fn park_completions(&mut self) -> usize {
+        let mut parked = std::mem::take(&mut self.pending);
+        let drained = self.drain_completions(&mut parked);
+        self.pending = parked;
+        drained
+    }
+
     /// Moves every posted completion to `out`, swallowing the wake read's.
     fn drain_completions(&mut self, out: &mut Vec<OpResult>) -> usize {
         let mut drained = 0;
@@ -656,9 +665,7 @@ impl Uring {
                 Err(error) if matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
                     // The completion queue is full (or the kernel is short of
                     // requests): make room by reaping, then try again.
-                    let mut parked = std::mem::take(&mut self.pending);
-                    let drained = self.drain_completions(&mut parked);
-                    self.pending = parked;
+                    let drained = self.park_completions();
                     if drained == 0
                         && (self.ring.submission().is_empty() || !self.kernel_holds_an_op())
                     {
@@ -1018,9 +1025,7 @@ impl Uring {
             if matches!(&entered, Err(error) if error.raw_os_error() != Some(libc::EINTR)) {
                 return false;
             }
-            let mut parked = std::mem::take(&mut self.pending);
-            self.drain_completions(&mut parked);
-            self.pending = parked;
+            self.park_completions();
             if !self.wake_armed {
                 return true;
             }
