@@ -379,7 +379,7 @@ struct Driver<'a> {
     /// Free buffers by capacity, the least recently used first: a job that
     /// asks for a set of write buffers larger than its depth cycles through
     /// all of them.
-    buffers: BTreeMap<usize, VecDeque<AlignedBuffer>>,
+    buffers: HashMap<usize, VecDeque<AlignedBuffer>>,
     pending: HashMap<u64, Pending>,
     next_token: u64,
     generated: Vec<RequestTemplate>,
@@ -731,17 +731,18 @@ impl<'a> Driver<'a> {
         token: u64,
     ) -> Result<AlignedBuffer, CliError> {
         let length = length_bytes as usize;
-        // The smallest free buffer that holds the request: its own size's,
-        // or a range's largest.
-        let free = self
-            .buffers
-            .range_mut(length..)
-            .find_map(|(_, free)| free.pop_front());
+        // A free buffer of the request's own size, else of the size its
+        // shape gives new buffers (a range's largest), never another job's
+        // larger one (a writer's ring of buffers stays its own).
+        let buffer_bytes = self.job_options[job].shape.new_buffer_bytes(length_bytes) as usize;
+        let free = [length, buffer_bytes]
+            .into_iter()
+            .find_map(|size| self.buffers.get_mut(&size)?.pop_front());
         let mut buffer = match free {
             Some(buffer) => buffer,
             None => {
                 self.buffers_allocated += 1;
-                new_buffer(self.job_options[job].shape.new_buffer_bytes(length_bytes) as usize)?
+                new_buffer(buffer_bytes)?
             }
         };
         buffer.truncate(length);
@@ -1232,8 +1233,8 @@ fn buffers(
     scenario: &Scenario,
     job_options: &[JobOptions],
     in_flight: &InFlight,
-) -> Result<(BTreeMap<usize, VecDeque<AlignedBuffer>>, u64), CliError> {
-    let mut buffers: BTreeMap<usize, VecDeque<AlignedBuffer>> = BTreeMap::new();
+) -> Result<(HashMap<usize, VecDeque<AlignedBuffer>>, u64), CliError> {
+    let mut buffers: HashMap<usize, VecDeque<AlignedBuffer>> = HashMap::new();
     let mut allocated = 0;
     let mut allocated_bytes = 0;
     let run_bytes_max = in_flight.limits().run_bytes_max;

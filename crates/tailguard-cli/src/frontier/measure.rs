@@ -38,6 +38,7 @@
 
 use crate::bench::driver::{self, SchedulerSettings};
 use crate::bench::job::BenchJob;
+use crate::bench::report::BenchRun;
 use crate::bench::target::{self, Plan};
 use crate::bench::Mode;
 use crate::error::CliError;
@@ -48,7 +49,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 use tailguard::ControllerChoice;
 use tailguard_core::{Direction, Nanos};
-use tailguard_sim::report::{ClassReport, RunReport};
+use tailguard_sim::report::ClassReport;
 use tailguard_sim::scenario::Scenario;
 
 /// The demo's readers: closed-loop instances.
@@ -340,17 +341,17 @@ pub struct Sample {
 }
 
 impl Sample {
-    /// The measures of a run of `workload`'s report; `None` when it has no
+    /// The measures of a run of `workload`; `None` when it has no
     /// reads.
     pub fn of(
-        report: &RunReport,
+        run: &BenchRun,
         workload: &Workload,
         round: u32,
         order: usize,
         disk_write_mb_per_s: Option<f64>,
     ) -> Option<Self> {
         let class = |name: &str| -> Option<&ClassReport> {
-            report.classes.iter().find(|row| row.name == name)
+            run.report.classes.iter().find(|row| row.name == name)
         };
         let reads = class(READ_CLASS)?;
         Some(Self {
@@ -362,7 +363,7 @@ impl Sample {
             read_worst_500ms_iops: reads.worst_500ms_iops,
             read_p9999_us: reads.latency_us.p9999,
             read_max_us: reads.latency_us.max,
-            buffers_allocated: 0,
+            buffers_allocated: run.buffers_allocated,
         })
     }
 }
@@ -445,11 +446,9 @@ pub fn measure(
             )?;
             let disk = window.rate(disk_sectors_written(device), Instant::now());
             drop(bar);
-            let mut sample =
-                Sample::of(&run.report, workload, round, order, disk).ok_or_else(|| {
-                    CliError::usage(format!("{}: the run completed no reads", setting.name()))
-                })?;
-            sample.buffers_allocated = run.buffers_allocated;
+            let sample = Sample::of(&run, workload, round, order, disk).ok_or_else(|| {
+                CliError::usage(format!("{}: the run completed no reads", setting.name()))
+            })?;
             samples[index].push(sample);
         }
     }
