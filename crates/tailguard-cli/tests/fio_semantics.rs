@@ -218,6 +218,17 @@ fn fio_json_output_reads_with_fios_own_field_names() {
     remove_scratch(&directory, &fio);
 }
 
+/// Each of the three modes read back and checked what a verify job wrote.
+fn assert_read_back_once_per_mode(notes: &str) {
+    assert_eq!(
+        notes
+            .matches("written blocks read back and checked")
+            .count(),
+        3,
+        "one read-back per mode: {notes}"
+    );
+}
+
 #[test]
 fn verify_writes_checksummed_blocks_and_reads_them_back_in_every_mode() {
     let (directory, fio) = scratch("verify");
@@ -228,13 +239,7 @@ fn verify_writes_checksummed_blocks_and_reads_them_back_in_every_mode() {
         directory.display()
     );
     let (runs, notes) = bench(&fio, &text, &[]);
-    assert_eq!(
-        notes
-            .matches("written blocks read back and checked")
-            .count(),
-        3,
-        "one read-back per mode: {notes}"
-    );
+    assert_read_back_once_per_mode(&notes);
     for run in runs.iter().filter(|run| run["group"] == 0) {
         // Exactly the job's bytes, mixed block sizes and all.
         assert_eq!(class_u64(run, 0, "bytes"), 1 << 20, "{run}");
@@ -254,13 +259,7 @@ fn a_block_size_range_draws_as_fio_does_and_verifies_in_every_mode() {
         directory.display()
     );
     let (runs, notes) = bench(&fio, &text, &[]);
-    assert_eq!(
-        notes
-            .matches("written blocks read back and checked")
-            .count(),
-        3,
-        "one read-back per mode: {notes}"
-    );
+    assert_read_back_once_per_mode(&notes);
     for run in &runs {
         assert_eq!(class_u64(run, 0, "bytes"), 1 << 20, "{run}");
         // fio draws 4k, 8k, ... 64k equally (a mean of 34 KiB: about 30

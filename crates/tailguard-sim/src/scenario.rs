@@ -966,6 +966,11 @@ block_size = "4k"
 queue_depth = 8
 "#;
 
+    /// [`MINIMAL`] with `lines` added to its job.
+    fn with_job_lines(lines: &str) -> String {
+        MINIMAL.replace("queue_depth = 8", &format!("queue_depth = 8\n{lines}"))
+    }
+
     #[test]
     fn loads_the_simulator_cannot_hold_are_refused_naming_the_key() {
         for (line, key) in [
@@ -1123,11 +1128,11 @@ queue_depth = 8
             "offset = 18446744073709551615",
             "offset = 9223372036854775296",
         ] {
-            let text = MINIMAL.replace("queue_depth = 8", &format!("queue_depth = 8\n{line}"));
+            let text = with_job_lines(line);
             let error = Scenario::from_toml(&text).unwrap_err();
             assert_eq!(error.key, "job[0].offset", "{line}: {error}");
         }
-        let text = MINIMAL.replace("queue_depth = 8", "queue_depth = 8\noffset = \"1m\"");
+        let text = with_job_lines("offset = \"1m\"");
         assert_eq!(
             Scenario::from_toml(&text).unwrap().jobs[0].offset_bytes,
             1 << 20
@@ -1168,12 +1173,12 @@ queue_depth = 8
             "start_s = 5.0\nstop_s = 9.0",
             "start_s = 1.9999999999\nstop_s = 3.0",
         ] {
-            let text = MINIMAL.replace("queue_depth = 8", &format!("queue_depth = 8\n{line}"));
+            let text = with_job_lines(line);
             let error = Scenario::from_toml(&text).unwrap_err();
             assert_eq!(error.key, "job[0].start_s", "{line}: {error}");
             assert!(error.message.contains("duration_s"), "{line}: {error}");
         }
-        let text = MINIMAL.replace("queue_depth = 8", "queue_depth = 8\nstart_s = 1.5");
+        let text = with_job_lines("start_s = 1.5");
         let job = &Scenario::from_toml(&text).unwrap().jobs[0];
         assert!(job.start_ns < job.stop_ns, "{job:?}");
     }
@@ -1216,8 +1221,7 @@ queue_depth = 8
         assert_eq!(error.key, "device[0].model");
         assert!(error.message.contains("nvme"), "{error}");
 
-        let error =
-            error_of(&MINIMAL.replace("queue_depth = 8", "queue_depth = 8\nrate_iops = 5.0"));
+        let error = error_of(&with_job_lines("rate_iops = 5.0"));
         assert_eq!(error.key, "job[0].queue_depth");
 
         let error = error_of(&MINIMAL.replace("block_size = \"4k\"", "block_size = \"4q\""));

@@ -94,6 +94,28 @@ fn scheduler_and_file(
     Some((scheduler, file, path))
 }
 
+/// Runs `case` under the watchdog on each backend with two schedulers: the
+/// first with a fresh scratch file `name` open on it, and a second one.
+fn with_two_schedulers(name: &'static str, case: fn(&Scheduler, &tailguard::File, &Scheduler)) {
+    common::watched(WATCHDOG, move || {
+        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
+            let Some((first, file, path)) =
+                scheduler_and_file(choice, &format!("{name}-{choice:?}"))
+            else {
+                continue;
+            };
+            let Some(second) = common::build_on(choice, Scheduler::builder()) else {
+                continue;
+            };
+            case(&first, &file, &second);
+            drop(file);
+            drop(first);
+            drop(second);
+            let _ = std::fs::remove_file(path);
+        }
+    });
+}
+
 /// Reads waited on one at a time beside a stream of writes kept in flight,
 /// with the engine held by this thread. Returns the wake counts of the reads.
 fn reads_beside_a_write_stream(choice: BackendChoice) -> Option<WakeCounts> {
@@ -287,39 +309,26 @@ fn a_hold_dropped_inside_block_on_closes_its_session_once() {
 /// still serve it (the holding thread is not in the first engine's wait).
 #[test]
 fn a_held_engine_serves_a_request_awaited_in_another_schedulers_block_on() {
-    common::watched(WATCHDOG, || {
-        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
-            let name = format!("held-other-{choice:?}");
-            let Some((held, file, path)) = scheduler_and_file(choice, &name) else {
-                continue;
-            };
-            let Some(other) = common::build_on(choice, Scheduler::builder()) else {
-                continue;
-            };
-            let class = held.add_class("reads", 100).unwrap();
-            let read = |round: u64| {
-                let buffer = AlignedBuffer::new(4096, 4096).unwrap();
-                file.read_at(&class, buffer, 4096 * (round % 4))
-            };
-            let hold = held.hold_engine();
-            for round in 0..20u64 {
-                other.block_on(read(round)).0.unwrap();
-                // The hold goes on serving its own waits in between.
-                read(round).wait().0.unwrap();
-            }
-            // Holding the other engine as well: waits there, for the first.
-            let other_hold = other.hold_engine();
-            for round in 0..20u64 {
-                other.block_on(read(round)).0.unwrap();
-            }
-            drop(other_hold);
-            read(0).wait().0.unwrap();
-            drop(hold);
-            drop(file);
-            drop(held);
-            drop(other);
-            let _ = std::fs::remove_file(path);
+    with_two_schedulers("held-other", |held, file, other| {
+        let class = held.add_class("reads", 100).unwrap();
+        let read = |round: u64| {
+            let buffer = AlignedBuffer::new(4096, 4096).unwrap();
+            file.read_at(&class, buffer, 4096 * (round % 4))
+        };
+        let hold = held.hold_engine();
+        for round in 0..20u64 {
+            other.block_on(read(round)).0.unwrap();
+            // The hold goes on serving its own waits in between.
+            read(round).wait().0.unwrap();
         }
+        // Holding the other engine as well: waits there, for the first.
+        let other_hold = other.hold_engine();
+        for round in 0..20u64 {
+            other.block_on(read(round)).0.unwrap();
+        }
+        drop(other_hold);
+        read(0).wait().0.unwrap();
+        drop(hold);
     });
 }
 
@@ -351,40 +360,26 @@ fn park_on<F: Future + Unpin>(mut future: F) -> F::Output {
 /// for a helper that is gone).
 #[test]
 fn holds_of_two_engines_dropped_in_either_order_end_their_sessions_once() {
-    common::watched(WATCHDOG, || {
-        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
-            let Some((first, file, path)) =
-                scheduler_and_file(choice, &format!("order-{choice:?}"))
-            else {
-                continue;
-            };
-            let Some(second) = common::build_on(choice, Scheduler::builder()) else {
-                continue;
-            };
-            let first_class = first.add_class("reads", 100).unwrap();
-            let second_class = second.add_class("nops", 100).unwrap();
-            for oldest_first in [true, false] {
-                let first_hold = first.hold_engine();
-                let second_hold = second.hold_engine();
-                if oldest_first {
-                    drop(first_hold);
-                    drop(second_hold);
-                } else {
-                    drop(second_hold);
-                    drop(first_hold);
-                }
-                for round in 0..10u64 {
-                    let buffer = AlignedBuffer::new(4096, 4096).unwrap();
-                    park_on(file.read_at(&first_class, buffer, 4096 * (round % 4)))
-                        .0
-                        .unwrap();
-                    park_on(second.nop(&second_class)).unwrap();
-                }
+    with_two_schedulers("order", |first, file, second| {
+        let first_class = first.add_class("reads", 100).unwrap();
+        let second_class = second.add_class("nops", 100).unwrap();
+        for oldest_first in [true, false] {
+            let first_hold = first.hold_engine();
+            let second_hold = second.hold_engine();
+            if oldest_first {
+                drop(first_hold);
+                drop(second_hold);
+            } else {
+                drop(second_hold);
+                drop(first_hold);
             }
-            drop(file);
-            drop(first);
-            drop(second);
-            let _ = std::fs::remove_file(path);
+            for round in 0..10u64 {
+                let buffer = AlignedBuffer::new(4096, 4096).unwrap();
+                park_on(file.read_at(&first_class, buffer, 4096 * (round % 4)))
+                    .0
+                    .unwrap();
+                park_on(second.nop(&second_class)).unwrap();
+            }
         }
     });
 }
@@ -395,33 +390,20 @@ fn holds_of_two_engines_dropped_in_either_order_end_their_sessions_once() {
 /// left waiting for this thread.
 #[test]
 fn a_block_on_nested_in_another_engines_leaves_neither_engine_without_a_runner() {
-    common::watched(WATCHDOG, || {
-        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
-            let Some((outer, file, path)) = scheduler_and_file(choice, &format!("nest-{choice:?}"))
-            else {
-                continue;
-            };
-            let Some(inner) = common::build_on(choice, Scheduler::builder()) else {
-                continue;
-            };
-            let outer_class = outer.add_class("reads", 100).unwrap();
-            let inner_class = inner.add_class("nops", 100).unwrap();
-            let read = |round: u64| {
-                let buffer = AlignedBuffer::new(4096, 4096).unwrap();
-                file.read_at(&outer_class, buffer, 4096 * (round % 4))
-            };
-            for round in 0..10u64 {
-                outer.block_on(async {
-                    read(round).await.0.unwrap();
-                    inner.block_on(read(round + 1)).0.unwrap();
-                    let _hold = inner.hold_engine();
-                    inner.nop(&inner_class).await.unwrap();
-                });
-            }
-            drop(file);
-            drop(outer);
-            drop(inner);
-            let _ = std::fs::remove_file(path);
+    with_two_schedulers("nest", |outer, file, inner| {
+        let outer_class = outer.add_class("reads", 100).unwrap();
+        let inner_class = inner.add_class("nops", 100).unwrap();
+        let read = |round: u64| {
+            let buffer = AlignedBuffer::new(4096, 4096).unwrap();
+            file.read_at(&outer_class, buffer, 4096 * (round % 4))
+        };
+        for round in 0..10u64 {
+            outer.block_on(async {
+                read(round).await.0.unwrap();
+                inner.block_on(read(round + 1)).0.unwrap();
+                let _hold = inner.hold_engine();
+                inner.nop(&inner_class).await.unwrap();
+            });
         }
     });
 }

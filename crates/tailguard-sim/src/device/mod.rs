@@ -422,8 +422,19 @@ mod tests {
     use super::*;
 
     fn slowed(windows: &[SlowdownWindow]) -> Slowed {
-        let inner = build(ModelName::UsbFlash, &toml::Table::new(), 1).unwrap();
-        Slowed::new(inner, windows).unwrap()
+        Slowed::new(usb_flash(), windows).unwrap()
+    }
+
+    fn usb_flash() -> Box<dyn DeviceModel> {
+        build(ModelName::UsbFlash, &toml::Table::new(), 1).unwrap()
+    }
+
+    fn window(start_s: f64, stop_s: f64, factor: f64) -> SlowdownWindow {
+        SlowdownWindow {
+            start_s,
+            stop_s,
+            factor,
+        }
     }
 
     #[test]
@@ -448,30 +459,18 @@ mod tests {
 
     #[test]
     fn overlapping_or_empty_windows_are_refused() {
-        let inner = || build(ModelName::UsbFlash, &toml::Table::new(), 1).unwrap();
-        let window = |start_s, stop_s, factor| SlowdownWindow {
-            start_s,
-            stop_s,
-            factor,
-        };
-        assert!(Slowed::new(inner(), &[window(1.0, 3.0, 0.5), window(2.0, 4.0, 0.5)]).is_err());
-        assert!(Slowed::new(inner(), &[window(1.0, 1.0, 0.5)]).is_err());
-        assert!(Slowed::new(inner(), &[window(1.0, 2.0, 0.0)]).is_err());
+        assert!(Slowed::new(usb_flash(), &[window(1.0, 3.0, 0.5), window(2.0, 4.0, 0.5)]).is_err());
+        assert!(Slowed::new(usb_flash(), &[window(1.0, 1.0, 0.5)]).is_err());
+        assert!(Slowed::new(usb_flash(), &[window(1.0, 2.0, 0.0)]).is_err());
     }
 
     #[test]
     fn windows_past_the_longest_run_are_refused_naming_stop_s() {
-        let inner = || build(ModelName::UsbFlash, &toml::Table::new(), 1).unwrap();
-        let window = |start_s, stop_s, factor| SlowdownWindow {
-            start_s,
-            stop_s,
-            factor,
-        };
         let windows = [window(0.0, 1e8, 1000.0), window(2e8, 3e8, 0.5)];
-        let error = Slowed::new(inner(), &windows).err().unwrap();
+        let error = Slowed::new(usb_flash(), &windows).err().unwrap();
         assert_eq!(error.key, "slowdown[0].stop_s", "{error}");
         let windows = [window(0.0, 8e4, 1000.0), window(8e4, DURATION_S_MAX, 0.5)];
-        let device = Slowed::new(inner(), &windows).unwrap();
+        let device = Slowed::new(usb_flash(), &windows).unwrap();
         let end_ns = (DURATION_S_MAX * NANOS_PER_SECOND_F64) as Nanos;
         let device_end_ns = device.to_device(end_ns);
         assert!(device_end_ns > end_ns, "{device_end_ns}");
