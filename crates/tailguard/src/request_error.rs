@@ -7,7 +7,8 @@
 //! [`ErrorKind::Request`]: the errno, the operation, its offset and length,
 //! and the file's path (what `/proc/self/fd` names for the descriptor, looked
 //! up only on failure). Its message adds a hint for the errnos a caller can
-//! fix (EBADF, EINVAL, EFBIG, ENOSPC).
+//! fix (EBADF, EINVAL, EFBIG, ENOSPC). A write that comes back short (no
+//! errno) gets [`short_write`]'s error, which names its cause.
 
 use std::fmt;
 use std::io;
@@ -15,6 +16,37 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use crate::error::{Error, ErrorKind, Operation};
+
+/// The error of a write at `offset` that wrote `written` of its `requested`
+/// bytes to `path`, for callers that need all of it: `Interrupted` where
+/// `cut_by_cancel` (a cancel asked for while it was out: the rest of its
+/// pieces never reached the device), otherwise `WriteZero`, the device
+/// having stopped short (full, or a file size limit).
+pub(crate) fn short_write(
+    path: &Path,
+    offset: u64,
+    written: usize,
+    requested: usize,
+    cut_by_cancel: bool,
+) -> io::Error {
+    let path = path.display();
+    if cut_by_cancel {
+        return io::Error::new(
+            io::ErrorKind::Interrupted,
+            format!(
+                "{path}: write cut short by a cancel (Scheduler::cancel_pending or shutdown_now), \
+                 {written} of {requested} bytes at offset {offset} written"
+            ),
+        );
+    }
+    io::Error::new(
+        io::ErrorKind::WriteZero,
+        format!(
+            "{path}: short write, {written} of {requested} bytes at offset {offset}; the device \
+             or filesystem is probably full"
+        ),
+    )
+}
 
 /// The error of `operation` on `file`, with the errno the kernel gave.
 pub(crate) fn request(

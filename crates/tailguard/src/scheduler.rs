@@ -37,7 +37,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -210,6 +210,7 @@ impl SchedulerBuilder {
             backend: backend_kind,
             registry: Mutex::new(Registry::default()),
             builder: self,
+            cancels: AtomicU64::new(0),
         });
         let scheduler = Scheduler { inner };
         scheduler.announce_device(
@@ -322,6 +323,10 @@ struct Inner {
     backend: BackendKind,
     registry: Mutex<Registry>,
     builder: SchedulerBuilder,
+    /// Cancels asked for so far (`cancel_pending`, `shutdown_now`): a
+    /// request that comes back short while this moved may have been cut by
+    /// one, not by the device (see [`Scheduler::cancels`]).
+    cancels: AtomicU64,
 }
 
 impl Inner {
@@ -389,6 +394,9 @@ impl Inner {
     /// the engine fails what it has not handed to the backend instead of
     /// serving it.
     fn shutdown(&self, cancel_pending: bool) {
+        if cancel_pending {
+            self.cancels.fetch_add(1, Ordering::Relaxed);
+        }
         let thread = self.thread.lock().expect("lock poisoned").take();
         if let Some(thread) = thread {
             // Not `send`: with a thread holding the engine the push would
@@ -631,7 +639,17 @@ impl Scheduler {
     /// cancelled, whole or in part (a partly cancelled one completes when its
     /// pieces in flight do, with a short count).
     pub fn cancel_pending(&self) -> io::Result<usize> {
+        self.inner.cancels.fetch_add(1, Ordering::Relaxed);
         self.inner.ask(Message::CancelPending)
+    }
+
+    /// How many cancels ([`Scheduler::cancel_pending`],
+    /// [`Scheduler::shutdown_now`]) were asked for so far. A request that
+    /// comes back short though the count has not moved since it was made
+    /// was cut by the device (the end of the file, a full disk), not by a
+    /// cancel; a stream writer names its error by it.
+    pub(crate) fn cancels(&self) -> u64 {
+        self.inner.cancels.load(Ordering::Relaxed)
     }
 
     fn announce_device(

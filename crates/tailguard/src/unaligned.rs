@@ -7,7 +7,9 @@
 //!
 //! - [`File::read_at_unaligned`] reads the covering blocks in one request and
 //!   copies the asked-for bytes out; [`File::read_exact_at_unaligned`] also
-//!   fails a read that the end of the file cuts short.
+//!   fails a read that comes back short: `UnexpectedEof` where the file ends
+//!   there, `Interrupted` where a cancel cut the read's pieces (the file's
+//!   length tells them apart).
 //! - [`File::write_at_unaligned`] is a **read-modify-write**: it reads the
 //!   partly covered first and last blocks (where they hold file data), patches
 //!   the new bytes in, and writes every covering block in one request; a write
@@ -101,7 +103,10 @@ impl File {
 
     /// Reads exactly `out.len()` bytes at `offset` (any offset and length), or
     /// fails with [`io::ErrorKind::UnexpectedEof`] naming the file and
-    /// offset: the form a point lookup of a known record wants.
+    /// offset: the form a point lookup of a known record wants. A read that a
+    /// cancel cut short while the file holds the bytes fails with
+    /// [`io::ErrorKind::Interrupted`] instead, so it is not taken for a
+    /// missing record.
     pub async fn read_exact_at_unaligned(
         &self,
         class: &IoClass,
@@ -110,16 +115,33 @@ impl File {
     ) -> io::Result<()> {
         let read = self.read_at_unaligned(class, out, offset).await?;
         if read < out.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "{}: {} bytes asked for at offset {offset}, the file ends after {read}",
-                    self.path().display(),
-                    out.len()
-                ),
-            ));
+            return Err(self.short_read_error(out.len(), offset, read));
         }
         Ok(())
+    }
+
+    /// The error of a read of `asked` bytes at `offset` that returned only
+    /// `read`: the end of the file where the file ends there, otherwise a
+    /// read cut short by [`crate::Scheduler::cancel_pending`] or
+    /// [`crate::Scheduler::shutdown_now`] (its pieces not yet at the device
+    /// were cancelled), which the file's length now tells apart.
+    fn short_read_error(&self, asked: usize, offset: u64, read: usize) -> io::Error {
+        let path = self.path().display();
+        let read_end = offset + read as u64;
+        match self.length_now() {
+            Ok((length, _)) if length > read_end => io::Error::new(
+                io::ErrorKind::Interrupted,
+                format!(
+                    "{path}: {asked} bytes asked for at offset {offset}, only {read} read though \
+                     the file holds {length} bytes: the rest of the read was cancelled \
+                     (Scheduler::cancel_pending or shutdown_now); read again"
+                ),
+            ),
+            _ => io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{path}: {asked} bytes asked for at offset {offset}, the file ends after {read}"),
+            ),
+        }
     }
 
     /// Writes all of `data` at `offset` (any offset and length) by
@@ -170,17 +192,18 @@ impl File {
         }
         buffer[head..tail].copy_from_slice(data);
         let requested = buffer.len();
+        let cancels_at_start = self.scheduler().cancels();
         let (result, buffer) = self.write_at(class, buffer, start).await;
         BOUNCE_BUFFERS.give(buffer);
         let written = result?;
         if written != requested {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!(
-                    "{}: short write, {written} of {requested} bytes at offset {start}; the \
-                     device or filesystem is probably full",
-                    self.path().display()
-                ),
+            let cut_by_cancel = self.scheduler().cancels() != cancels_at_start;
+            return Err(crate::request_error::short_write(
+                self.path(),
+                start,
+                written,
+                requested,
+                cut_by_cancel,
             ));
         }
         if end > file_len.max(data_end) {

@@ -11,7 +11,8 @@
 //! device still stalls (the stall ends only after the test saw the answers,
 //! so a cancel that waited for the device would hang, and the watchdog
 //! fails it); a scheduler whose queue was cancelled goes on serving; and a
-//! stream read cut short by a cancel is not taken for the end of the file.
+//! stream read or an exact read cut short by a cancel is not taken for the
+//! end of the file.
 
 mod common;
 use common::{pattern, BlockFile, BLOCK};
@@ -20,7 +21,7 @@ use std::time::Duration;
 use tailguard::backend::fault::{FaultInjector, FaultPlan};
 use tailguard::{
     AlignedBuffer, BackendChoice, BufResult, ControllerChoice, IoFuture, Profile, ReaderOptions,
-    Scheduler, StreamReader,
+    Scheduler, StreamReader, StreamWriter, WriterOptions,
 };
 
 /// Blocks in each test file.
@@ -341,6 +342,92 @@ fn a_stream_read_cut_short_by_shutdown_now_fails() {
             assert!(
                 error.to_string().contains("shut down"),
                 "{choice:?}: the error says why: {error}"
+            );
+        });
+    }
+}
+
+/// Runs `request` (one request of [`WRITE_BLOCKS`] blocks or more, split
+/// into one piece per block) on its own thread while the device stalls,
+/// cancels what the device does not hold yet, and returns the request's
+/// error, checked to be `Interrupted` and to say why (`cause`).
+fn cut_by_a_cancel(
+    choice: BackendChoice,
+    name: &str,
+    cause: &str,
+    request: impl FnOnce(tailguard::File, tailguard::IoClass) -> io::Result<()> + Send + 'static,
+) {
+    let injector = FaultInjector::new(FaultPlan::default());
+    let Some(scheduler) = scheduler(choice, &injector) else {
+        return;
+    };
+    let file = BlockFile::create("cancel-tests", &format!("{name}-{choice:?}"), BLOCKS);
+    let handle = scheduler.open(&file.path).unwrap();
+    let class = scheduler.add_class("c", 100).unwrap();
+    injector.stall_for(STALL);
+    let requester = std::thread::spawn(move || request(handle, class));
+    while injector.counts().ops_stalled == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        scheduler.cancel_pending().unwrap(),
+        1,
+        "{name}: the split request"
+    );
+    injector.heal();
+    let error = requester
+        .join()
+        .unwrap()
+        .expect_err("a cut request is no whole one");
+    assert_eq!(
+        error.kind(),
+        io::ErrorKind::Interrupted,
+        "{choice:?} {name}: {error}"
+    );
+    assert!(
+        error.to_string().contains(cause),
+        "{choice:?} {name}: the message says why ({cause}): {error}"
+    );
+    scheduler.shutdown();
+}
+
+#[test]
+fn requests_cut_short_by_a_cancel_are_not_taken_for_the_end_or_a_full_disk() {
+    let length = WRITE_BLOCKS as usize * BLOCK;
+    for choice in BACKENDS {
+        common::watched(WATCHDOG, move || {
+            // Off alignment: one bounce read of WRITE_BLOCKS + 1 blocks.
+            cut_by_a_cancel(choice, "exact-read", "cancelled", move |file, class| {
+                let mut out = vec![0u8; length];
+                let read = file.read_exact_at_unaligned(&class, &mut out, 100);
+                file.scheduler().block_on(read)
+            });
+            // Whole blocks from 0: no block to read first, one bounce write.
+            cut_by_a_cancel(
+                choice,
+                "unaligned-write",
+                "cut short by a cancel",
+                move |file, class| {
+                    let data = vec![7u8; length];
+                    let write = file.write_at_unaligned(&class, &data, 0);
+                    file.scheduler().block_on(write)
+                },
+            );
+            // One buffer's write.
+            cut_by_a_cancel(
+                choice,
+                "stream-write",
+                "cut short by a cancel",
+                move |file, class| {
+                    use std::io::Write;
+                    let options = WriterOptions {
+                        buffer_bytes: length,
+                        buffers_in_flight: 1,
+                    };
+                    let mut stream = StreamWriter::new(file, &class, options);
+                    stream.write_all(&vec![7u8; length])?;
+                    stream.flush()
+                },
             );
         });
     }

@@ -79,6 +79,9 @@ struct Write {
     data_bytes: usize,
     /// A write of the partial current buffer, which comes back as current.
     tail: bool,
+    /// The scheduler's cancel count when the write was made: a short write
+    /// while it moved was cut by a cancel, not by a full device.
+    cancels_at_start: u64,
 }
 
 /// A write-behind byte stream into a [`File`]; see the module docs of
@@ -414,12 +417,14 @@ impl StreamWriter {
     fn submit(&mut self, buffer: AlignedBuffer, tail: bool) {
         let data_bytes = if tail { self.filled } else { buffer.len() };
         let offset = self.buffer_offset;
+        let cancels_at_start = self.file.scheduler().cancels();
         let future = self.file.write_at(&self.class, buffer, offset);
         self.writes.push_back(Write {
             flight: Flight::start(future),
             offset,
             data_bytes,
             tail,
+            cancels_at_start,
         });
     }
 
@@ -446,16 +451,16 @@ impl StreamWriter {
                     self.written_through = self.written_through.max(end);
                 }
             }
-            Ok(written) => self.error.set(
-                io::ErrorKind::WriteZero,
-                Some(format!(
-                    "{}: short write, {written} of {requested} bytes at offset {}; the device \
-                     or filesystem is probably full",
-                    self.file.path().display(),
-                    write.offset
-                )),
-                None,
-            ),
+            Ok(written) => {
+                let cut_by_cancel = self.file.scheduler().cancels() != write.cancels_at_start;
+                self.error.set_error(crate::request_error::short_write(
+                    self.file.path(),
+                    write.offset,
+                    written,
+                    requested,
+                    cut_by_cancel,
+                ));
+            }
             Err(error) => self.error.set(
                 error.kind(),
                 Some(format!(
