@@ -16,7 +16,15 @@
 //!    rate limit has queued work, at the latest until the first such class
 //!    may go again ([`Dispatcher::next_eligible_at`]). (Eager because on some
 //!    disks, virtio ones among them, requests submitted together complete
-//!    together: see `SchedulerBuilder::eager_submit`.)
+//!    together: see `SchedulerBuilder::eager_submit`.) A submit call the
+//!    backend refuses outright (a broken ring; the transient EINTR, EAGAIN
+//!    and EBUSY never get here) leaves the ops pushed for the next turn's
+//!    try, after a pause that doubles with each refusal in a row up to
+//!    [`SUBMIT_RETRY_PAUSE_MAX`], logged at each power of two of the count:
+//!    a ring that stays broken costs a few wake-ups a second, not a CPU
+//!    and a log line per turn, and its requests wait instead of failing
+//!    (the kernel may still read ops left in its queue, so their buffers
+//!    cannot be handed back).
 //! 4. **reap** every available completion in a batch, complete the pieces in the
 //!    dispatchers, and deliver each finished request to its waiter.
 //!
@@ -145,6 +153,16 @@ pub const FILE_SWEEP_INTERVAL_NS: Nanos = 1_000_000;
 /// and reap what completed meanwhile, few enough that a submit call returns
 /// promptly under any load (the engine thread, woken, serves the rest).
 const BESIDE_RING_WAIT_TURNS_MAX: u32 = 4;
+
+/// The pause after the first refused submit call; each refusal in a row
+/// doubles it: short enough that a passing refusal (ENOMEM) costs nothing
+/// noticeable, and the doubling reaches the cap within a few tries.
+const SUBMIT_RETRY_PAUSE_FIRST: Duration = Duration::from_millis(1);
+
+/// The longest pause between tries of a refused submit: what a request may
+/// wait beyond the refusals themselves, and what completions of ops already
+/// in the kernel may wait to be reaped, in exchange for ten wake-ups a second.
+pub const SUBMIT_RETRY_PAUSE_MAX: Duration = Duration::from_millis(100);
 
 /// Which policy sizes each device's in-flight budget: the core's one list.
 /// [`ControllerChoice::Adaptive`] logs every change at target
@@ -411,6 +429,8 @@ pub(crate) struct Engine {
     eager_submit: bool,
     /// Whether an op was pushed since the last submit.
     unsubmitted: bool,
+    /// Submit calls refused in a row (see "submit" in the module docs).
+    submit_refusals: u32,
     backend: Box<dyn Backend>,
     backend_kind: BackendKind,
     controller: ControllerChoice,
@@ -458,6 +478,7 @@ impl Engine {
         Self {
             eager_submit,
             unsubmitted: false,
+            submit_refusals: 0,
             backend_kind: backend.kind(),
             controller,
             quiet_reads: controller.quiet_reads(quiet_reads),
@@ -533,15 +554,28 @@ impl Engine {
         taken_at.is_some() || reaped
     }
 
-    /// Whether a submit call was refused outright, logging it if so. The ops
-    /// it held have not reached the kernel: they stay queued in the backend
-    /// (io_uring's submission queue) and the next submit retries them, and
-    /// their requests stay tracked and complete through `reap`.
-    fn submit_refused(&self, submitted: std::io::Result<()>) -> bool {
+    /// Whether a submit call was refused outright. The ops it held have not
+    /// reached the kernel: they stay queued in the backend (io_uring's
+    /// submission queue) and the next submit retries them, and their
+    /// requests stay tracked and complete through `reap`. A refusal is
+    /// logged at each power of two of the refusals in a row, and pauses the
+    /// runner before the next try (see "submit" in the module docs).
+    fn submit_refused(&mut self, submitted: std::io::Result<()>) -> bool {
         let Err(error) = submitted else {
+            self.submit_refusals = 0;
             return false;
         };
-        tracing::error!(%error, in_flight = self.backend.in_flight(), "tailguard engine: submit failed");
+        self.submit_refusals = self.submit_refusals.saturating_add(1);
+        let refusals = self.submit_refusals;
+        if refusals.is_power_of_two() {
+            tracing::error!(
+                %error,
+                refusals,
+                in_flight = self.backend.in_flight(),
+                "tailguard engine: submit refused; retrying after a pause"
+            );
+        }
+        std::thread::sleep(submit_retry_pause(refusals));
         true
     }
 
@@ -1665,6 +1699,14 @@ pub(crate) fn monotonic_ns() -> Nanos {
 
 /// Answers a request naming a class this engine does not have (removed)
 /// without running it.
+/// The pause before the next try after `refusals` refused submit calls in
+/// a row (from 1): [`SUBMIT_RETRY_PAUSE_FIRST`] doubled per refusal, at most
+/// [`SUBMIT_RETRY_PAUSE_MAX`].
+fn submit_retry_pause(refusals: u32) -> Duration {
+    let doublings = refusals.saturating_sub(1).min(16);
+    (SUBMIT_RETRY_PAUSE_FIRST * (1 << doublings)).min(SUBMIT_RETRY_PAUSE_MAX)
+}
+
 fn refuse(message: IoMessage) {
     answer(
         message,
@@ -1734,6 +1776,27 @@ mod tests {
             None,
             true,
         )
+    }
+
+    #[test]
+    fn refused_submits_pause_longer_each_time_up_to_the_cap() {
+        let pauses: Vec<Duration> = [1, 2, 3, 7, 8, 100, u32::MAX]
+            .into_iter()
+            .map(submit_retry_pause)
+            .collect();
+        let millis = |ms| Duration::from_millis(ms);
+        assert_eq!(
+            pauses,
+            [
+                millis(1),
+                millis(2),
+                millis(4),
+                millis(64),
+                millis(100),
+                millis(100),
+                millis(100)
+            ]
+        );
     }
 
     struct NoWake;

@@ -453,6 +453,47 @@ fn short_transfers_come_back_as_short_counts() {
     });
 }
 
+/// A backend that refuses every submit call for a while (a broken ring)
+/// loses nothing: the requests pushed meanwhile complete once submits go
+/// through again. The engine pauses between tries instead of retrying on
+/// every turn: over the refusal's 300 ms, pauses doubling from 1 ms allow
+/// about ten tries, a retry per turn tens of thousands.
+#[test]
+fn refused_submits_are_retried_with_pauses_and_lose_nothing() {
+    on_each_backend(
+        "refused",
+        FaultPlan::default(),
+        move |choice, injector, scheduler, file| {
+            let handle = scheduler.open(&file.path).unwrap();
+            let class = scheduler.add_class("c", 1).unwrap();
+            injector.refuse_submits(libc::ENXIO);
+            let reads: Vec<_> = (0..8u64)
+                .map(|block| {
+                    let buffer = AlignedBuffer::new(BLOCK, BLOCK).unwrap();
+                    handle.read_at(&class, buffer, block * BLOCK as u64)
+                })
+                .collect();
+            // Make sure the engine took them and met refusals.
+            scheduler.stats().unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let refused = injector.counts().submits_refused;
+            injector.heal();
+            for (block, read) in reads.into_iter().enumerate() {
+                let (result, buffer) = read.wait();
+                assert_eq!(result.unwrap(), BLOCK, "{choice:?}: read {block}");
+                assert_eq!(buffer.to_vec(), pattern(block as u64, 0).to_vec());
+            }
+            assert!(refused >= 1, "{choice:?}: submits were refused");
+            assert!(
+                refused <= 200,
+                "{choice:?}: {refused} tries in 300 ms: the engine does not pause"
+            );
+            let counts = injector.counts();
+            assert_eq!(counts.ops_pushed, counts.ops_completed, "{choice:?}");
+        },
+    );
+}
+
 #[test]
 fn shutdown_during_a_stall_waits_for_the_stalled_requests() {
     on_each_backend(

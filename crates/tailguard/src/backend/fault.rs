@@ -22,7 +22,11 @@
 //! - **disappearance**: from the op numbered `at_op` (or from
 //!   [`FaultInjector::disappear`]), every op fails with the rule's errno
 //!   (ENODEV or EIO), held ones included, and so does every op still at the
-//!   device when it completes.
+//!   device when it completes;
+//! - **refused submits**: from [`FaultInjector::refuse_submits`] until
+//!   [`FaultInjector::heal`], every submit call fails with an errno, as a
+//!   broken ring's `io_uring_enter` would, and hands nothing on: the ops
+//!   pushed wait for the next submit that is let through.
 //!
 //! Ops are numbered from 1 in push order; nops are never faulted (they measure
 //! the engine, not a device). Random choices come from a generator seeded by
@@ -137,6 +141,8 @@ pub struct FaultCounts {
     pub stalls: u64,
     /// Ops held right now.
     pub ops_held_now: u64,
+    /// Submit calls refused.
+    pub submits_refused: u64,
 }
 
 /// The fate of one op, decided at push.
@@ -154,6 +160,8 @@ struct InjectorState {
     ops_seen: u64,
     stall_until: Option<Instant>,
     gone: Option<i32>,
+    /// The errno every submit call fails with, while set.
+    refuse_submits: Option<i32>,
     counts: FaultCounts,
     /// The wrapped backend's waker, once a backend exists: wakes the engine
     /// when the injector changes the device's state.
@@ -187,6 +195,7 @@ impl FaultInjector {
                 ops_seen: 0,
                 stall_until: None,
                 gone: None,
+                refuse_submits: None,
                 counts: FaultCounts::default(),
                 waker: None,
             })),
@@ -221,12 +230,19 @@ impl FaultInjector {
         }
     }
 
-    /// Ends every fault: no stall, the device back, no rule left. Ops held
-    /// go to the device at the engine's next turn.
+    /// Fails every submit call from now on with `errno` (ops pushed stay
+    /// pushed, unsubmitted) until [`FaultInjector::heal`].
+    pub fn refuse_submits(&self, errno: i32) {
+        self.lock().refuse_submits = Some(errno);
+    }
+
+    /// Ends every fault: no stall, the device back, no rule left, submits
+    /// let through. Ops held go to the device at the engine's next turn.
     pub fn heal(&self) {
         let mut state = self.lock();
         state.plan.rules.clear();
         state.gone = None;
+        state.refuse_submits = None;
         state.stall_until = None;
         if let Some(waker) = &state.waker {
             waker.wake();
@@ -498,6 +514,16 @@ impl FaultBackend {
         Ok(())
     }
 
+    /// The error of a submit call while submits are refused (counted).
+    fn refusal(&self) -> io::Result<()> {
+        let mut state = self.injector.lock();
+        let Some(errno) = state.refuse_submits else {
+            return Ok(());
+        };
+        state.counts.submits_refused += 1;
+        Err(io::Error::from_raw_os_error(errno))
+    }
+
     /// Moves held ops on once their stall is over (or fails them if the
     /// device is gone); returns the deadline of a stall still running.
     fn release_held(&mut self) -> Option<Instant> {
@@ -587,6 +613,7 @@ impl Backend for FaultBackend {
     }
 
     fn submit(&mut self, wait: bool) -> io::Result<()> {
+        self.refusal()?;
         let stalled = self.release_held();
         if let Some(until) = stalled {
             self.timer.arm(until);
@@ -596,6 +623,7 @@ impl Backend for FaultBackend {
     }
 
     fn submit_wait_timeout(&mut self, timeout: std::time::Duration) -> io::Result<()> {
+        self.refusal()?;
         let stalled = self.release_held();
         if let Some(until) = stalled {
             self.timer.arm(until);
