@@ -99,7 +99,7 @@ pub fn split_bytes_for(
 ) -> u64 {
     let pieces = pieces.max(1);
     let mut bytes = (max_request_bytes / SPLIT_BYTES_MIN * SPLIT_BYTES_MIN).max(SPLIT_BYTES_MIN);
-    while bytes > SPLIT_BYTES_MIN && pieces * cost_ns(bytes) > limit_ns {
+    while bytes > SPLIT_BYTES_MIN && pieces.saturating_mul(cost_ns(bytes)) > limit_ns {
         bytes = (bytes / 2 / SPLIT_BYTES_MIN * SPLIT_BYTES_MIN).max(SPLIT_BYTES_MIN);
     }
     bytes
@@ -205,6 +205,12 @@ mod tests {
         assert!(!budget.admits(1));
         budget.release(90);
         assert!(budget.admits(50));
+    }
+
+    #[test]
+    fn a_split_for_very_many_pieces_is_the_smallest_not_an_overflow() {
+        let bytes = split_bytes_for(1_000_000, u64::MAX, 131_072, |bytes| bytes);
+        assert_eq!(bytes, SPLIT_BYTES_MIN);
     }
 
     #[test]

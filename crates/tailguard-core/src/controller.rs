@@ -228,8 +228,9 @@ pub struct CompletionSample {
     /// than it gets, so its latency is its own queue's, and the latency target
     /// is not its promise (see [`crate::controller`], rule 1).
     pub class_backlogged: bool,
-    /// Pieces waiting in the fair queue at this completion: nonzero means the
-    /// budget, not the workload, was what held work back.
+    /// Pieces waiting in the fair queue for the budget at this completion
+    /// (those of classes held by their rate limit do not count): nonzero
+    /// means the budget, not the workload, was what held work back.
     pub queued_pieces: usize,
     /// The second largest number of pieces any class has in flight at this
     /// completion (0 with fewer than two classes in flight): two or more

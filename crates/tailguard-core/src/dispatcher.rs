@@ -556,8 +556,11 @@ impl<C: LatencyController> Dispatcher<C> {
     /// rule (see [`crate::budget`]).
     pub fn in_flight_bound_ns(&self, other_classes: usize) -> Nanos {
         let limit_ns = self.budget.limit_ns();
-        limit_ns.saturating_mul(self.reads.quiet_limit_factor())
-            + other_classes as Nanos * self.max_piece_cost_ns()
+        // Saturating: the budget and slice are caller-given (`u64::MAX` is a
+        // budget without a bound), and a bound of `Nanos::MAX` says as much.
+        limit_ns
+            .saturating_mul(self.reads.quiet_limit_factor())
+            .saturating_add((other_classes as Nanos).saturating_mul(self.max_piece_cost_ns()))
     }
 
     /// The longest a backlogged `class` waits between dispatches, with the
@@ -574,7 +577,10 @@ impl<C: LatencyController> Dispatcher<C> {
             .collect();
         // A slice lets each other class run ahead by up to `slice_ns` more,
         // as the wake credit does.
-        let credit = self.budget.limit_ns() + self.slice_ns.unwrap_or(0);
+        let credit = self
+            .budget
+            .limit_ns()
+            .saturating_add(self.slice_ns.unwrap_or(0));
         Ok(fair_queue::gap_bound_ns(
             shares,
             &others,
@@ -1147,7 +1153,7 @@ impl<C: LatencyController> Dispatcher<C> {
             ahead_ns: piece.ahead_ns,
             ahead_other_ns: piece.ahead_other_ns,
             class_backlogged: piece.class_backlogged,
-            queued_pieces: self.queue.len(),
+            queued_pieces: self.queued_for_budget(),
             runner_up_in_flight_pieces: self.runner_up_in_flight_pieces(),
             overtaken_ns: Nanos::try_from(overtaken_ns).unwrap_or(Nanos::MAX),
         };
@@ -1163,6 +1169,18 @@ impl<C: LatencyController> Dispatcher<C> {
             self.reads.served(now, completion.is_some());
         }
         Ok(completion)
+    }
+
+    /// Pieces in the fair queue that wait for the budget: all of them but
+    /// those of classes held by their rate limit, which wait for their
+    /// tokens and would wait just as long under any budget.
+    fn queued_for_budget(&self) -> usize {
+        let held: usize = self
+            .held_classes
+            .iter()
+            .map(|&index| self.queue.class_len(index))
+            .sum();
+        self.queue.len() - held
     }
 
     /// The second largest number of pieces a class has in flight (see
@@ -1299,6 +1317,18 @@ mod tests {
     use crate::request::NANOS_PER_MICROSECOND;
 
     use crate::profile::sata_ssd as profile;
+
+    #[test]
+    fn bounds_saturate_under_the_largest_budget_and_slice() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(Nanos::MAX);
+        config.slice_ns = Some(Nanos::MAX);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let class = dispatcher.add_class(100).unwrap();
+        dispatcher.add_class(100).unwrap();
+        assert_eq!(dispatcher.in_flight_bound_ns(1), Nanos::MAX);
+        assert_eq!(dispatcher.gap_bound_ns(class).unwrap(), Nanos::MAX);
+    }
 
     fn request(id: u64, class: ClassId, direction: Direction, length_bytes: u64) -> IoRequest {
         IoRequest {

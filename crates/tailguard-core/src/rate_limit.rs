@@ -201,7 +201,10 @@ impl TokenBucket {
     fn resized(&self, now: Nanos, rate: u64, burst_ns: Nanos) -> Self {
         let mut old = *self;
         old.refill(now);
-        let mut new = Self::new(now, rate, burst_ns);
+        // A `now` earlier than the last time seen counts as no time passed:
+        // the balance stays dated at that time, so no interval is refilled
+        // twice.
+        let mut new = Self::new(old.updated_at, rate, burst_ns);
         new.balance = old.balance.min(new.capacity);
         new
     }
@@ -321,6 +324,18 @@ mod tests {
         let before = bucket;
         bucket.refill(10);
         assert_eq!(bucket, before);
+    }
+
+    #[test]
+    fn a_new_limit_set_with_an_earlier_time_refills_nothing_twice() {
+        let limit = RateLimit::bytes_per_s(1_000).with_burst_ns(10_000_000);
+        let mut limiter = ClassLimiter::new(0, limit);
+        // 10 bytes of burst, 1010 charged at 1 s: a debt of 1000 bytes, paid
+        // at 1000 bytes/s by 2 s.
+        limiter.charge(NANOS_PER_SECOND, 1_010, true);
+        limiter.set_limit(0, limit);
+        assert!(!limiter.is_eligible(NANOS_PER_SECOND));
+        assert_eq!(limiter.eligible_at(), 2 * NANOS_PER_SECOND);
     }
 
     #[test]

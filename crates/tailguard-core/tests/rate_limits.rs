@@ -16,12 +16,16 @@
 //!    95% of `rate × duration` (the caps stay well below the device's speed).
 //! 4. **The others take the rest**: with an uncapped class beside it, the
 //!    server is busy at least 95% of the time.
+//!
+//! A fixed case checks that a capped class's queue does not read as a
+//! binding budget to the adaptive controller.
 
 use proptest::prelude::*;
 use std::collections::VecDeque;
 use tailguard_core::{
-    ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher, DispatcherConfig, IoRequest,
-    Nanos, RateLimit, RequestId, NANOS_PER_SECOND,
+    AdaptiveBudget, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
+    DispatcherConfig, FixedBudget, IoRequest, LatencyController, Nanos, RateLimit, RequestId,
+    NANOS_PER_SECOND,
 };
 
 const DURATION_NS: Nanos = 2 * NANOS_PER_SECOND;
@@ -88,8 +92,8 @@ struct Outcome {
     busy_ns: Nanos,
 }
 
-struct Server {
-    dispatcher: Dispatcher,
+struct Server<C: LatencyController = FixedBudget> {
+    dispatcher: Dispatcher<C>,
     capped: ClassId,
     other: Option<ClassId>,
     case: Case,
@@ -102,11 +106,22 @@ struct Server {
     capped_bytes: u64,
     capped_requests: u64,
     largest_piece: u64,
+    /// A light reader: its class, the time between its 4 KiB reads, and
+    /// when the next one arrives.
+    reader: Option<(ClassId, Nanos, Nanos)>,
 }
 
 impl Server {
     fn new(case: Case) -> Self {
-        let mut dispatcher = Dispatcher::new(DispatcherConfig::new(profile())).unwrap();
+        Server::with_dispatcher(
+            case,
+            Dispatcher::new(DispatcherConfig::new(profile())).unwrap(),
+        )
+    }
+}
+
+impl<C: LatencyController> Server<C> {
+    fn with_dispatcher(case: Case, mut dispatcher: Dispatcher<C>) -> Self {
         let capped = dispatcher.add_class(100).unwrap();
         dispatcher
             .set_rate_limit(0, capped, Some(case.limit))
@@ -125,6 +140,7 @@ impl Server {
             capped_bytes: 0,
             capped_requests: 0,
             largest_piece: 0,
+            reader: None,
         };
         for _ in 0..8 {
             server.enqueue_capped(0);
@@ -137,6 +153,25 @@ impl Server {
         let length_bytes = self.case.sizes[self.size_index % self.case.sizes.len()];
         self.size_index += 1;
         self.enqueue(now, self.capped, self.case.direction, length_bytes);
+    }
+
+    /// Adds a class that reads 4 KiB every `period_ns`, from time 0.
+    fn with_reader(mut self, period_ns: Nanos) -> Self {
+        let class = self.dispatcher.add_class(100).unwrap();
+        self.reader = Some((class, period_ns, 0));
+        self
+    }
+
+    /// Enqueues the light reader's reads due by `now`; returns when the
+    /// next one is due.
+    fn arrive_reads(&mut self, now: Nanos) -> Option<Nanos> {
+        let (class, period_ns, mut next_at) = self.reader?;
+        while next_at <= now {
+            self.enqueue(now, class, Direction::Read, 4096);
+            next_at += period_ns;
+        }
+        self.reader = Some((class, period_ns, next_at));
+        Some(next_at)
     }
 
     fn enqueue_other(&mut self, now: Nanos) {
@@ -206,12 +241,21 @@ impl Server {
         }
     }
 
-    fn run(mut self) -> Outcome {
+    fn run(self) -> Outcome {
+        self.run_to_end().0
+    }
+
+    /// Runs [`DURATION_NS`]; returns the outcome and the dispatcher.
+    fn run_to_end(mut self) -> (Outcome, Dispatcher<C>) {
         let mut now = 0;
+        let mut next_read = self.arrive_reads(now);
         self.dispatch(now);
         while now < DURATION_NS {
             let next_completion = self.in_flight.front().map(|(at, _)| *at);
-            let next_eligible = self.dispatcher.next_eligible_at();
+            let next_eligible = [self.dispatcher.next_eligible_at(), next_read]
+                .into_iter()
+                .flatten()
+                .min();
             let next = match (next_completion, next_eligible) {
                 (Some(completion), Some(eligible)) => completion.min(eligible),
                 (Some(completion), None) => completion,
@@ -225,6 +269,7 @@ impl Server {
                 (None, None) => panic!("work queued, nothing in flight, no wake-up: a stall"),
             };
             now = next.max(now);
+            next_read = self.arrive_reads(now);
             let mut completed = false;
             while self.in_flight.front().is_some_and(|(at, _)| *at <= now) {
                 let (_, piece) = self.in_flight.pop_front().unwrap();
@@ -232,7 +277,7 @@ impl Server {
                 if let Some(completion) = done {
                     if completion.class == self.capped {
                         self.enqueue_capped(now);
-                    } else {
+                    } else if Some(completion.class) == self.other {
                         self.enqueue_other(now);
                     }
                 }
@@ -243,11 +288,12 @@ impl Server {
                 assert!(moved > 0, "woken at {now} for a class that could not go");
             }
         }
-        Outcome {
+        let outcome = Outcome {
             capped_bytes: self.capped_bytes,
             capped_requests: self.capped_requests,
             busy_ns: self.busy_ns.min(DURATION_NS),
-        }
+        };
+        (outcome, self.dispatcher)
     }
 }
 
@@ -290,6 +336,40 @@ proptest! {
             );
         }
     }
+}
+
+/// A class held back by its rate limit waits for its tokens, not for the
+/// budget: the adaptive controller does not read its queue as a budget that
+/// binds, so a capped writer (1 MB/s of 128 KiB writes, a deep queue)
+/// beside a light reader (4 KiB a millisecond) does not walk the budget up
+/// to its ceiling, probe after probe.
+#[test]
+fn a_capped_class_queue_does_not_grow_the_adaptive_budget() {
+    let case = Case {
+        limit: RateLimit::bytes_per_s(1_000_000),
+        sizes: vec![128 * 1024],
+        direction: Direction::Write,
+        with_other: false,
+    };
+    let controller = AdaptiveBudget::for_profile(&profile());
+    let config = DispatcherConfig::new(profile());
+    let dispatcher = Dispatcher::with_controller(config, controller).unwrap();
+    let start_ns = dispatcher.stats().budget_ns;
+    let (outcome, dispatcher) = Server::with_dispatcher(case, dispatcher)
+        .with_reader(1_000_000)
+        .run_to_end();
+    let stats = dispatcher.stats();
+    eprintln!(
+        "DEBUG {:?} start {start_ns} bytes {}",
+        stats, outcome.capped_bytes
+    );
+    assert!(outcome.capped_bytes > 0, "the capped class moved");
+    assert!(
+        stats.budget_ns <= 2 * start_ns,
+        "budget {} ns from {start_ns} ns after {} grows",
+        stats.budget_ns,
+        stats.controller.grows
+    );
 }
 
 #[test]
