@@ -357,6 +357,18 @@ impl<T> FairQueue<T> {
         self.pop_after_head(self.credit_ns, may_bypass)
     }
 
+    /// [`FairQueue::pop_bypassing`] with `lead_ns` in place of the queue's
+    /// wake credit: a class up to `lead_ns` of its own device time above the
+    /// head may go (the dispatcher's latency classes beside a running slice,
+    /// which may lead as far as the slice's class plus the credit).
+    pub fn pop_bypassing_within(
+        &mut self,
+        lead_ns: u64,
+        may_bypass: impl FnMut(usize, u64, u64) -> bool,
+    ) -> Option<(usize, u64, T)> {
+        self.pop_after_head(lead_ns, may_bypass)
+    }
+
     /// Removes and charges the head item of class `index`, served out of
     /// virtual-time order, if it is backlogged, not the head, and its key is
     /// at most `lead_ns` of its own device time above the head's: the
