@@ -270,7 +270,8 @@ pub fn check_alignment(
             required_bytes: offset_align,
         }));
     }
-    // u32 -> usize is lossless on every target with 32-bit or wider pointers.
+    // usize -> u64 is lossless on every target Linux runs on (pointers of at
+    // most 64 bits).
     if !is_multiple(pointer as u64, u64::from(memory_align)) {
         return Err(Error::new(ErrorKind::MisalignedPointer {
             pointer,
@@ -481,6 +482,17 @@ mod tests {
             err.to_string(),
             "length 5000 is not a multiple of 4096 (this device's direct-I/O offset \
              alignment); round it up to 8192 and use an AlignedBuffer of that length"
+        );
+    }
+
+    #[test]
+    fn a_length_that_cannot_round_up_is_told_to_round_down() {
+        let err = check_alignment(0x1000, u64::MAX, 0, DIO_4K).unwrap_err();
+        let rounded = u64::MAX - u64::MAX % 4096;
+        assert!(
+            err.to_string()
+                .contains(&format!("round it down to {rounded}")),
+            "{err}"
         );
     }
 

@@ -260,18 +260,25 @@ impl Error {
                 formatter,
                 "offset {offset} is not a multiple of {required_bytes} (this device's direct-I/O \
                  offset alignment); align it (for example down to {}) or use buffered I/O",
-                offset - offset % u64::from(*required_bytes)
+                offset - offset % u64::from(*required_bytes).max(1)
             ),
             ErrorKind::MisalignedLength {
                 length_bytes,
                 required_bytes,
-            } => write!(
-                formatter,
-                "length {length_bytes} is not a multiple of {required_bytes} (this device's \
-                 direct-I/O offset alignment); round it up to {} and use an AlignedBuffer of \
-                 that length",
-                length_bytes.div_ceil(u64::from(*required_bytes)) * u64::from(*required_bytes)
-            ),
+            } => {
+                let required = u64::from(*required_bytes).max(1);
+                let (direction, rounded) =
+                    match length_bytes.div_ceil(required).checked_mul(required) {
+                        Some(up) => ("up", up),
+                        None => ("down", length_bytes - length_bytes % required),
+                    };
+                write!(
+                    formatter,
+                    "length {length_bytes} is not a multiple of {required_bytes} (this device's \
+                     direct-I/O offset alignment); round it {direction} to {rounded} and use an \
+                     AlignedBuffer of that length"
+                )
+            }
             ErrorKind::MisalignedPointer {
                 pointer,
                 required_bytes,
@@ -374,6 +381,20 @@ fn errno_in(error: &(dyn std::error::Error + 'static)) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_alignment_of_zero_is_described_without_dividing_by_it() {
+        let offset = Error::new(ErrorKind::MisalignedOffset {
+            offset: 1,
+            required_bytes: 0,
+        });
+        assert!(offset.to_string().contains("down to 1"), "{offset}");
+        let length = Error::new(ErrorKind::MisalignedLength {
+            length_bytes: 5,
+            required_bytes: 0,
+        });
+        assert!(length.to_string().contains("up to 5"), "{length}");
+    }
 
     /// An error that names another as its source, as a stream's report does.
     #[derive(Debug)]
