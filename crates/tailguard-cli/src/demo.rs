@@ -29,8 +29,8 @@
 //! (`vm.dirty_background_bytes`, else `vm.dirty_background_ratio` percent of
 //! available memory) several times over: the write file is
 //! [`THRESHOLD_MULTIPLE`] times the threshold, preallocated with `fallocate`,
-//! and capped at half the free space of `DIR` (with a note saying what that
-//! costs). The runs go alone, tailguard, kernel writeback, so the dirty pages
+//! and capped at half the free space of `DIR` that the read file leaves (with a
+//! note saying what that costs). The runs go alone, tailguard, kernel writeback, so the dirty pages
 //! of the last run are dropped with its file instead of being flushed first.
 //!
 //! The result prints side by side (read p99, p99.9, p99.99, max, worst 0.5 s
@@ -445,8 +445,8 @@ fn frontier_points(quick: bool) -> Vec<Setting> {
 }
 
 /// Whether the demo's frontier tries `--quick`'s fewer static settings: with
-/// `--quick`, with `--size-mib`, and with runs shortened below the default's
-/// by `--duration-s`.
+/// `--quick`, with `--size-mib`, and with runs of under 20 s by
+/// `--duration-s` (half the default's, above `--quick`'s).
 fn frontier_quick(arguments: &DemoArguments) -> bool {
     arguments.quick
         || arguments.size_mib.is_some()
@@ -943,6 +943,34 @@ fn short_percent(value: f64) -> String {
     }
 }
 
+/// The verdict's opening, from the readers' worst 0.5 s rates beside
+/// writeback and through tailguard and tailguard's writes, all as
+/// percentages (of solo, of writeback's writes). Readers kept at half their
+/// solo rate or more count as kept going; tailguard reading 5 points or more
+/// under writeback counts as worse, and writing less than half of
+/// writeback's as a cost worth naming, since either alone can make a
+/// scheduler look good.
+fn outcome(kernel_share: f64, guarded_share: f64, write_share: f64) -> &'static str {
+    let writes_short = write_share < 50.0;
+    if kernel_share >= 50.0 && guarded_share + 5.0 <= kernel_share {
+        "kernel writeback did not stall the readers on this disk this time (a fast disk, or a \
+         large dirty threshold), and tailguard left them less than writeback did"
+    } else if kernel_share >= 50.0 {
+        "kernel writeback did not stall the readers on this disk this time (a fast disk, or a \
+         large dirty threshold)"
+    } else if guarded_share >= 50.0 && writes_short {
+        "tailguard kept the readers going where kernel writeback stalled them, but wrote less \
+         than half as much"
+    } else if guarded_share >= 50.0 {
+        "tailguard kept the readers going where kernel writeback stalled them"
+    } else if guarded_share >= 2.0 * kernel_share {
+        "tailguard eased the stall kernel writeback caused, but the readers still fell below \
+         half their solo rate"
+    } else {
+        "tailguard did not spare the readers here"
+    }
+}
+
 /// One line: how far the readers fell beside each kind of writes, and what the
 /// writes got. `reports` are alone, kernel writeback, tailguard; the writes are
 /// compared by what reached the disk (`disk_writes`) when known, since buffered
@@ -972,17 +1000,7 @@ pub fn verdict(reports: &[RunReport], disk_writes: &[Option<f64>]) -> String {
             "as the writer saw it",
         ),
     };
-    let outcome = if kernel_share >= 50.0 {
-        "kernel writeback did not stall the readers on this disk this time (a fast disk, or a \
-         large dirty threshold)"
-    } else if guarded_share >= 50.0 {
-        "tailguard kept the readers going where kernel writeback stalled them"
-    } else if guarded_share >= 2.0 * kernel_share {
-        "tailguard eased the stall kernel writeback caused, but the readers still fell below \
-         half their solo rate"
-    } else {
-        "tailguard did not spare the readers here"
-    };
+    let outcome = outcome(kernel_share, guarded_share, write_share);
     format!(
         "{outcome}: worst 0.5 s read rate {}% of solo beside kernel writeback (max {}), \
          {}% through tailguard (max {}); tailguard's write rate {measured} {}% of \
@@ -1080,6 +1098,17 @@ mod tests {
         assert!(
             line.contains("reaching the disk 25% of writeback's"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn the_verdict_names_a_tailguard_worse_than_writeback_and_writes_cut_short() {
+        assert!(outcome(90.0, 5.0, 100.0).ends_with("tailguard left them less than writeback did"));
+        assert!(!outcome(90.0, 88.0, 100.0).contains("left them less"));
+        assert!(outcome(1.0, 80.0, 0.0).ends_with("but wrote less than half as much"));
+        assert_eq!(
+            outcome(1.0, 80.0, 75.0),
+            "tailguard kept the readers going where kernel writeback stalled them"
         );
     }
 
