@@ -66,7 +66,10 @@
 //! Each mountpoint becomes a section matched by path. Values may carry Seastar's
 //! binary suffixes (`545M`, `64k`). The larger saturation length becomes
 //! `max_request_bytes`. What the format lacks (knees, first rates, metadata,
-//! the default section) is dropped on writing.
+//! the default section, latency targets) is dropped on writing; a latency
+//! target other than the default, which reading the file back would not
+//! give, is named by [`ProfileFile::seastar_losses`] so that a writer can
+//! say so.
 //!
 //! The YAML is parsed with `saphyr`, a pure-Rust YAML 1.2 library that is
 //! maintained today (serde_yaml is archived, and its forks keep a C-to-Rust
@@ -469,6 +472,26 @@ impl ProfileFile {
         Ok(file)
     }
 
+    /// What writing this file in Seastar's format loses that reading it back
+    /// would not restore, one line per section: a latency target other than
+    /// [`DEFAULT_LATENCY_TARGET_US`] (the format has no key for it, and a disk's
+    /// target of tens of milliseconds read back as 1 ms throttles the disk).
+    pub fn seastar_losses(&self) -> Vec<String> {
+        self.devices
+            .iter()
+            .filter_map(|(name, entry)| {
+                let target_us = entry.latency_target_us?;
+                (target_us != DEFAULT_LATENCY_TARGET_US).then(|| {
+                    format!(
+                        "[device.{name}]: latency_target_us = {target_us} is not in Seastar's \
+                         format; read back, the section gets {DEFAULT_LATENCY_TARGET_US} µs (give \
+                         the scheduler its target, or keep the TOML profile)"
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// Seastar's `io_properties.yaml`: one disk per section, its mountpoint the
     /// section's `match_path`, else the metadata's target.
     pub fn to_seastar_yaml_string(&self) -> Result<String, Error> {
@@ -719,6 +742,39 @@ mod tests {
         assert_eq!(parse_suffixed("fast"), None);
         assert_eq!(parse_suffixed("M"), None);
         assert_eq!(parse_suffixed("-5k"), None);
+    }
+
+    #[test]
+    fn a_latency_target_lost_by_seastar_s_format_is_named() {
+        let rates = Rates {
+            read_iops: 150.0,
+            write_iops: 140.0,
+            read_bandwidth: 150e6,
+            write_bandwidth: 140e6,
+        };
+        let mut file = ProfileFile::new();
+        let mut disk = DeviceEntry::from_rates(rates);
+        disk.match_path = Some(PathBuf::from("/mnt/disk"));
+        disk.latency_target_us = Some(40_000);
+        file.devices.insert("sda".into(), disk.clone());
+        disk.match_path = Some(PathBuf::from("/mnt/b"));
+        disk.latency_target_us = Some(DEFAULT_LATENCY_TARGET_US);
+        file.devices.insert("sdb".into(), disk.clone());
+        disk.match_path = Some(PathBuf::from("/mnt/c"));
+        disk.latency_target_us = None;
+        file.devices.insert("sdc".into(), disk);
+        let losses = file.seastar_losses();
+        assert_eq!(losses.len(), 1, "{losses:?}");
+        assert!(
+            losses[0].starts_with("[device.sda]: latency_target_us = 40000"),
+            "{losses:?}"
+        );
+        let text = file.to_seastar_yaml_string().unwrap();
+        let back = ProfileFile::from_seastar_yaml_str(&text).unwrap();
+        assert!(
+            back.seastar_losses().is_empty(),
+            "what is read back has the default"
+        );
     }
 
     #[test]

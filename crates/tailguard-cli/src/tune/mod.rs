@@ -375,6 +375,11 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
         .save(&output, format)
         .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
     println!("profile written to {}", output.display());
+    if format == ProfileFormat::SeastarYaml {
+        for loss in profile.seastar_losses() {
+            eprintln!("note: {loss}");
+        }
+    }
     if let Some(path) = &arguments.report {
         let title = format!("tailguard tune: {}", arguments.path.display());
         std::fs::write(path, report::html_page(&title, &summary, &curves)).map_err(|error| {
