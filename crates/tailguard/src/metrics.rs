@@ -14,13 +14,18 @@
 //! changes, controller decisions (label `decision`: grow, shrink, hold),
 //! congested windows and starvation events (counters), and the budget, the
 //! cost in flight, the pieces in flight and queued (gauges). Histogram buckets
-//! are the fixed [`crate::stats::BUCKET_BOUNDS_NS`], counted exactly.
+//! are the fixed [`crate::stats::BUCKET_BOUNDS_NS`], counted exactly. A
+//! family with no sample (no class yet, no device yet, no cap) is left out:
+//! some strict parsers refuse a family without samples.
 //!
 //! [`MetricsServer`] answers `GET /metrics` (and `GET /`) on a loopback
 //! address from one thread, one connection at a time, with whatever text its
 //! source returns at that moment; any other request gets 404. It refuses
 //! non-loopback addresses: the endpoint has no authentication, so exposing it
-//! beyond the host is the job of a proxy the operator configures.
+//! beyond the host is the job of a proxy the operator configures. An
+//! `accept` that fails (EMFILE: the process is out of descriptors) is tried
+//! again after [`ACCEPT_RETRY_PAUSE`], so the thread waits out the shortage
+//! instead of spinning on it.
 
 use crate::stats::{ClassStats, DeviceStats, LatencyHistogram, StatsSnapshot};
 use prometheus_client::collector::Collector;
@@ -43,6 +48,11 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
 /// How long the server waits for a client's request before it gives up on it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The pause after a failed `accept` before the next: long enough that a
+/// lasting failure (out of descriptors) costs no CPU to speak of, short
+/// enough that scrapes resume soon after it passes.
+pub const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 /// `snapshot` in the OpenMetrics text format, ending with `# EOF`.
 pub fn render_openmetrics(snapshot: &StatsSnapshot) -> String {
     let mut registry = Registry::default();
@@ -56,13 +66,17 @@ pub fn render_openmetrics(snapshot: &StatsSnapshot) -> String {
 #[derive(Debug)]
 struct SnapshotCollector(StatsSnapshot);
 
-/// One metric family: writes its descriptor, then one sample per item.
+/// One metric family: writes its descriptor, then one sample per item;
+/// nothing where there are no items (see the module docs).
 fn family<T>(
     encoder: &mut DescriptorEncoder,
     (name, help, unit, metric_type): (&str, &str, Option<&Unit>, MetricType),
     items: &[T],
     mut encode: impl FnMut(&T, &mut MetricEncoder) -> Result<(), std::fmt::Error>,
 ) -> Result<(), std::fmt::Error> {
+    if items.is_empty() {
+        return Ok(());
+    }
     let mut metric = encoder.encode_descriptor(name, help, unit, metric_type)?;
     for item in items {
         encode(item, &mut metric)?;
@@ -330,15 +344,12 @@ impl MetricsServer {
         let thread = std::thread::Builder::new()
             .name("tailguard-metrics".into())
             .spawn(move || {
-                for stream in listener.incoming() {
-                    if stopping.load(Ordering::Acquire) {
-                        break;
-                    }
-                    if let Ok(stream) = stream {
-                        // A client that misbehaves only loses its own answer.
-                        let _ = answer(stream, &source);
-                    }
-                }
+                serve(
+                    || listener.accept().map(|(stream, _)| stream),
+                    &stopping,
+                    &source,
+                    std::thread::sleep,
+                )
             })?;
         Ok(Self {
             address,
@@ -350,6 +361,33 @@ impl MetricsServer {
     /// The address it listens on (with the port chosen when 0 was asked for).
     pub fn local_address(&self) -> SocketAddr {
         self.address
+    }
+}
+
+/// The server's loop: answers each connection `accept` gives until `stop`
+/// is set, pausing ([`ACCEPT_RETRY_PAUSE`], through `pause`) after each
+/// failed `accept`.
+fn serve(
+    mut accept: impl FnMut() -> io::Result<TcpStream>,
+    stop: &AtomicBool,
+    source: &dyn Fn() -> io::Result<String>,
+    pause: impl Fn(Duration),
+) {
+    loop {
+        let accepted = accept();
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        match accepted {
+            // A client that misbehaves only loses its own answer.
+            Ok(stream) => {
+                let _ = answer(stream, source);
+            }
+            Err(error) => {
+                tracing::debug!(%error, "tailguard metrics: accept failed; trying again");
+                pause(ACCEPT_RETRY_PAUSE);
+            }
+        }
     }
 }
 
@@ -367,7 +405,7 @@ impl Drop for MetricsServer {
 /// Reads one request's head and writes the answer. The head must come
 /// within one [`REQUEST_TIMEOUT`] in all: a client that sends a byte now
 /// and then cannot hold the server's only thread.
-fn answer(mut stream: TcpStream, source: &impl Fn() -> io::Result<String>) -> io::Result<()> {
+fn answer(mut stream: TcpStream, source: &dyn Fn() -> io::Result<String>) -> io::Result<()> {
     stream.set_write_timeout(Some(REQUEST_TIMEOUT))?;
     let deadline = std::time::Instant::now() + REQUEST_TIMEOUT;
     let mut head = Vec::new();
@@ -486,4 +524,37 @@ fn encode_class_histograms(
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn a_snapshot_without_classes_or_devices_has_no_family_without_samples() {
+        let snapshot = StatsSnapshot::new(crate::backend::BackendKind::Threads);
+        let text = render_openmetrics(&snapshot);
+        assert_eq!(text, "# EOF\n");
+    }
+
+    #[test]
+    fn a_failing_accept_pauses_before_the_next_try() {
+        let stop = AtomicBool::new(false);
+        let tries = Cell::new(0);
+        let pauses = Cell::new(0);
+        let accept = || {
+            tries.set(tries.get() + 1);
+            if tries.get() == 6 {
+                stop.store(true, Ordering::Release);
+            }
+            Err(io::Error::from_raw_os_error(libc::EMFILE))
+        };
+        let pause = |pause: Duration| {
+            assert_eq!(pause, ACCEPT_RETRY_PAUSE);
+            pauses.set(pauses.get() + 1);
+        };
+        serve(accept, &stop, &|| Ok(String::new()), pause);
+        assert_eq!((tries.get(), pauses.get()), (6, 5));
+    }
 }
