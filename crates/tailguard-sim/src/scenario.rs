@@ -79,6 +79,12 @@ impl<'de> Deserialize<'de> for Bytes {
     }
 }
 
+/// Reads a plain `u64` size field (`#[serde(deserialize_with = ...)]`) as
+/// [`Bytes`] reads a size: an integer or a string with a binary suffix.
+pub fn deserialize_bytes<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    Bytes::deserialize(deserializer).map(|bytes| bytes.0)
+}
+
 /// Reads a size from an integer or a string, with errors that say what a size
 /// looks like (instead of serde's "did not match any variant").
 struct BytesVisitor;
@@ -385,7 +391,8 @@ fn validate_classes(classes: &[ClassSpec]) -> Result<(), ConfigError> {
 }
 
 /// The `[policy.NAME]` parameter tables and the `policies` list, with their
-/// names parsed.
+/// names parsed and every table checked against its policy's parameters,
+/// whichever policies run.
 fn parse_policies(
     parameters: BTreeMap<String, toml::Table>,
     names: &[String],
@@ -393,10 +400,11 @@ fn parse_policies(
     let policy_parameters = parameters
         .into_iter()
         .map(|(name, parameters)| {
-            Ok((
-                PolicyName::parse(&name, format!("policy.{name}"))?,
-                parameters,
-            ))
+            let key = format!("policy.{name}");
+            let policy = PolicyName::parse(&name, key.as_str())?;
+            crate::policy::validate_parameters(policy, &parameters)
+                .map_err(|error| error.within(&key))?;
+            Ok((policy, parameters))
         })
         .collect::<Result<BTreeMap<_, _>, ConfigError>>()?;
     let policies = names
@@ -1233,6 +1241,35 @@ queue_depth = 8
 
         let error = error_of(&MINIMAL.replace("duration_s = 2", "duration_s = -1"));
         assert_eq!(error.key, "duration_s");
+    }
+
+    #[test]
+    fn policy_tables_are_checked_at_parse_time_whichever_policy_runs() {
+        // No `policies` list: only the default policy runs, and a table of
+        // any policy is still refused naming the key at fault.
+        for (table, key, word) in [
+            ("[policy.fifo]\ndepth = 4", "policy.fifo.depth", "depth"),
+            (
+                "[policy.deadline]\nread_expire = 5",
+                "policy.deadline.parameters",
+                "read_expire",
+            ),
+            (
+                "[policy.tailguard]\nbudget_us = 86400000001",
+                "policy.tailguard.budget_us",
+                "86400000001",
+            ),
+        ] {
+            let error = error_of(&format!("{MINIMAL}\n{table}\n"));
+            assert_eq!(error.key, key, "{table}: {error}");
+            assert!(error.message.contains(word), "{table}: {error}");
+        }
+        let scenario = Scenario::from_toml(&format!(
+            "{MINIMAL}\n[policy.fifo]\n[policy.global-cap]\nhirunningspace_bytes = \"8m\"\n\
+             lorunningspace_bytes = 4096\n"
+        ))
+        .unwrap();
+        assert_eq!(scenario.policy_parameters.len(), 2);
     }
 
     #[test]

@@ -157,3 +157,24 @@ fn every_profile_key_is_documented_and_each_parses_in_a_scenario() {
         }
     }
 }
+
+/// The TOML example under "## Format".
+fn format_example(reference: &str) -> String {
+    let section = reference.split("## Format").nth(1).unwrap();
+    let block = section.split("```toml\n").nth(1).unwrap();
+    block.split("```").next().unwrap().to_string()
+}
+
+#[test]
+fn the_format_example_parses_and_its_policy_tables_build() {
+    let text = format_example(&reference());
+    let scenario = tailguard_sim::scenario::Scenario::from_toml(&text)
+        .unwrap_or_else(|error| panic!("{REFERENCE}'s example is refused: {error}"));
+    let context = scenario.policy_context();
+    for (&name, parameters) in &scenario.policy_parameters {
+        if let Err(error) = tailguard_sim::policy::build(name, &context, parameters) {
+            panic!("{REFERENCE}'s example [policy.{name}] is refused: {error}");
+        }
+    }
+    assert!(!scenario.policy_parameters.is_empty());
+}

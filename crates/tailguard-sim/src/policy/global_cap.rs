@@ -22,7 +22,8 @@
 //! - No timers: only completions change anything.
 //!
 //! Parameters (`[policy.global-cap]`):
-//! - `hirunningspace_bytes`: the cap, in bytes (default 16 MiB = 16777216).
+//! - `hirunningspace_bytes`: the cap, in bytes (default 16 MiB = 16777216);
+//!   like every size, an integer or a string with a binary suffix (`"16m"`).
 //!   A value of 0 is treated as 1 byte (one write at a time).
 //! - `lorunningspace_bytes`: the resume watermark, in bytes. Absent or 0 means
 //!   two thirds of `hirunningspace_bytes` (FreeBSD's default ratio). It is clamped
@@ -48,9 +49,12 @@ pub const DEFAULT_HIRUNNINGSPACE_BYTES: u64 = 16 * 1024 * 1024;
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GlobalCapParameters {
-    /// Cap on in-flight write bytes over all devices (default 16 MiB).
+    /// Cap on in-flight write bytes over all devices (default 16 MiB); an
+    /// integer or a size such as `"16m"`.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub hirunningspace_bytes: u64,
     /// Resume below this many in-flight write bytes; 0 means 2/3 of the cap.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub lorunningspace_bytes: u64,
 }
 

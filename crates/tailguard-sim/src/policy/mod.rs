@@ -189,7 +189,10 @@ pub fn build(
             context,
             crate::device::parse(parameters)?,
         )?)),
-        PolicyName::Fifo => Ok(Box::new(fifo::Fifo::new(context))),
+        PolicyName::Fifo => {
+            refuse_any_key(parameters)?;
+            Ok(Box::new(fifo::Fifo::new(context)))
+        }
         PolicyName::GlobalCap => Ok(Box::new(global_cap::GlobalCap::new(
             context,
             crate::device::parse(parameters)?,
@@ -208,6 +211,33 @@ pub fn build(
             context,
             crate::device::parse(parameters)?,
         ))),
+    }
+}
+
+/// Checks a `[policy.NAME]` table without building the policy: every key is
+/// one of the policy's parameters and every value one it takes, so a table
+/// for a policy that does not run is checked as strictly as one that does.
+/// `fifo` takes no parameters, so any key is refused.
+pub fn validate_parameters(name: PolicyName, parameters: &toml::Table) -> Result<(), ConfigError> {
+    use crate::device::parse;
+    match name {
+        PolicyName::Tailguard => parse::<tailguard::TailguardParameters>(parameters)?.validate(),
+        PolicyName::Fifo => refuse_any_key(parameters),
+        PolicyName::GlobalCap => parse::<global_cap::GlobalCapParameters>(parameters).map(drop),
+        PolicyName::Cfq | PolicyName::CfqFixed => parse::<cfq::CfqParameters>(parameters).map(drop),
+        PolicyName::Deadline => parse::<deadline::DeadlineParameters>(parameters).map(drop),
+    }
+}
+
+/// Refuses a parameter table with any key in it, naming the first key (for a
+/// policy that takes no parameters).
+fn refuse_any_key(parameters: &toml::Table) -> Result<(), ConfigError> {
+    match parameters.keys().next() {
+        Some(key) => Err(ConfigError::new(
+            key.as_str(),
+            format!("unknown parameter `{key}`: this policy takes none; remove it"),
+        )),
+        None => Ok(()),
     }
 }
 

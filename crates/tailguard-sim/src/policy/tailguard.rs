@@ -87,6 +87,16 @@ impl Default for TailguardParameters {
     }
 }
 
+impl TailguardParameters {
+    /// Refuses a `budget_us` or `slice_us` past [`POLICY_TIME_US_MAX`],
+    /// naming the key (the checks [`TailguardPolicy::new`] makes that need
+    /// no device).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        policy_time_ns(self.budget_us, "budget_us")?;
+        policy_time_ns(self.slice_us, "slice_us").map(drop)
+    }
+}
+
 /// The longest `budget_us` or `slice_us` accepted: a day of device time, as
 /// long as the longest scenario ([`crate::scenario::DURATION_S_MAX`]), so
 /// either in nanoseconds, and their sum, fit the core's arithmetic.
