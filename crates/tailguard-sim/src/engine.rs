@@ -463,6 +463,27 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_never_exceeds_what_the_device_can_do() {
+        // 128 writes in flight when the writer stops at 5 s of a 20 s run:
+        // they finish afterwards and count in `bytes`, not in the rate over
+        // the writer's 5 s.
+        let text = "duration_s = 20\n[[device]]\nname = \"stick\"\nmodel = \"usb-flash\"\n\
+                    [[class]]\nname = \"c\"\nshares = 1\n[[job]]\nclass = \"c\"\n\
+                    device = \"stick\"\npattern = \"seqwrite\"\nblock_size = \"128k\"\n\
+                    queue_depth = 128\nstop_s = 5";
+        let scenario = Scenario::from_toml(text).unwrap();
+        let report = run(&scenario, PolicyName::Fifo, 1).unwrap();
+        let row = &report.classes[0];
+        let write_mb_per_s = scenario.devices[0].profile.write_bandwidth / 1e6;
+        assert!(
+            row.mb_per_s <= write_mb_per_s * 1.1,
+            "{} MB/s on a {write_mb_per_s} MB/s stick",
+            row.mb_per_s
+        );
+        assert!(row.bytes as f64 / 5e6 > write_mb_per_s * 1.1, "{row:?}");
+    }
+
+    #[test]
     fn a_request_in_the_device_at_the_end_counts_its_wait_until_dispatch() {
         // Two writes at 0; the deadline policy lets one into the stick at a
         // time, so the second waits for the first (~350 ms), is dispatched,

@@ -5,8 +5,12 @@
 //! (`serde_json`), so the table and the JSON can never disagree. Field meanings:
 //!
 //! - `ops`, `bytes`: requests and bytes completed within the run.
-//! - `iops`, `mb_per_s`: those over the pair's active window (from the earliest
-//!   start of its jobs to their latest stop); MB is 10^6 bytes.
+//! - `iops`, `mb_per_s`: the requests and bytes completed inside the pair's
+//!   active window (from the earliest start of its jobs to their latest
+//!   stop), divided by its length; MB is 10^6 bytes. A completion after the
+//!   window (a closed-loop request still in flight at the jobs' stop) counts
+//!   in `ops` and `bytes` but not in the rates, so a rate never counts work
+//!   from outside the time it is divided by.
 //! - `latency_us`: completion minus intended submission (p50, p99, p99.9,
 //!   p99.99, max).
 //! - `worst_500ms_iops`: the lowest completion rate over the consecutive 0.5 s
@@ -111,9 +115,9 @@ pub struct ClassReport {
     pub ops: u64,
     /// Bytes completed.
     pub bytes: u64,
-    /// Requests per second over the active window.
+    /// Requests completed inside the active window, per second of it.
     pub iops: f64,
-    /// 10^6 bytes per second over the active window.
+    /// 10^6 bytes completed inside the active window, per second of it.
     pub mb_per_s: f64,
     /// Latency percentiles.
     pub latency_us: LatencyUs,
@@ -182,6 +186,10 @@ pub struct ClassAccumulator {
     seconds: Vec<SecondBin>,
     ops: u64,
     bytes: u64,
+    /// Requests and bytes completed inside the active window: what the
+    /// rates count.
+    window_ops: u64,
+    window_bytes: u64,
     submitted: u64,
     queue_wait_max_ns: Nanos,
     queue_wait_sum_ns: u128,
@@ -254,6 +262,8 @@ impl ClassAccumulator {
             latency_ns: LazyHistogram::default(),
             ops: 0,
             bytes: 0,
+            window_ops: 0,
+            window_bytes: 0,
             submitted: 0,
             queue_wait_max_ns: 0,
             queue_wait_sum_ns: 0,
@@ -285,7 +295,8 @@ impl ClassAccumulator {
     /// gaps and each span's trailing partial window. Overlapping or touching
     /// spans merge, so jobs that run back to back make one span, and one span
     /// counts exactly as the active window does without this. The rates
-    /// (`iops`, `mb_per_s`) stay over the whole active window.
+    /// (`iops`, `mb_per_s`) stay over the whole active window, counting the
+    /// completions inside it.
     pub fn active_during(mut self, spans_ns: &[(Nanos, Nanos)]) -> Self {
         let mut first_window = 0;
         self.spans = merge_spans(spans_ns)
@@ -326,6 +337,10 @@ impl ClassAccumulator {
         self.queue_wait_sum_ns += u128::from(queue_wait_ns);
         self.device_time_sum_ns += u128::from(completed_at - dispatched_at);
         self.last_completion_ns = self.last_completion_ns.max(completed_at);
+        if self.in_active_window(completed_at) {
+            self.window_ops += 1;
+            self.window_bytes += bytes;
+        }
         self.count_in_window(completed_at);
         self.count_in_second(completed_at, latency_ns, bytes);
     }
@@ -403,6 +418,13 @@ impl ClassAccumulator {
             .unwrap_or_default()
     }
 
+    /// Whether `at` falls inside the active window (half-open, as the 0.5 s
+    /// windows are).
+    fn in_active_window(&self, at: Nanos) -> bool {
+        let start = self.active_start_ns();
+        (start..start.saturating_add(self.window_ns)).contains(&at)
+    }
+
     fn count_in_window(&mut self, completed_at: Nanos) {
         let Some(window) = self.window_of(completed_at) else {
             return;
@@ -418,10 +440,9 @@ impl ClassAccumulator {
     /// every span's full windows).
     fn window_of(&self, at: Nanos) -> Option<usize> {
         if self.spans.is_empty() {
-            let start = self.active_start_ns();
-            return (start..start + self.window_ns)
-                .contains(&at)
-                .then(|| ((at - start) / RATE_WINDOW_NS) as usize);
+            return self
+                .in_active_window(at)
+                .then(|| ((at - self.active_start_ns()) / RATE_WINDOW_NS) as usize);
         }
         let index = self
             .spans
@@ -468,8 +489,8 @@ impl ClassAccumulator {
             device: self.device.clone(),
             ops: self.ops,
             bytes: self.bytes,
-            iops: round3(self.ops as f64 / window_s),
-            mb_per_s: round3(self.bytes as f64 / window_s / 1e6),
+            iops: round3(self.window_ops as f64 / window_s),
+            mb_per_s: round3(self.window_bytes as f64 / window_s / 1e6),
             latency_us: LatencyUs {
                 p50: round3(quantile_us(0.5)),
                 p99: round3(quantile_us(0.99)),
@@ -691,6 +712,22 @@ mod tests {
         assert_eq!(report.queue_wait_us_max, 100.0);
         assert_eq!(report.device_time_us_mean, 300.0);
         assert!((report.latency_us.max - 500.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn rates_count_only_the_completions_inside_the_active_window() {
+        // Active from 1 s for 1 s: two completions inside it, one before its
+        // stop at 2 s and one after it (a request in flight at the stop).
+        let mut accumulator =
+            ClassAccumulator::new("c".into(), "d".into(), 1_000_000_000).starting_at(1_000_000_000);
+        for completed_at in [1_500_000_000, 1_999_999_999, 2_000_000_000, 2_700_000_000] {
+            accumulator.on_submit(1_000_000_000);
+            accumulator.on_complete(completed_at, 1_000_000_000, 1_000_000_000, 1_000_000);
+        }
+        let report = accumulator.finish();
+        assert_eq!((report.ops, report.bytes), (4, 4_000_000));
+        assert_eq!(report.iops, 2.0);
+        assert_eq!(report.mb_per_s, 2.0);
     }
 
     #[test]
