@@ -16,6 +16,10 @@
 //!   little concurrency for a disk), and, with a few reads beside them, read
 //!   p99 within target or floor while writes keep 90%, over a run long enough
 //!   for p99 to rest on dozens of reads. The latency criterion is the same.
+//! - p99 counts only reads that finish, so a check also fails when more reads
+//!   are unfinished at the end than could be in flight on time
+//!   ([`outstanding_reads_max`]), and an interval in which no read finished
+//!   has an infinite p99, never one within the target.
 //! - Every check runs on several seeds ([`SEEDS`]), not one. Where read p99
 //!   is judged against the floor (the floor above the target), it may exceed
 //!   it by [`FLOOR_NOISE`]: floor and check are two random draws.
@@ -56,16 +60,26 @@ use std::path::Path;
 use tailguard_core::{Nanos, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
 use tailguard_sim::engine::{run_observed, FinishedRequest};
 use tailguard_sim::policy::PolicyName;
+use tailguard_sim::report::RunReport;
 use tailguard_sim::scenario::Scenario;
 
 /// Per-request results of one run.
 fn observe(scenario: &Scenario, policy: PolicyName) -> Vec<FinishedRequest> {
+    observe_with_report(scenario, policy).0
+}
+
+/// Per-request results of one run, and its report (which counts the
+/// requests that never finished).
+fn observe_with_report(
+    scenario: &Scenario,
+    policy: PolicyName,
+) -> (Vec<FinishedRequest>, RunReport) {
     let mut finished = Vec::new();
-    run_observed(scenario, policy, scenario.seed, &mut |request| {
+    let report = run_observed(scenario, policy, scenario.seed, &mut |request| {
         finished.push(*request)
     })
     .unwrap_or_else(|error| panic!("{policy}: {error}"));
-    finished
+    (finished, report)
 }
 
 fn class_index(scenario: &Scenario, name: &str) -> usize {
@@ -86,7 +100,9 @@ fn rate(finished: &[FinishedRequest], class: usize, from: Nanos, to: Nanos) -> f
     bytes as f64 * NANOS_PER_SECOND as f64 / (to - from) as f64
 }
 
-/// p99 latency (µs) of `class`'s requests completed in `[from, to)`.
+/// p99 latency (µs) of `class`'s requests completed in `[from, to)`;
+/// infinite when none completed there, so an interval in which no request
+/// finished never passes as fast.
 fn p99_us(finished: &[FinishedRequest], class: usize, from: Nanos, to: Nanos) -> f64 {
     let mut latencies: Vec<Nanos> = finished
         .iter()
@@ -94,7 +110,7 @@ fn p99_us(finished: &[FinishedRequest], class: usize, from: Nanos, to: Nanos) ->
         .map(|r| r.completed_at - r.intended_at)
         .collect();
     if latencies.is_empty() {
-        return 0.0;
+        return f64::INFINITY;
     }
     latencies.sort_unstable();
     let index = ((latencies.len() as f64 * 0.99).ceil() as usize).clamp(1, latencies.len()) - 1;
@@ -196,18 +212,18 @@ size = "8g"
 
 /// The writer alone under `fifo` (its maximum), and the same jobs under the
 /// tailguard policy with `tailguard` settings, on the device with `device`
-/// parameters.
+/// parameters, with that run's report.
 fn alone_and_ours(
     check: Check,
     tailguard: &str,
     device: &str,
-) -> (Vec<FinishedRequest>, Vec<FinishedRequest>) {
+) -> (Vec<FinishedRequest>, (Vec<FinishedRequest>, RunReport)) {
     let scenario = model_scenario(check, tailguard, 32, device);
     let mut alone = scenario.clone();
     alone.jobs.retain(|job| job.name != "readers");
     (
         observe(&alone, PolicyName::Fifo),
-        observe(&scenario, PolicyName::Tailguard),
+        observe_with_report(&scenario, PolicyName::Tailguard),
     )
 }
 
@@ -225,18 +241,58 @@ struct Verdict {
     /// The first 100 ms step from which every window of `judge_ms` holds 90%
     /// of the maximum (NaN: never).
     converged_at_s: f64,
-    /// Read p99, the reads it rests on, the target and the floor, µs.
-    reads: Option<(f64, usize, f64, f64)>,
+    /// The reads beside the writer, if any.
+    reads: Option<ReadsVerdict>,
+}
+
+/// What the reads beside the writer got.
+struct ReadsVerdict {
+    /// Read p99 from 2 s to the end, µs.
+    p99_us: f64,
+    /// The reads it rests on.
+    samples: usize,
+    /// Reads that never finished (p99 leaves them out).
+    outstanding: u64,
+    /// The most reads that may be unfinished at the end (see
+    /// [`outstanding_reads_max`]).
+    outstanding_max: u64,
+    target_us: f64,
+    floor_us: f64,
+}
+
+impl ReadsVerdict {
+    /// The p99 the reads may reach: the target, or the floor where it lies
+    /// above the target.
+    fn allowed_us(&self) -> f64 {
+        self.target_us.max(self.floor_us * FLOOR_NOISE)
+    }
+}
+
+/// The most reads a check lets be unfinished at the end: those arriving at
+/// `read_iops` within the allowed p99 before the end may still be in
+/// flight on time (twice that, plus two, for the Poisson arrivals' spread),
+/// and up to 1% of the judged reads may be late without moving p99. More
+/// than both means reads are left waiting, which p99 over the finished ones
+/// cannot show.
+fn outstanding_reads_max(read_iops: f64, allowed_us: f64, samples: usize) -> u64 {
+    let in_flight_on_time = (2.0 * read_iops * allowed_us / 1e6).ceil() as u64 + 2;
+    in_flight_on_time.max(samples as u64 / 100)
 }
 
 impl Verdict {
     /// Why the check fails, if it does.
     fn failures(&self) -> Vec<String> {
         let mut failures = Vec::new();
-        if let Some((p99, _, target_us, floor_us)) = self.reads {
-            let allowed = target_us.max(floor_us * FLOOR_NOISE);
-            if p99 > allowed {
-                failures.push(format!("read p99 {p99:.0} µs > {allowed:.0} µs"));
+        if let Some(reads) = &self.reads {
+            let allowed = reads.allowed_us();
+            if reads.p99_us > allowed {
+                failures.push(format!("read p99 {:.0} µs > {allowed:.0} µs", reads.p99_us));
+            }
+            if reads.outstanding > reads.outstanding_max {
+                failures.push(format!(
+                    "{} reads unfinished at the end > {}",
+                    reads.outstanding, reads.outstanding_max
+                ));
             }
         }
         if self.writes < 0.9 * self.max {
@@ -257,9 +313,10 @@ impl Verdict {
             100.0 * self.writes / self.max,
             self.converged_at_s
         );
-        if let Some((p99, samples, target_us, floor_us)) = self.reads {
+        if let Some(reads) = &self.reads {
             print!(
-                "; read p99 {p99:.0} µs ({samples} reads), target {target_us:.0} µs, floor {floor_us:.0} µs"
+                "; read p99 {:.0} µs ({} reads, {} unfinished), target {:.0} µs, floor {:.0} µs",
+                reads.p99_us, reads.samples, reads.outstanding, reads.target_us, reads.floor_us
             );
         }
         println!();
@@ -270,7 +327,7 @@ impl Verdict {
 /// of the writer alone's mean (a single 100 ms interval of a disk or a USB
 /// stick holds a handful of pieces, too few to judge); NaN if none.
 fn converged_at_s(check: Check, tailguard: &str, device: &str) -> f64 {
-    let (alone, ours) = alone_and_ours(check, tailguard, device);
+    let (alone, (ours, _)) = alone_and_ours(check, tailguard, device);
     let scenario = model_scenario(check, tailguard, 32, device);
     let bulk = class_index(&scenario, "bulk");
     let end = check.duration_s * SECOND;
@@ -289,31 +346,9 @@ fn judge(check: Check, tailguard: &str) -> Verdict {
     let scenario = model_scenario(check, tailguard, 32, "");
     let end = check.duration_s * SECOND;
     let bulk = class_index(&scenario, "bulk");
-    let (alone, finished) = alone_and_ours(check, tailguard, "");
+    let (alone, (finished, report)) = alone_and_ours(check, tailguard, "");
     let max = rate(&alone, bulk, SECOND, end);
-    let reads = (check.read_iops > 0.0).then(|| {
-        let reads = class_index(&scenario, "reads");
-        let target_us = scenario.devices[0].profile.latency_target_us as f64;
-        let floor = match check.floor {
-            Floor::SmallPieces => observe(
-                &model_scenario(check, "controller = \"fixed\"\nbudget_us = 1", 32, ""),
-                PolicyName::Tailguard,
-            ),
-            Floor::OneWriteAtATime => {
-                observe(&model_scenario(check, tailguard, 1, ""), PolicyName::Fifo)
-            }
-        };
-        let samples = finished
-            .iter()
-            .filter(|r| r.class == reads && (2 * SECOND..end).contains(&r.completed_at))
-            .count();
-        (
-            p99_us(&finished, reads, 2 * SECOND, end),
-            samples,
-            target_us,
-            p99_us(&floor, reads, 2 * SECOND, end),
-        )
-    });
+    let reads = (check.read_iops > 0.0).then(|| judge_reads(check, tailguard, &finished, &report));
     Verdict {
         model: check.model,
         writes: rate(&finished, bulk, 2 * SECOND, end),
@@ -321,6 +356,45 @@ fn judge(check: Check, tailguard: &str) -> Verdict {
         converged_at_s: converged_at_s(check, tailguard, check.converge_with),
         reads,
     }
+}
+
+/// The reads of a run of the tailguard policy with `tailguard` settings
+/// (`finished` and `report`), against the target and the check's floor.
+fn judge_reads(
+    check: Check,
+    tailguard: &str,
+    finished: &[FinishedRequest],
+    report: &RunReport,
+) -> ReadsVerdict {
+    let scenario = model_scenario(check, tailguard, 32, "");
+    let end = check.duration_s * SECOND;
+    let reads = class_index(&scenario, "reads");
+    let floor = match check.floor {
+        Floor::SmallPieces => observe(
+            &model_scenario(check, "controller = \"fixed\"\nbudget_us = 1", 32, ""),
+            PolicyName::Tailguard,
+        ),
+        Floor::OneWriteAtATime => {
+            observe(&model_scenario(check, tailguard, 1, ""), PolicyName::Fifo)
+        }
+    };
+    let samples = finished
+        .iter()
+        .filter(|r| r.class == reads && (2 * SECOND..end).contains(&r.completed_at))
+        .count();
+    let mut verdict = ReadsVerdict {
+        p99_us: p99_us(finished, reads, 2 * SECOND, end),
+        samples,
+        outstanding: report
+            .class("reads", "dev")
+            .expect("the readers' row")
+            .outstanding,
+        outstanding_max: 0,
+        target_us: scenario.devices[0].profile.latency_target_us as f64,
+        floor_us: p99_us(&floor, reads, 2 * SECOND, end),
+    };
+    verdict.outstanding_max = outstanding_reads_max(check.read_iops, verdict.allowed_us(), samples);
+    verdict
 }
 
 /// The seeds every check runs with.
@@ -391,6 +465,30 @@ const USB_FLASH: Check = Check {
     converge_with: "stall_max_us = 0",
     seed: 5,
 };
+
+/// The checks never pass reads that did not finish: an interval in which
+/// none finished is no fast p99, and reads left waiting at the end fail a
+/// verdict whose p99 passes.
+#[test]
+fn reads_that_never_finish_fail_the_checks() {
+    let target_us = 100.0;
+    assert!(p99_us(&[], 0, 0, SECOND) > target_us);
+    let verdict = Verdict {
+        model: "m",
+        writes: 1.0,
+        max: 1.0,
+        converged_at_s: 0.0,
+        reads: Some(ReadsVerdict {
+            p99_us: 1.0,
+            samples: 1000,
+            outstanding: 50,
+            outstanding_max: outstanding_reads_max(20.0, target_us, 1000),
+            target_us,
+            floor_us: 0.0,
+        }),
+    };
+    assert_eq!(verdict.failures().len(), 1, "{:?}", verdict.failures());
+}
 
 #[test]
 fn nvme_converges_without_a_profile() {
