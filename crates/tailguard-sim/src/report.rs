@@ -842,6 +842,13 @@ mod tests {
         );
         let touching = [(0, 1_000_000_000), (1_000_000_000, window_ns)];
         assert_eq!(plain.worst_500ms_iops, fill(&touching).worst_500ms_iops);
+        // Touching between window edges: apart, the second span's windows
+        // would start at 1.2 s and reach the slower 2.2 s.
+        let touching_inside = [(0, 1_200_000_000), (1_200_000_000, window_ns)];
+        assert_eq!(
+            plain.worst_500ms_iops,
+            fill(&touching_inside).worst_500ms_iops
+        );
         let overlapping = [(1_000_000_000, window_ns), (0, 1_500_000_000)];
         assert_eq!(plain.worst_500ms_iops, fill(&overlapping).worst_500ms_iops);
         // A gap in the slowest stretch leaves it out: the worst rate rises.
