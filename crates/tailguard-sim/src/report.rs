@@ -35,7 +35,8 @@
 //!   completed in that second), `mb_per_s`, and `latency_us_max` (the slowest of
 //!   them; 0 when none completed). It covers the whole run, quiet seconds
 //!   after the pair's last completion included; the last second may be
-//!   partial.
+//!   partial, and holds the completions at the run's very end too (an
+//!   N-second run has N points).
 //! - `latency_log2_us`: the latency histogram in power-of-two microsecond
 //!   buckets (`from_us`..=`to_us`: 0..=1, 2..=3, 4..=7, ...), as bcc's
 //!   `xfsdist` prints it, from the lowest non-empty bucket to the highest.
@@ -357,8 +358,14 @@ impl ClassAccumulator {
             + self.seconds.capacity() * std::mem::size_of::<SecondBin>()
     }
 
+    /// Bins a completion by the second it falls in. A completion at the
+    /// run's very end (the engine handles events at `run_ns` itself) counts
+    /// in the run's last second, so an N-second run has N points.
     fn count_in_second(&mut self, completed_at: Nanos, latency_ns: Nanos, bytes: u64) {
-        let second = (completed_at / tailguard_core::NANOS_PER_SECOND) as usize;
+        let mut second = (completed_at / tailguard_core::NANOS_PER_SECOND) as usize;
+        if self.run_ns > 0 {
+            second = second.min(self.run_seconds() - 1);
+        }
         if self.seconds.len() <= second {
             self.seconds.resize(second + 1, SecondBin::default());
         }
@@ -393,8 +400,13 @@ impl ClassAccumulator {
             .collect()
     }
 
+    /// The seconds the run's timeline covers (the last may be partial).
+    fn run_seconds(&self) -> usize {
+        self.run_ns.div_ceil(tailguard_core::NANOS_PER_SECOND) as usize
+    }
+
     fn timeline(&self) -> Vec<TimelineSecond> {
-        let run_seconds = self.run_ns.div_ceil(tailguard_core::NANOS_PER_SECOND) as usize;
+        let run_seconds = self.run_seconds();
         let quiet = SecondBin::default();
         self.seconds
             .iter()
@@ -889,6 +901,18 @@ mod tests {
         assert_eq!(timeline[0].latency_us_max, 300.0);
         assert_eq!(timeline[1].latency_us_max, 0.0);
         assert_eq!(timeline[2].latency_us_max, 2_000.0);
+    }
+
+    #[test]
+    fn a_completion_at_the_end_of_the_run_counts_in_its_last_second() {
+        let mut accumulator = ClassAccumulator::new("c".into(), "d".into(), 1_000_000_000)
+            .starting_at(0)
+            .covering_run(1_000_000_000);
+        accumulator.on_submit(0);
+        accumulator.on_complete(1_000_000_000, 0, 0, 4096);
+        let timeline = accumulator.finish().timeline;
+        assert_eq!(timeline.len(), 1, "{timeline:?}");
+        assert_eq!(timeline[0].iops, 1.0);
     }
 
     #[test]
