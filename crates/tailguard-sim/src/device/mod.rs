@@ -278,6 +278,49 @@ pub struct SlowdownWindow {
 /// The largest slowdown factor accepted (a speed-up of 1000×).
 pub const SLOWDOWN_FACTOR_MAX: f64 = 1000.0;
 
+/// A slowdown window's times and factor, checked against the stop of the
+/// window before it in time; the error names the field at fault.
+fn validate_window(window: &SlowdownWindow, previous_stop: f64) -> Result<(), ConfigError> {
+    if !(window.start_s.is_finite() && window.start_s >= previous_stop) {
+        return Err(ConfigError::new(
+            "start_s",
+            format!(
+                "start_s {} must be a finite time at or after the previous window's stop ({previous_stop}); windows must not overlap",
+                window.start_s
+            ),
+        ));
+    }
+    if !(window.stop_s.is_finite() && window.stop_s > window.start_s) {
+        return Err(ConfigError::new(
+            "stop_s",
+            format!(
+                "stop_s {} must be after start_s {}",
+                window.stop_s, window.start_s
+            ),
+        ));
+    }
+    if window.stop_s > DURATION_S_MAX {
+        return Err(ConfigError::new(
+            "stop_s",
+            format!(
+                "{} is past the longest run ({DURATION_S_MAX} s); give a stop_s up to \
+                 {DURATION_S_MAX}",
+                window.stop_s
+            ),
+        ));
+    }
+    if !(window.factor > 0.0 && window.factor <= SLOWDOWN_FACTOR_MAX) {
+        return Err(ConfigError::new(
+            "factor",
+            format!(
+                "factor {} must be in (0, {SLOWDOWN_FACTOR_MAX}]; 0.3 means 30% of normal speed",
+                window.factor
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A breakpoint of the real-time → device-time map: from `real_ns` on, the
 /// device clock reads `device_ns` and advances `factor` per real ns.
 #[derive(Clone, Copy, Debug)]
@@ -294,58 +337,24 @@ pub struct Slowed {
 }
 
 impl Slowed {
-    /// Wraps `inner` with `windows` (validated here).
+    /// Wraps `inner` with `windows` (validated here; an error names a window
+    /// by its index in `windows`, as the user wrote them, not in time order).
     pub fn new(
         inner: Box<dyn DeviceModel>,
         windows: &[SlowdownWindow],
     ) -> Result<Self, ConfigError> {
-        let mut sorted = windows.to_vec();
-        sorted.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+        let mut order: Vec<usize> = (0..windows.len()).collect();
+        order.sort_by(|&a, &b| windows[a].start_s.total_cmp(&windows[b].start_s));
         let mut segments = vec![Segment {
             real_ns: 0,
             device_ns: 0,
             factor: 1.0,
         }];
         let mut previous_stop = 0.0;
-        for (index, window) in sorted.iter().enumerate() {
-            let key = format!("slowdown[{index}]");
-            if !(window.start_s.is_finite() && window.start_s >= previous_stop) {
-                return Err(ConfigError::new(
-                    key,
-                    format!(
-                        "start_s {} must be a finite time at or after the previous window's stop ({previous_stop}); windows must not overlap",
-                        window.start_s
-                    ),
-                ));
-            }
-            if !(window.stop_s.is_finite() && window.stop_s > window.start_s) {
-                return Err(ConfigError::new(
-                    key,
-                    format!(
-                        "stop_s {} must be after start_s {}",
-                        window.stop_s, window.start_s
-                    ),
-                ));
-            }
-            if window.stop_s > DURATION_S_MAX {
-                return Err(ConfigError::new(
-                    format!("{key}.stop_s"),
-                    format!(
-                        "{} is past the longest run ({DURATION_S_MAX} s); give a stop_s up to \
-                         {DURATION_S_MAX}",
-                        window.stop_s
-                    ),
-                ));
-            }
-            if !(window.factor > 0.0 && window.factor <= SLOWDOWN_FACTOR_MAX) {
-                return Err(ConfigError::new(
-                    key,
-                    format!(
-                        "factor {} must be in (0, {SLOWDOWN_FACTOR_MAX}]; 0.3 means 30% of normal speed",
-                        window.factor
-                    ),
-                ));
-            }
+        for index in order {
+            let window = &windows[index];
+            validate_window(window, previous_stop)
+                .map_err(|error| error.within(&format!("slowdown[{index}]")))?;
             previous_stop = window.stop_s;
             for (at_s, factor) in [(window.start_s, window.factor), (window.stop_s, 1.0)] {
                 let real_ns = (at_s * NANOS_PER_SECOND_F64).round() as Nanos;
@@ -462,6 +471,17 @@ mod tests {
         assert!(Slowed::new(usb_flash(), &[window(1.0, 3.0, 0.5), window(2.0, 4.0, 0.5)]).is_err());
         assert!(Slowed::new(usb_flash(), &[window(1.0, 1.0, 0.5)]).is_err());
         assert!(Slowed::new(usb_flash(), &[window(1.0, 2.0, 0.0)]).is_err());
+    }
+
+    #[test]
+    fn errors_name_a_window_by_its_place_in_the_list() {
+        // The bad window comes first in time but second in the list.
+        let windows = [window(5.0, 6.0, 0.5), window(1.0, 2.0, 0.0)];
+        let error = Slowed::new(usb_flash(), &windows).err().unwrap();
+        assert_eq!(error.key, "slowdown[1].factor", "{error}");
+        let windows = [window(5.0, 6.0, 0.5), window(1.0, 5.5, 0.5)];
+        let error = Slowed::new(usb_flash(), &windows).err().unwrap();
+        assert_eq!(error.key, "slowdown[0].start_s", "{error}");
     }
 
     #[test]
