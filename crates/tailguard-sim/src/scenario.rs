@@ -1109,6 +1109,57 @@ queue_depth = 8
     }
 
     #[test]
+    fn a_model_range_whose_min_is_above_its_max_is_refused_naming_the_key() {
+        let device = |model: &str, lines: &str| {
+            MINIMAL.replace(
+                "model = \"sata-ssd\"",
+                &format!("model = \"{model}\"\n{lines}"),
+            )
+        };
+        for (model, lines, key) in [
+            (
+                "usb-flash",
+                "stall_interval_min_bytes = 4194304\nstall_interval_max_bytes = 1048576",
+                "stall_interval_min_bytes",
+            ),
+            (
+                "usb-flash",
+                "stall_min_us = 600000.0\nstall_max_us = 200000.0",
+                "stall_min_us",
+            ),
+            (
+                "nvme",
+                "gc_interval_min_bytes = 402653184\ngc_interval_max_bytes = 134217728",
+                "gc_interval_min_bytes",
+            ),
+            (
+                "nvme",
+                "gc_stall_min_us = 6000.0\ngc_stall_max_us = 2000.0",
+                "gc_stall_min_us",
+            ),
+        ] {
+            let error = Scenario::from_toml(&device(model, lines)).unwrap_err();
+            assert_eq!(error.key, format!("device[0].{key}"), "{error}");
+            assert!(
+                error.message.contains(&key.replace("min", "max")),
+                "{error}"
+            );
+        }
+        // Equal ends, and stalls turned off whatever their least length.
+        for (model, lines) in [
+            (
+                "usb-flash",
+                "stall_min_us = 300000.0\nstall_max_us = 300000.0",
+            ),
+            ("usb-flash", "stall_max_us = 0.0"),
+            ("nvme", "gc_stall_max_us = 0.0"),
+        ] {
+            let parsed = Scenario::from_toml(&device(model, lines));
+            assert!(parsed.is_ok(), "{lines}: {parsed:?}");
+        }
+    }
+
+    #[test]
     fn a_job_region_past_an_hdd_capacity_is_refused_naming_the_keys() {
         let hdd = MINIMAL.replace(
             "model = \"sata-ssd\"",

@@ -221,6 +221,25 @@ pub fn validate_parameters(parameters: &toml::Table) -> Result<(), ConfigError> 
     Ok(())
 }
 
+/// Refuses a range whose least value (`min_key`) is above its most
+/// (`max_key`), naming `min_key`: a model draws uniformly in `min..=max`
+/// (the least value alone when the range is empty) while its profile counts
+/// on the mean `(min + max) / 2`, so the two would disagree.
+pub(crate) fn validate_range(
+    min_key: &str,
+    min: f64,
+    max_key: &str,
+    max: f64,
+) -> Result<(), ConfigError> {
+    if min <= max {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        min_key,
+        format!("{min} is above {max_key} ({max}); give a {min_key} at most {max_key}"),
+    ))
+}
+
 fn build_model(
     model: ModelName,
     parameters: &toml::Table,
@@ -228,14 +247,22 @@ fn build_model(
 ) -> Result<Box<dyn DeviceModel>, ConfigError> {
     validate_parameters(parameters)?;
     match model {
-        ModelName::Nvme => Ok(Box::new(nvme::Nvme::new(parse(parameters)?, seed))),
+        ModelName::Nvme => {
+            let parameters: nvme::NvmeParameters = parse(parameters)?;
+            parameters.validate()?;
+            Ok(Box::new(nvme::Nvme::new(parameters, seed)))
+        }
         ModelName::SataSsd => Ok(Box::new(sata_ssd::SataSsd::new(parse(parameters)?, seed))),
         ModelName::Hdd => {
             let parameters: hdd::HddParameters = parse(parameters)?;
             parameters.validate()?;
             Ok(Box::new(hdd::Hdd::new(parameters, seed)))
         }
-        ModelName::UsbFlash => Ok(Box::new(usb_flash::UsbFlash::new(parse(parameters)?, seed))),
+        ModelName::UsbFlash => {
+            let parameters: usb_flash::UsbFlashParameters = parse(parameters)?;
+            parameters.validate()?;
+            Ok(Box::new(usb_flash::UsbFlash::new(parameters, seed)))
+        }
     }
 }
 

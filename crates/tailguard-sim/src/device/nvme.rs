@@ -51,6 +51,8 @@
 //! 80 µs.
 
 use super::common::{delegate_device_model, micros, Device, FlashConfig, FlashSsd, GcConfig};
+use super::validate_range;
+use crate::ConfigError;
 use serde::Deserialize;
 use tailguard_core::{DeviceProfile, Nanos};
 
@@ -125,6 +127,27 @@ impl Default for NvmeParameters {
 }
 
 impl NvmeParameters {
+    /// Refuses a GC interval or a GC stall whose least value is above its
+    /// most (the stall times only while GC stalls are on,
+    /// `gc_stall_max_us > 0`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate_range(
+            "gc_interval_min_bytes",
+            self.gc_interval_min_bytes as f64,
+            "gc_interval_max_bytes",
+            self.gc_interval_max_bytes as f64,
+        )?;
+        if self.gc_stall_max_us > 0.0 {
+            validate_range(
+                "gc_stall_min_us",
+                self.gc_stall_min_us,
+                "gc_stall_max_us",
+                self.gc_stall_max_us,
+            )?;
+        }
+        Ok(())
+    }
+
     fn flash_config(&self) -> FlashConfig {
         let units = self.parallel_units.max(1);
         let gc = (self.gc_stall_max_us > 0.0).then(|| GcConfig {

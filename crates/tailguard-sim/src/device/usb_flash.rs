@@ -37,7 +37,8 @@
 use super::common::{
     delegate_device_model, micros, seeded, transfer_ns, uniform, Context, Device, Mechanism,
 };
-use super::DeviceRequest;
+use super::{validate_range, DeviceRequest};
+use crate::ConfigError;
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
 use tailguard_core::{DeviceProfile, Direction, Nanos};
@@ -83,6 +84,26 @@ impl Default for UsbFlashParameters {
 }
 
 impl UsbFlashParameters {
+    /// Refuses a stall interval or a stall whose least value is above its
+    /// most (the stall times only while stalls are on, `stall_max_us > 0`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate_range(
+            "stall_interval_min_bytes",
+            self.stall_interval_min_bytes as f64,
+            "stall_interval_max_bytes",
+            self.stall_interval_max_bytes as f64,
+        )?;
+        if self.stall_max_us > 0.0 {
+            validate_range(
+                "stall_min_us",
+                self.stall_min_us,
+                "stall_max_us",
+                self.stall_max_us,
+            )?;
+        }
+        Ok(())
+    }
+
     /// Mean stall time per byte written.
     fn stall_ns_per_byte(&self) -> f64 {
         if self.stall_max_us <= 0.0 {
