@@ -1160,6 +1160,54 @@ queue_depth = 8
     }
 
     #[test]
+    fn model_sizes_take_binary_suffixes() {
+        let device = |model: &str, lines: &str| {
+            MINIMAL.replace(
+                "model = \"sata-ssd\"",
+                &format!("model = \"{model}\"\n{lines}"),
+            )
+        };
+        for (model, suffixed, plain) in [
+            (
+                "sata-ssd",
+                "write_cache_bytes = \"8m\"\nmax_request_bytes = \"256KiB\"",
+                "write_cache_bytes = 8388608\nmax_request_bytes = 262144",
+            ),
+            (
+                "nvme",
+                "gc_interval_min_bytes = \"64m\"\ngc_interval_max_bytes = \"128m\"",
+                "gc_interval_min_bytes = 67108864\ngc_interval_max_bytes = 134217728",
+            ),
+            (
+                "hdd",
+                "capacity_bytes = \"2t\"\nwrite_cache_bytes = \"32m\"",
+                "capacity_bytes = 2199023255552\nwrite_cache_bytes = 33554432",
+            ),
+            (
+                "usb-flash",
+                "stall_interval_min_bytes = \"2m\"\nstall_interval_max_bytes = \"8m\"",
+                "stall_interval_min_bytes = 2097152\nstall_interval_max_bytes = 8388608",
+            ),
+        ] {
+            let suffixed = Scenario::from_toml(&device(model, suffixed))
+                .unwrap_or_else(|error| panic!("{model}: {error}"));
+            let plain = Scenario::from_toml(&device(model, plain)).unwrap();
+            assert_eq!(
+                suffixed.devices[0].profile, plain.devices[0].profile,
+                "{model}"
+            );
+        }
+        let suffixed = Scenario::from_toml(&device("sata-ssd", "max_request_bytes = \"256k\""));
+        assert_eq!(
+            suffixed.unwrap().devices[0].profile.max_request_bytes,
+            262_144
+        );
+        // A suffixed size is held to the same rules as a plain one.
+        let error = error_of(&device("hdd", "capacity_bytes = \"0k\""));
+        assert_eq!(error.key, "device[0].capacity_bytes", "{error}");
+    }
+
+    #[test]
     fn a_job_region_past_an_hdd_capacity_is_refused_naming_the_keys() {
         let hdd = MINIMAL.replace(
             "model = \"sata-ssd\"",

@@ -32,7 +32,7 @@
 //! |---|---|---|---|
 //! | `rpm` | 7200 | rev/min | spindle speed |
 //! | `media_rate_bytes_per_s` | 150e6 | B/s | transfer rate under the head |
-//! | `capacity_bytes` | 1e12 | bytes | modelled capacity (sets the track count) |
+//! | `capacity_bytes` | 1000000000000 | bytes | modelled capacity (sets the track count) |
 //! | `seek_settle_us` | 500 | µs | shortest seek (one track) |
 //! | `full_stroke_seek_us` | 15000 | µs | seek across all tracks |
 //! | `ncq_depth` | 32 | commands | commands the disk holds; more wait in the host FIFO |
@@ -64,6 +64,7 @@ pub struct HddParameters {
     /// Transfer rate under the head, bytes per second.
     pub media_rate_bytes_per_s: f64,
     /// Modelled capacity, bytes.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub capacity_bytes: u64,
     /// Shortest (one-track) seek, µs.
     pub seek_settle_us: f64,
@@ -76,8 +77,10 @@ pub struct HddParameters {
     /// Whether writes are acknowledged before they reach the platter.
     pub write_cache: bool,
     /// Write cache size, bytes (with `write_cache`).
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub write_cache_bytes: u64,
     /// Profile: the largest request a scheduler should send.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub max_request_bytes: u64,
     /// Profile: the suggested latency target, µs.
     pub latency_target_us: u64,

@@ -194,6 +194,14 @@ pub fn validate_parameters(parameters: &toml::Table) -> Result<(), ConfigError> 
         let number = match value {
             toml::Value::Integer(number) => *number as f64,
             toml::Value::Float(number) => *number,
+            // A size written with a suffix ("64m") is checked as its bytes;
+            // one that does not parse is left to the model's parse to name.
+            toml::Value::String(text) if key.ends_with("_bytes") => {
+                match crate::scenario::parse_bytes(text) {
+                    Ok(bytes) => bytes as f64,
+                    Err(_) => continue,
+                }
+            }
             _ => continue,
         };
         let positive = POSITIVE_PARAMETERS.contains(&key.as_str());

@@ -77,6 +77,7 @@ pub struct NvmeParameters {
     /// PCIe rate per direction, bytes per second.
     pub link_bandwidth_bytes_per_s: f64,
     /// Size of the DRAM write cache, bytes.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub write_cache_bytes: u64,
     /// Rate at which the cache drains to flash, bytes per second.
     pub flush_bandwidth_bytes_per_s: f64,
@@ -85,8 +86,10 @@ pub struct NvmeParameters {
     /// Largest extra wait of a read while the cache drains, µs.
     pub program_suspend_us: f64,
     /// Least bytes drained between two GC stalls.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub gc_interval_min_bytes: u64,
     /// Most bytes drained between two GC stalls.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub gc_interval_max_bytes: u64,
     /// Shortest GC stall, µs.
     pub gc_stall_min_us: f64,
@@ -95,6 +98,7 @@ pub struct NvmeParameters {
     /// Units a GC stall keeps busy.
     pub gc_units: usize,
     /// Profile: the largest request a scheduler should send.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub max_request_bytes: u64,
     /// Profile: the suggested latency target, µs.
     pub latency_target_us: u64,

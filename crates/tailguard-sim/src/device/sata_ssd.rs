@@ -80,6 +80,7 @@ pub struct SataSsdParameters {
     /// The SATA link's rate, shared by both directions, bytes per second.
     pub link_bandwidth_bytes_per_s: f64,
     /// Size of the DRAM write cache, bytes.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub write_cache_bytes: u64,
     /// Rate at which the cache drains to flash, bytes per second.
     pub flush_bandwidth_bytes_per_s: f64,
@@ -88,6 +89,7 @@ pub struct SataSsdParameters {
     /// Largest extra wait of a read while the cache drains, µs.
     pub program_suspend_us: f64,
     /// Profile: the largest request a scheduler should send.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub max_request_bytes: u64,
     /// Profile: the suggested latency target, µs.
     pub latency_target_us: u64,

@@ -54,14 +54,17 @@ pub struct UsbFlashParameters {
     /// Write rate between stalls, bytes per second.
     pub write_bandwidth_bytes_per_s: f64,
     /// Least bytes written between two stalls.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub stall_interval_min_bytes: u64,
     /// Most bytes written between two stalls.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub stall_interval_max_bytes: u64,
     /// Shortest stall, µs.
     pub stall_min_us: f64,
     /// Longest stall, µs (0 disables stalls).
     pub stall_max_us: f64,
     /// Profile: the largest request a scheduler should send.
+    #[serde(deserialize_with = "crate::scenario::deserialize_bytes")]
     pub max_request_bytes: u64,
     /// Profile: the suggested latency target, µs.
     pub latency_target_us: u64,
