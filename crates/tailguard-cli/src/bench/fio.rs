@@ -1310,10 +1310,10 @@ fn note_direct(
     Ok(())
 }
 
-/// The bytes each clone moves: `io_size` (default: all its files' sizes)
-/// times `loops`, or fewer where `number_ios` requests (of the mean request
-/// size) come first: as in fio, `number_ios` stops a job early but never
-/// extends the I/O it does.
+/// The bytes each clone moves: `io_size` (default: all its files' sizes,
+/// or with `filesize`, `size` where that is less) times `loops`, or fewer
+/// where `number_ios` requests (of the mean request size) come first: as in
+/// fio, `number_ios` stops a job early but never extends the I/O it does.
 fn io_bytes(options: &Options, job: &FioJob) -> Result<u64, ConfigError> {
     let loops = options
         .parse("loops", |text| parse_count(text, "a number of passes"))?
@@ -1328,12 +1328,11 @@ fn io_bytes(options: &Options, job: &FioJob) -> Result<u64, ConfigError> {
             }
         })
     })?;
-    let bytes = io_size
-        .map_or_else(
-            || job.files.iter().map(|file| file.size_bytes).sum(),
-            |(_, bytes)| bytes,
-        )
-        .saturating_mul(loops);
+    let bytes = match io_size {
+        Some((_, bytes)) => bytes,
+        None => default_io_bytes(options, job)?,
+    }
+    .saturating_mul(loops);
     let Some((_, count)) = options.parse("number_ios", |text| {
         text.parse::<u64>()
             .ok()
@@ -1351,6 +1350,25 @@ fn io_bytes(options: &Options, job: &FioJob) -> Result<u64, ConfigError> {
     let [read, write] = mean_request_bytes(&job.shapes, job.block_size_bytes);
     let mean_request = read * read_share + write * (1.0 - read_share);
     Ok(((count as f64 * mean_request).round() as u64).min(bytes))
+}
+
+/// The bytes a job without `io_size` moves per pass: its files' sizes
+/// together. With `filesize` (which sizes the files instead of `size`), a
+/// `size` in bytes below that total is the amount to move, as fio's
+/// `size` then only stands in for `io_size` (fio clamps it to the files'
+/// total).
+fn default_io_bytes(options: &Options, job: &FioJob) -> Result<u64, ConfigError> {
+    let files_bytes: u64 = job.files.iter().map(|file| file.size_bytes).sum();
+    if options.get("filesize").is_none() {
+        return Ok(files_bytes);
+    }
+    let kb_base = options.kb_base;
+    Ok(
+        match options.parse("size", |text| Amount::parse(text, kb_base))? {
+            Some((_, Amount::Bytes(bytes))) if bytes > 0 => bytes.min(files_bytes),
+            _ => files_bytes,
+        },
+    )
 }
 
 /// The job's files, placed and sized.
@@ -2568,6 +2586,19 @@ prio=0
             Some(1 << 20)
         );
         assert_eq!(split_file_names("a:b\\:c:d"), ["a", "b:c", "d"]);
+    }
+
+    #[test]
+    fn with_filesize_a_smaller_size_is_the_io_amount() {
+        let bytes = |text: &str| import(text).job.job_options[0].io_bytes_per_instance;
+        // Four files of 64 MiB; `size` moves 128 MiB of them, 32 MiB each.
+        let four = "[a]\ndirectory=/tmp\nrw=read\nbs=1m\niodepth=4\nfilesize=64m\nnrfiles=4\n";
+        assert_eq!(bytes(&format!("{four}size=128m\n")), Some(32 << 20));
+        assert_eq!(bytes(four), Some(64 << 20), "without size: every file once");
+        // A `size` larger than the files moves the files once (fio clamps it).
+        let one = "[a]\ndirectory=/tmp\nrw=read\nbs=1m\nfilesize=64m\nsize=256m\n";
+        assert_eq!(bytes(one), Some(64 << 20));
+        assert_eq!(bytes(&format!("{one}io_size=512m\n")), Some(512 << 20));
     }
 
     #[test]
