@@ -154,8 +154,9 @@ impl BenchJob {
     pub fn from_table(mut table: toml::Table) -> Result<Self, ConfigError> {
         check_top_keys(&table)?;
         let target = take_target(&mut table)?;
-        let options = take_jobs(&mut table)?;
+        let mut options = take_jobs(&mut table)?;
         let scenario = to_scenario(table)?;
+        round_io_sizes(&scenario, &mut options)?;
         let job_region = (0..scenario.jobs.len()).collect();
         Ok(Self {
             scenario,
@@ -295,6 +296,30 @@ fn take_jobs(table: &mut toml::Table) -> Result<Vec<JobOptions>, ConfigError> {
         job.insert("device".into(), TARGET_DEVICE.into());
     }
     Ok(options)
+}
+
+/// Rounds each job's `io_size` down to whole blocks of its `block_size`:
+/// the last request of a bounded instance moves what is left of its bytes,
+/// and a part of a block is a request O_DIRECT refuses. An `io_size` below
+/// one block is refused, naming the smallest that moves one.
+fn round_io_sizes(scenario: &Scenario, options: &mut [JobOptions]) -> Result<(), ConfigError> {
+    for (index, (job, options)) in scenario.jobs.iter().zip(options).enumerate() {
+        let Some(bytes) = options.io_bytes_per_instance else {
+            continue;
+        };
+        let block = job.block_size_bytes.max(1);
+        if bytes < block {
+            return Err(ConfigError::new(
+                format!("job[{index}].io_size"),
+                format!(
+                    "{bytes} bytes is less than one block ({block} bytes, `block_size`); give \
+                     at least io_size = {block} (it is rounded down to whole blocks)"
+                ),
+            ));
+        }
+        options.io_bytes_per_instance = Some(bytes / block * block);
+    }
+    Ok(())
 }
 
 /// The job file as a scenario: its jobs on one device standing for the
@@ -487,6 +512,23 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.key, "job[0].group");
+    }
+
+    #[test]
+    fn io_size_is_rounded_down_to_whole_blocks() {
+        let text = |io_size: &str| {
+            format!(
+                "duration_s = 10\n[[class]]\nname = \"r\"\nshares = 1\n[[job]]\nclass = \"r\"\n\
+                 pattern = \"seqread\"\nblock_size = \"4k\"\nsize = \"1m\"\nio_size = {io_size}\n"
+            )
+        };
+        let job = BenchJob::from_toml(&text("\"10k\"")).unwrap();
+        assert_eq!(job.job_options[0].io_bytes_per_instance, Some(8 << 10));
+        let job = BenchJob::from_toml(&text("\"12k\"")).unwrap();
+        assert_eq!(job.job_options[0].io_bytes_per_instance, Some(12 << 10));
+        let error = BenchJob::from_toml(&text("1000")).unwrap_err();
+        assert_eq!(error.key, "job[0].io_size", "{error}");
+        assert!(error.message.contains("io_size = 4096"), "{error}");
     }
 
     #[test]
