@@ -387,8 +387,14 @@ struct Driver<'a> {
     instance_bytes: Vec<u64>,
     /// Per instance: writes submitted so far (for `sync_every_writes`).
     instance_writes: Vec<u64>,
-    /// Syncs in flight: token -> job.
+    /// Syncs in flight: token -> instance.
     pending_syncs: HashMap<u64, usize>,
+    /// Per instance of a closed-loop job: syncs that wait for a slot of its
+    /// queue depth (the next completion of one of its writes hands its slot
+    /// to the sync, as a sync takes one of the job's iodepth slots in fio).
+    syncs_owed: Vec<u32>,
+    /// Instances whose sync goes to the executor on this turn.
+    syncs_due: Vec<usize>,
     /// Per job: its options (bound, ramp, think time, shape, verify).
     job_options: Vec<JobOptions>,
     /// Per instance: its job (instances are numbered job by job).
@@ -452,6 +458,8 @@ impl<'a> Driver<'a> {
             instance_bytes: vec![0; workload.instance_count()],
             instance_writes: vec![0; workload.instance_count()],
             pending_syncs: HashMap::new(),
+            syncs_owed: vec![0; workload.instance_count()],
+            syncs_due: Vec::new(),
             measure_from_ns,
             shape_states: shape_states(&instance_job, &job_options, seed),
             directions: row_of
@@ -511,6 +519,7 @@ impl<'a> Driver<'a> {
             self.fire_timers(self.ns_at(instant));
             self.release_owed(self.ns_at(instant));
             self.submit_generated(executor)?;
+            self.submit_syncs(executor)?;
             if self.timers.is_empty() && self.pending.is_empty() && self.pending_syncs.is_empty() {
                 break;
             }
@@ -715,7 +724,7 @@ impl<'a> Driver<'a> {
         };
         self.pending.insert(token, pending);
         if write {
-            self.sync_after_write(executor, template.instance, template.job)?;
+            self.sync_after_write(template.instance, template.job);
         }
         Ok(())
     }
@@ -755,64 +764,99 @@ impl<'a> Driver<'a> {
         Ok(buffer)
     }
 
-    /// Counts an instance's write and, every `sync_every_writes`, submits a
-    /// sync of its file (not counted in the report, and not a slot of the
-    /// job's queue depth).
-    fn sync_after_write(
-        &mut self,
-        executor: &mut dyn Executor,
-        instance: usize,
-        job: usize,
-    ) -> Result<(), CliError> {
+    /// Counts an instance's write and, every `sync_every_writes`, makes it
+    /// owe a sync of its file (not counted in the report). A closed loop's
+    /// sync waits for a slot of its queue depth, which the instance's next
+    /// write completion hands over; an open loop's or a burst's goes on this
+    /// turn. Either way the sync counts under the job's in-flight limits.
+    fn sync_after_write(&mut self, instance: usize, job: usize) {
         let every = self.job_options[job].sync_every_writes;
         if every == 0 {
-            return Ok(());
+            return;
         }
         self.instance_writes[instance] += 1;
         if self.instance_writes[instance] % u64::from(every) != 0 {
-            return Ok(());
+            return;
         }
-        let token = self.next_token;
-        self.next_token += 1;
-        executor.submit(Request {
-            token,
-            class: self.scenario.jobs[job].class,
-            file: self.plan.job_file[job],
-            kind: RequestKind::Sync(self.job_options[job].sync_kind),
-            offset: 0,
-            buffer: None,
+        if self.closed_loop(job) {
+            self.syncs_owed[instance] += 1;
+        } else {
+            self.in_flight.start(job, self.request_bytes_max[job]);
+            self.syncs_due.push(instance);
+        }
+    }
+
+    /// Whether `job` is a closed loop (a fixed queue depth per instance).
+    fn closed_loop(&self, job: usize) -> bool {
+        matches!(self.scenario.jobs[job].arrival, Arrival::ClosedLoop { .. })
+    }
+
+    /// Hands the syncs due this turn to the executor.
+    fn submit_syncs(&mut self, executor: &mut dyn Executor) -> Result<(), CliError> {
+        for instance in std::mem::take(&mut self.syncs_due) {
+            let job = self.instance_job[instance];
+            let token = self.next_token;
+            self.next_token += 1;
+            executor.submit(Request {
+                token,
+                class: self.scenario.jobs[job].class,
+                file: self.plan.job_file[job],
+                kind: RequestKind::Sync(self.job_options[job].sync_kind),
+                offset: 0,
+                buffer: None,
+            })?;
+            self.pending_syncs.insert(token, instance);
+        }
+        Ok(())
+    }
+
+    /// A sync completed: its slot of the job's in-flight limits is free,
+    /// and a closed loop's instance owes its next request.
+    fn complete_sync(&mut self, instance: usize, finished: Done) -> Result<(), CliError> {
+        let job = self.instance_job[instance];
+        finished.result.map_err(|error| {
+            CliError::usage(format!(
+                "{}: job `{}`: a sync of {} failed: {error}",
+                self.mode.name(),
+                self.scenario.jobs[job].name,
+                self.plan.files[self.plan.job_file[job]].display()
+            ))
         })?;
-        self.pending_syncs.insert(token, job);
+        self.in_flight.finish(job, self.request_bytes_max[job]);
+        if self.closed_loop(job) {
+            let completed_ns = self.ns_at(finished.at);
+            self.after_completion(job, instance, completed_ns);
+        }
         Ok(())
     }
 
     /// Records a completion and lets its instance generate the next request
-    /// (after its think time, if it has one).
+    /// (after its think time, if it has one), or, when the instance owes a
+    /// sync, hands the request's slot to that sync.
     fn complete(&mut self, finished: Done) -> Result<(), CliError> {
-        if let Some(job) = self.pending_syncs.remove(&finished.token) {
-            return finished.result.map(|_| ()).map_err(|error| {
-                CliError::usage(format!(
-                    "{}: job `{}`: a sync of {} failed: {error}",
-                    self.mode.name(),
-                    self.scenario.jobs[job].name,
-                    self.plan.files[self.plan.job_file[job]].display()
-                ))
-            });
+        if let Some(instance) = self.pending_syncs.remove(&finished.token) {
+            return self.complete_sync(instance, finished);
         }
         let Some(request) = self.pending.remove(&finished.token) else {
             return Ok(());
         };
         let job = request.template.job;
-        self.in_flight.finish(job, self.request_bytes_max[job]);
+        let instance = request.template.instance;
+        let slot_to_sync = self.syncs_owed[instance] > 0;
+        if slot_to_sync {
+            self.syncs_owed[instance] -= 1;
+            self.syncs_due.push(instance);
+        } else {
+            self.in_flight.finish(job, self.request_bytes_max[job]);
+        }
         let Some(mut buffer) = finished.buffer else {
             return Ok(());
         };
-        let template = request.template;
-        let write = template.direction == tailguard_core::Direction::Write;
+        let write = request.template.direction == tailguard_core::Direction::Write;
         let bytes = finished
             .result
             .map_err(|error| self.failure(&request, &error.to_string()))?;
-        if self.job_options[template.job].verify {
+        if self.job_options[job].verify {
             self.check_block(finished.token, &request, &buffer, write)?;
         }
         let completed_ns = self.ns_at(finished.at).max(request.submitted_ns);
@@ -824,19 +868,23 @@ impl<'a> Driver<'a> {
             .entry(buffer.len())
             .or_default()
             .push_back(buffer);
-        let think_ns = self.job_options[template.job].think_ns;
-        let closed = matches!(
-            self.scenario.jobs[template.job].arrival,
-            Arrival::ClosedLoop { .. }
-        );
-        if think_ns > 0 && closed {
-            let when = completed_ns + think_ns;
-            self.timers
-                .push(Reverse((when, template.instance, TimerKind::Think)));
-        } else {
-            self.refill(completed_ns, template.instance);
+        if !slot_to_sync {
+            self.after_completion(job, instance, completed_ns);
         }
         Ok(())
+    }
+
+    /// A closed-loop instance's slot came free at `completed_ns`: it owes
+    /// its next request, after its job's think time if it has one.
+    fn after_completion(&mut self, job: usize, instance: usize, completed_ns: Nanos) {
+        let think_ns = self.job_options[job].think_ns;
+        if think_ns > 0 && self.closed_loop(job) {
+            let when = completed_ns + think_ns;
+            self.timers
+                .push(Reverse((when, instance, TimerKind::Think)));
+        } else {
+            self.refill(completed_ns, instance);
+        }
     }
 
     /// Counts a measured request that completed at `completed_ns` having
@@ -2189,6 +2237,85 @@ mod tests {
         );
         assert_eq!(outcome.overloads[0].held_back, 4096 - 64);
     }
+    /// A device that completes reads and writes on the next wait and syncs
+    /// one per wait, in order; it counts the most syncs it held at once and
+    /// fails once it holds more than `syncs_max` (a backlog without bound).
+    struct SlowSyncDevice {
+        data: Vec<Request>,
+        syncs: VecDeque<Request>,
+        syncs_held_max: usize,
+        syncs_max: usize,
+    }
+
+    impl Executor for SlowSyncDevice {
+        fn submit(&mut self, request: Request) -> Result<(), CliError> {
+            if matches!(request.kind, RequestKind::Sync(_)) {
+                self.syncs.push_back(request);
+                self.syncs_held_max = self.syncs_held_max.max(self.syncs.len());
+                if self.syncs.len() > self.syncs_max {
+                    return Err(CliError::usage(format!("{} syncs held", self.syncs.len())));
+                }
+            } else {
+                self.data.push(request);
+            }
+            Ok(())
+        }
+
+        fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
+            let pause = Duration::from_micros(100);
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            let sync = self.syncs.pop_front();
+            for request in self.data.drain(..).chain(sync) {
+                let bytes = request.buffer.as_ref().map_or(0, |buffer| buffer.len());
+                out.push(Done {
+                    token: request.token,
+                    result: Ok(bytes),
+                    buffer: request.buffer,
+                    at: Instant::now(),
+                });
+            }
+            Ok(())
+        }
+
+        fn in_flight(&self) -> usize {
+            self.data.len() + self.syncs.len()
+        }
+    }
+
+    #[test]
+    fn a_sync_takes_a_slot_of_its_jobs_queue_depth() {
+        let scenario = scenario(
+            "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"seqwrite\"\n\
+             block_size = \"4k\"\nqueue_depth = 16\n",
+            0.1,
+        );
+        let fsync_every_write = JobOptions {
+            sync_every_writes: 1,
+            ..JobOptions::default()
+        };
+        let mut device = SlowSyncDevice {
+            data: Vec::new(),
+            syncs: VecDeque::new(),
+            syncs_held_max: 0,
+            syncs_max: 64,
+        };
+        let plan = plan(1);
+        let outcome = Driver::new(
+            &scenario,
+            &plan,
+            Mode::KernelBuffered,
+            1,
+            &[fsync_every_write],
+            InFlightLimits::default(),
+        )
+        .and_then(|driver| driver.drive(&mut device, &mut |_| {}))
+        .unwrap();
+        assert!(device.syncs_held_max <= 16, "{}", device.syncs_held_max);
+        assert!(outcome.in_flight_peak <= 16, "{}", outcome.in_flight_peak);
+        assert!(outcome.report.classes[0].ops > 16, "the writer ran");
+        assert_eq!(device.in_flight(), 0, "the run drained");
+    }
+
     #[test]
     fn a_class_whose_jobs_pause_counts_its_worst_rate_only_while_they_run() {
         let reader = |start_s: f64, stop_s: f64| {
