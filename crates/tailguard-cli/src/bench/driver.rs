@@ -51,7 +51,7 @@ use crate::bench::job::{JobOptions, SyncKind};
 use crate::bench::kernel_error::{KernelError, Operation};
 use crate::bench::limit::{InFlight, InFlightLimits, JobOverload};
 use crate::bench::report::{BenchRun, DirectionStats};
-use crate::bench::shape::{check_verified, fill_verified, is_verified_block, reshape, ShapeState};
+use crate::bench::shape::{check_verified, fill_verified, reshape, ShapeState};
 use crate::bench::target::{interrupted, Plan};
 use crate::bench::Mode;
 use crate::error::CliError;
@@ -327,6 +327,10 @@ struct Pending {
     length_bytes: u64,
     /// Whether it counts in the report (submitted after its job's ramp).
     measured: bool,
+    /// For a verify job's read: the token of the write whose completed
+    /// record describes exactly these bytes, with no verify write to them
+    /// in flight, when it went out; `None`: the read is not checked.
+    verify_expected: Option<u64>,
 }
 
 /// What a timer does when it fires.
@@ -404,9 +408,9 @@ struct Driver<'a> {
     /// Per accumulator row: reads and writes, for fio's JSON (each made at
     /// its first completion: an idle direction holds no histograms).
     directions: Vec<[Option<DirectionStats>; 2]>,
-    /// Blocks verify jobs wrote, by (file, offset): (job, length). A later
-    /// write that overlaps earlier ones replaces them.
-    written: BTreeMap<(usize, u64), (usize, u64)>,
+    /// Blocks verify jobs wrote, by (file, offset): (job, length, token of
+    /// the write). A later write that overlaps earlier ones replaces them.
+    written: BTreeMap<(usize, u64), (usize, u64, u64)>,
     /// The longest block in `written`.
     written_max_bytes: u64,
     /// Verify writes in flight: (file, start, end, token, overlapped). Two
@@ -696,6 +700,10 @@ impl<'a> Driver<'a> {
         let token = self.next_token;
         self.next_token += 1;
         let buffer = self.take_buffer(template.job, write, offset_bytes, length_bytes, token)?;
+        let file = self.plan.job_file[template.job];
+        let verify_expected = (!write && self.job_options[template.job].verify)
+            .then(|| self.verified_record(file, offset_bytes, length_bytes))
+            .flatten();
         let submitted_ns = self.ns_at(Instant::now());
         let row = self.row_of[class];
         let measured = submitted_ns >= self.measure_from_ns[row];
@@ -705,7 +713,7 @@ impl<'a> Driver<'a> {
         executor.submit(Request {
             token,
             class,
-            file: self.plan.job_file[template.job],
+            file,
             kind: if write {
                 RequestKind::Write
             } else {
@@ -721,6 +729,7 @@ impl<'a> Driver<'a> {
             offset_bytes,
             length_bytes,
             measured,
+            verify_expected,
         };
         self.pending.insert(token, pending);
         if write {
@@ -902,7 +911,11 @@ impl<'a> Driver<'a> {
     }
 
     /// A verify job's block: a write is remembered for the read-back check;
-    /// a read of a block bench wrote with a pattern must check out.
+    /// a read must check out when the block it read is, from its submission
+    /// to its completion, exactly one write's (the same record, no write to
+    /// those bytes in flight): a read of part of a block, of a block a
+    /// later write overlapped, or beside a write to the same bytes may see
+    /// any mix of old and new data.
     fn check_block(
         &mut self,
         token: u64,
@@ -912,14 +925,32 @@ impl<'a> Driver<'a> {
     ) -> Result<(), CliError> {
         if write {
             let alone = self.finish_verify_write(token);
-            self.remember_written(request, alone);
+            self.remember_written(token, request, alone);
             return Ok(());
         }
-        if is_verified_block(buffer, request.length_bytes) {
+        let Some(expected) = request.verify_expected else {
+            return Ok(());
+        };
+        let file = self.plan.job_file[request.template.job];
+        if self.verified_record(file, request.offset_bytes, request.length_bytes) == Some(expected)
+        {
             check_verified(buffer, request.offset_bytes)
                 .map_err(|problem| self.failure(request, &format!("verify: {problem}")))?;
         }
         Ok(())
+    }
+
+    /// The token of the completed verify write whose record covers exactly
+    /// `length` bytes at `start` of `file`, if no verify write to any of
+    /// them is in flight.
+    fn verified_record(&self, file: usize, start: u64, length: u64) -> Option<u64> {
+        let &(_, recorded_length, token) = self.written.get(&(file, start))?;
+        let end = start + length;
+        let raced = self
+            .verify_in_flight
+            .iter()
+            .any(|entry| entry.0 == file && entry.1 < end && start < entry.2);
+        (recorded_length == length && !raced).then_some(token)
     }
 
     /// Records a verify write going out, marking it and every verify write
@@ -953,7 +984,7 @@ impl<'a> Driver<'a> {
     /// Records a verify job's completed write, dropping the blocks it
     /// overlaps (their data is no longer what they wrote); a write that
     /// raced an overlapping one (`alone` false) is not remembered either.
-    fn remember_written(&mut self, request: &Pending, alone: bool) {
+    fn remember_written(&mut self, token: u64, request: &Pending, alone: bool) {
         let job = request.template.job;
         let file = self.plan.job_file[job];
         let (start, end) = (
@@ -963,7 +994,7 @@ impl<'a> Driver<'a> {
         let overlapped: Vec<(usize, u64)> = self
             .written
             .range((file, start.saturating_sub(self.written_max_bytes))..(file, end))
-            .filter(|(&(_, offset), &(_, length))| offset + length > start)
+            .filter(|(&(_, offset), &(_, length, _))| offset + length > start)
             .map(|(key, _)| *key)
             .collect();
         for key in overlapped {
@@ -973,7 +1004,7 @@ impl<'a> Driver<'a> {
             return;
         }
         self.written
-            .insert((file, start), (job, request.length_bytes));
+            .insert((file, start), (job, request.length_bytes, token));
         self.written_max_bytes = self.written_max_bytes.max(request.length_bytes);
     }
 
@@ -1042,7 +1073,7 @@ impl<'a> Driver<'a> {
             written: self
                 .written
                 .iter()
-                .map(|(&(_, offset), &(job, length))| (job, offset, length))
+                .map(|(&(_, offset), &(job, length, _))| (job, offset, length))
                 .collect(),
             overloads,
             in_flight_peak: self.in_flight.run_requests_peak(),
@@ -2215,6 +2246,7 @@ mod tests {
             offset_bytes: template.offset_bytes,
             length_bytes: 4096,
             measured: true,
+            verify_expected: None,
         };
         driver.measure(&request, 100_000, 4096);
         let active = class_heap_bytes(&driver) - idle * classes;
@@ -2314,6 +2346,103 @@ mod tests {
         assert!(outcome.in_flight_peak <= 16, "{}", outcome.in_flight_peak);
         assert!(outcome.report.classes[0].ops > 16, "the writer ran");
         assert_eq!(device.in_flight(), 0, "the run drained");
+    }
+
+    /// A device that keeps one file in memory and does, on each wait, every
+    /// request it holds in the order they came; `flip` flips a bit of every
+    /// read's data.
+    struct MemoryDevice {
+        data: Vec<u8>,
+        held: Vec<Request>,
+        reads: u64,
+        flip: bool,
+    }
+
+    impl Executor for MemoryDevice {
+        fn submit(&mut self, request: Request) -> Result<(), CliError> {
+            self.held.push(request);
+            Ok(())
+        }
+
+        fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
+            let pause = Duration::from_micros(50);
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            for mut request in self.held.drain(..) {
+                let mut bytes = 0;
+                if let Some(buffer) = &mut request.buffer {
+                    let start = request.offset as usize;
+                    let place = start..start + buffer.len();
+                    match request.kind {
+                        RequestKind::Write => self.data[place].copy_from_slice(buffer),
+                        RequestKind::Read => {
+                            buffer.copy_from_slice(&self.data[place]);
+                            buffer[100] ^= u8::from(self.flip);
+                            self.reads += 1;
+                        }
+                        RequestKind::Sync(_) => {}
+                    }
+                    bytes = buffer.len();
+                }
+                out.push(Done {
+                    token: request.token,
+                    result: Ok(bytes),
+                    buffer: request.buffer,
+                    at: Instant::now(),
+                });
+            }
+            Ok(())
+        }
+
+        fn in_flight(&self) -> usize {
+            self.held.len()
+        }
+    }
+
+    #[test]
+    fn verify_checks_only_reads_of_whole_blocks_no_write_touched_since() {
+        // Writes of 4 and 8 KiB overwrite parts of each other's blocks, and
+        // reads of both sizes run beside them, on the same 1 MiB region.
+        let job = |pattern: &str| {
+            format!(
+                "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"{pattern}\"\n\
+                 block_size = \"4k\"\nqueue_depth = 4\nsize = \"1m\"\n"
+            )
+        };
+        let scenario = scenario(&format!("{}{}", job("randwrite"), job("randread")), 0.2);
+        let verify = JobOptions {
+            verify: true,
+            shape: crate::bench::shape::Shape {
+                block_sizes: crate::bench::shape::BlockSizes::Weighted(vec![
+                    (4096, 50),
+                    (8192, 50),
+                ]),
+                ..Default::default()
+            },
+            ..JobOptions::default()
+        };
+        let plan = plan(2);
+        let run = |flip: bool| {
+            let mut device = MemoryDevice {
+                data: vec![0; 1 << 20],
+                held: Vec::new(),
+                reads: 0,
+                flip,
+            };
+            let options = [verify.clone(), verify.clone()];
+            let limits = InFlightLimits::default();
+            let outcome = Driver::new(&scenario, &plan, Mode::KernelDirect, 1, &options, limits)
+                .and_then(|driver| driver.drive(&mut device, &mut |_| {}));
+            (outcome, device.reads)
+        };
+        let (outcome, reads) = run(false);
+        let outcome = outcome.unwrap_or_else(|error| panic!("{error}"));
+        assert!(reads > 1000, "{reads} reads");
+        assert!(!outcome.written.is_empty());
+        // A read of a block whose data is not what was written fails.
+        let Err(error) = run(true).0 else {
+            panic!("a corrupt block passed");
+        };
+        assert!(error.to_string().contains("verify:"), "{error}");
     }
 
     #[test]

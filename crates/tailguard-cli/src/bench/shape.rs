@@ -293,12 +293,6 @@ pub fn fill_verified(buffer: &mut [u8], offset: u64, seed: u64) {
     buffer[length - 8..].copy_from_slice(&sum.to_le_bytes());
 }
 
-/// Whether `buffer` starts like a verified block of `length` bytes (a read
-/// of another length or alignment does not see a whole block to check).
-pub fn is_verified_block(buffer: &[u8], length: u64) -> bool {
-    buffer.len() >= 64 && word(buffer, 0) == VERIFY_MAGIC && word(buffer, 2) == length
-}
-
 /// Checks a block read back from `offset`: `Err` says what is wrong.
 pub fn check_verified(buffer: &[u8], offset: u64) -> Result<(), String> {
     if buffer.len() < 64 || word(buffer, 0) != VERIFY_MAGIC {
