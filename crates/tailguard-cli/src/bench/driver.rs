@@ -1852,7 +1852,10 @@ impl BackendExecutor {
     /// fio does by default: on a virtio disk, requests submitted together
     /// complete together, which costs IOPS at deeper queues).
     /// The last op goes with `wait`'s own submit, so queue depth 1 costs one
-    /// system call per request.
+    /// system call per request. An op not pushed when a submit fails goes
+    /// back to the front of the backlog: its buffer stays in `buffers`, so
+    /// it must either reach the kernel later or be abandoned with the
+    /// backlog, else the run would wait for it forever.
     fn flush(&mut self) -> io::Result<()> {
         let mut first = true;
         let mut pushed = 0u32;
@@ -1863,13 +1866,19 @@ impl BackendExecutor {
                 break;
             }
             if !first {
-                self.backend.submit(false)?;
+                if let Err(error) = self.backend.submit(false) {
+                    self.backlog.push_front(op);
+                    return Err(error);
+                }
             }
             first = false;
             // SAFETY: the op's buffer is in `self.buffers` until its completion
             // is reaped, and nothing touches it meanwhile (see `Drop`).
             if let Err(op) = unsafe { self.backend.push(op) } {
-                self.backend.submit(false)?;
+                if let Err(error) = self.backend.submit(false) {
+                    self.backlog.push_front(op);
+                    return Err(error);
+                }
                 // SAFETY: as above.
                 if let Err(op) = unsafe { self.backend.push(op) } {
                     self.backlog.push_front(op);
@@ -2443,6 +2452,110 @@ mod tests {
             panic!("a corrupt block passed");
         };
         assert!(error.to_string().contains("verify:"), "{error}");
+    }
+
+    /// A backend that holds one pushed op at a time, refuses its first
+    /// `refusals` submits, and completes what a submit let through.
+    struct RefusingBackend {
+        pushed: Option<Op>,
+        submitted: Vec<u64>,
+        refusals: u32,
+    }
+
+    struct NoWaker;
+
+    impl tailguard::backend::EngineWaker for NoWaker {
+        fn wake(&self) {}
+    }
+
+    impl Backend for RefusingBackend {
+        fn kind(&self) -> tailguard::backend::BackendKind {
+            tailguard::backend::BackendKind::Threads
+        }
+
+        unsafe fn push(&mut self, op: Op) -> Result<(), Op> {
+            if self.pushed.is_some() {
+                return Err(op);
+            }
+            self.pushed = Some(op);
+            Ok(())
+        }
+
+        fn submit(&mut self, _wait: bool) -> io::Result<()> {
+            if self.refusals > 0 {
+                self.refusals -= 1;
+                return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+            }
+            self.submitted
+                .extend(self.pushed.take().map(|op| op.user_data));
+            Ok(())
+        }
+
+        fn submit_wait_timeout(&mut self, _timeout: Duration) -> io::Result<()> {
+            self.submit(true)
+        }
+
+        fn reap(&mut self, out: &mut Vec<backend::OpResult>) {
+            out.extend(self.submitted.drain(..).map(|user_data| backend::OpResult {
+                user_data,
+                result: 0,
+            }));
+        }
+
+        fn waker(&self) -> Arc<dyn tailguard::backend::EngineWaker> {
+            Arc::new(NoWaker)
+        }
+
+        fn in_flight(&self) -> usize {
+            usize::from(self.pushed.is_some()) + self.submitted.len()
+        }
+    }
+
+    #[test]
+    fn an_op_a_failed_submit_left_unpushed_goes_out_later() {
+        let null = || std::fs::File::open("/dev/null").unwrap();
+        let mut executor = BackendExecutor {
+            backend: Box::new(RefusingBackend {
+                pushed: None,
+                submitted: Vec::new(),
+                refusals: 1,
+            }),
+            alarm: Alarm::new(|| {}).unwrap(),
+            backlog: VecDeque::new(),
+            buffers: HashMap::new(),
+            direct: false,
+            files: vec![null()],
+            read_files: vec![null()],
+            read_direct: vec![false],
+            results: Vec::new(),
+        };
+        for token in 0..2 {
+            let sync = Request {
+                token,
+                class: 0,
+                file: 0,
+                kind: RequestKind::Sync(SyncKind::Fsync),
+                offset: 0,
+                buffer: None,
+            };
+            executor.submit(sync).unwrap();
+        }
+        let mut done = Vec::new();
+        let soon = || Instant::now() + Duration::from_millis(1);
+        assert!(
+            executor.wait(soon(), &mut done).is_err(),
+            "the refused submit"
+        );
+        for _ in 0..10 {
+            if executor.in_flight() == 0 {
+                break;
+            }
+            executor.wait(soon(), &mut done).unwrap();
+        }
+        let mut tokens: Vec<u64> = done.iter().map(|finished| finished.token).collect();
+        tokens.sort_unstable();
+        assert_eq!(tokens, [0, 1], "both ops completed");
+        assert_eq!(executor.in_flight(), 0);
     }
 
     #[test]
