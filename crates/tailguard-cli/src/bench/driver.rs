@@ -310,7 +310,6 @@ pub fn run(
         .map_err(|error| CliError::usage(format!("tailguard: its statistics: {error}")))?;
     drop(executor);
     verify_written(scenario, plan, mode, &written)?;
-    end_fsync(scenario, plan, mode, job_options)?;
     let mut run = BenchRun::new(report, stats.as_ref());
     run.directions = directions;
     run.overloads = overloads;
@@ -424,6 +423,9 @@ struct Driver<'a> {
     request_bytes_max: Vec<u64>,
     /// Data buffers allocated over the run.
     buffers_allocated: u64,
+    /// Per accumulator row: when the last end fsync of its jobs' files
+    /// completed (0: none).
+    end_fsync_ns: Vec<Nanos>,
     start: Instant,
 }
 
@@ -442,6 +444,7 @@ impl<'a> Driver<'a> {
             .collect();
         let (accumulators, row_of, measure_from_ns) =
             accumulators(scenario, &plan.device_name, &job_options);
+        let end_fsync_ns = vec![0; measure_from_ns.len()];
         let instance_job: Vec<usize> = scenario
             .jobs
             .iter()
@@ -489,6 +492,7 @@ impl<'a> Driver<'a> {
             verify_in_flight: Vec::new(),
             in_flight,
             request_bytes_max,
+            end_fsync_ns,
             start: Instant::now(),
         })
     }
@@ -537,7 +541,68 @@ impl<'a> Driver<'a> {
                 self.complete(finished)?;
             }
         }
+        self.end_fsync(executor)?;
         Ok(self.finish())
+    }
+
+    /// Fsyncs, through the executor, the file of every job with `end_fsync`
+    /// (once per file) when everything else has completed, and notes when
+    /// each finished: as in fio, a size-bounded job's time runs until its
+    /// end fsync is done.
+    fn end_fsync(&mut self, executor: &mut dyn Executor) -> Result<(), CliError> {
+        let mut syncs: HashMap<u64, usize> = HashMap::new();
+        for job in 0..self.scenario.jobs.len() {
+            let file = self.plan.job_file[job];
+            if !self.job_options[job].end_fsync || syncs.values().any(|&f| f == file) {
+                continue;
+            }
+            let token = self.next_token;
+            self.next_token += 1;
+            executor.submit(Request {
+                token,
+                class: self.scenario.jobs[job].class,
+                file,
+                kind: RequestKind::Sync(SyncKind::Fsync),
+                offset: 0,
+                buffer: None,
+            })?;
+            syncs.insert(token, file);
+        }
+        let mut done = Vec::new();
+        while !syncs.is_empty() {
+            if interrupted() {
+                return Err(CliError::interrupted());
+            }
+            done.clear();
+            executor.wait(Instant::now() + POLL_INTERVAL, &mut done)?;
+            for finished in done.drain(..) {
+                if let Some(file) = syncs.remove(&finished.token) {
+                    self.end_fsync_done(file, finished)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The end fsync of `file` finished: its error, or its time noted for
+    /// the rows of the jobs that asked for it.
+    fn end_fsync_done(&mut self, file: usize, finished: Done) -> Result<(), CliError> {
+        let at_ns = self.ns_at(finished.at);
+        let jobs = (0..self.scenario.jobs.len())
+            .filter(|&job| self.job_options[job].end_fsync && self.plan.job_file[job] == file);
+        for job in jobs {
+            if let Err(error) = &finished.result {
+                return Err(CliError::usage(format!(
+                    "{}: job `{}`: end_fsync of {}: {error}",
+                    self.mode.name(),
+                    self.scenario.jobs[job].name,
+                    self.plan.files[file].display()
+                )));
+            }
+            let row = self.row_of[self.scenario.jobs[job].class];
+            self.end_fsync_ns[row] = self.end_fsync_ns[row].max(at_ns);
+        }
+        Ok(())
     }
 
     /// Runs the timers due by `now`: instance starts, open-loop arrivals and
@@ -1028,9 +1093,10 @@ impl<'a> Driver<'a> {
     }
 
     /// The report. A class whose jobs are all size-bounded counts its rates
-    /// over the time it ran (its measured start to its last completion), and
-    /// has no worst 0.5 s rate (its window was not known in advance); a run
-    /// with such jobs lasts until its last completion.
+    /// over the time it ran (its measured start to its last completion, or
+    /// to its jobs' end fsync when that came later), and has no worst 0.5 s
+    /// rate (its window was not known in advance); a run with such jobs
+    /// lasts until its last completion.
     fn finish(mut self) -> Outcome {
         let mut classes: Vec<ClassReport> = self
             .accumulators
@@ -1042,13 +1108,16 @@ impl<'a> Driver<'a> {
             if row == usize::MAX {
                 continue;
             }
-            last_completion_s = last_completion_s.max(classes[row].last_completion_s);
             let bounded = (0..self.scenario.jobs.len())
                 .filter(|&job| self.scenario.jobs[job].class == class)
                 .all(|job| self.job_options[job].io_bytes_per_instance.is_some());
             if bounded {
+                let synced_s = self.end_fsync_ns[row] as f64 / 1e9;
+                let last = &mut classes[row].last_completion_s;
+                *last = last.max(synced_s);
                 rate_over_active_time(&mut classes[row], self.measure_from_ns[row]);
             }
+            last_completion_s = last_completion_s.max(classes[row].last_completion_s);
         }
         let bounded = self
             .job_options
@@ -1164,37 +1233,6 @@ fn shape_states(
                 .then(|| ShapeState::new(derive_seed(seed, 7, instance)))
         })
         .collect()
-}
-
-/// Fsyncs the file of every job with `end_fsync`, once each.
-fn end_fsync(
-    scenario: &Scenario,
-    plan: &Plan,
-    mode: Mode,
-    job_options: &[JobOptions],
-) -> Result<(), CliError> {
-    let mut done: Vec<usize> = Vec::new();
-    for (job, options) in job_options.iter().enumerate() {
-        let file = plan.job_file[job];
-        if !options.end_fsync || done.contains(&file) {
-            continue;
-        }
-        done.push(file);
-        let path = &plan.files[file];
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .and_then(|handle| handle.sync_all())
-            .map_err(|error| {
-                CliError::usage(format!(
-                    "{}: job `{}`: end_fsync of {}: {error}",
-                    mode.name(),
-                    scenario.jobs[job].name,
-                    path.display()
-                ))
-            })?;
-    }
-    Ok(())
 }
 
 /// Reads back every block verify jobs wrote (O_DIRECT where the file takes
@@ -2556,6 +2594,113 @@ mod tests {
         tokens.sort_unstable();
         assert_eq!(tokens, [0, 1], "both ops completed");
         assert_eq!(executor.in_flight(), 0);
+    }
+
+    /// A device that completes reads and writes on the next wait and holds
+    /// each sync for `sync_hold`; it notes when the first request came, how
+    /// many writes it had done when each sync came, and when the last sync
+    /// completed.
+    struct HeldSyncDevice {
+        data: Vec<Request>,
+        syncs: Vec<(Request, Instant)>,
+        sync_hold: Duration,
+        first_submit: Option<Instant>,
+        writes_done: u64,
+        writes_before_syncs: Vec<u64>,
+        last_sync_done: Option<Instant>,
+    }
+
+    impl Executor for HeldSyncDevice {
+        fn submit(&mut self, request: Request) -> Result<(), CliError> {
+            self.first_submit.get_or_insert_with(Instant::now);
+            if matches!(request.kind, RequestKind::Sync(_)) {
+                self.writes_before_syncs.push(self.writes_done);
+                self.syncs.push((request, Instant::now() + self.sync_hold));
+            } else {
+                self.data.push(request);
+            }
+            Ok(())
+        }
+
+        fn wait(&mut self, deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
+            let pause = Duration::from_micros(100);
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            let now = Instant::now();
+            let (due, held) = std::mem::take(&mut self.syncs)
+                .into_iter()
+                .partition(|(_, until)| *until <= now);
+            self.syncs = held;
+            if !due.is_empty() {
+                self.last_sync_done = Some(now);
+            }
+            self.writes_done += self.data.len() as u64;
+            let syncs = due.into_iter().map(|(request, _)| request);
+            for request in self.data.drain(..).chain(syncs) {
+                let bytes = request.buffer.as_ref().map_or(0, |buffer| buffer.len());
+                out.push(Done {
+                    token: request.token,
+                    result: Ok(bytes),
+                    buffer: request.buffer,
+                    at: now,
+                });
+            }
+            Ok(())
+        }
+
+        fn in_flight(&self) -> usize {
+            self.data.len() + self.syncs.len()
+        }
+    }
+
+    #[test]
+    fn a_bounded_jobs_time_runs_until_its_end_fsync_is_done() {
+        let scenario = scenario(
+            "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"seqwrite\"\n\
+             block_size = \"4k\"\nqueue_depth = 2\n",
+            10.0,
+        );
+        let options = JobOptions {
+            io_bytes_per_instance: Some(64 << 10),
+            end_fsync: true,
+            ..JobOptions::default()
+        };
+        let mut device = HeldSyncDevice {
+            data: Vec::new(),
+            syncs: Vec::new(),
+            sync_hold: Duration::from_millis(50),
+            first_submit: None,
+            writes_done: 0,
+            writes_before_syncs: Vec::new(),
+            last_sync_done: None,
+        };
+        let plan = plan(1);
+        let outcome = Driver::new(
+            &scenario,
+            &plan,
+            Mode::KernelBuffered,
+            1,
+            &[options],
+            InFlightLimits::default(),
+        )
+        .and_then(|driver| driver.drive(&mut device, &mut |_| {}))
+        .unwrap();
+        assert_eq!(
+            device.writes_before_syncs,
+            [16],
+            "one sync, after every write"
+        );
+        let synced = device.last_sync_done.unwrap() - device.first_submit.unwrap();
+        let class = &outcome.report.classes[0];
+        assert_eq!(class.ops, 16);
+        // The driver's clock starts before the first request, so the class's
+        // time covers at least the first request to the sync's completion.
+        assert!(
+            class.last_completion_s >= synced.as_secs_f64() - 1e-6,
+            "{} s, the sync done at {} s",
+            class.last_completion_s,
+            synced.as_secs_f64()
+        );
+        assert!(outcome.report.duration_s >= class.last_completion_s - 1e-6);
     }
 
     #[test]

@@ -92,8 +92,9 @@ pub struct JobOptions {
     pub sync_every_writes: u32,
     /// What that sync is.
     pub sync_kind: SyncKind,
-    /// Whether the job's file is fsynced when its group ends (fio's
-    /// `end_fsync`).
+    /// Whether the job's file is fsynced, through the mode, once its
+    /// group's I/O has completed (fio's `end_fsync`); a size-bounded job's
+    /// time runs until that fsync is done.
     pub end_fsync: bool,
     /// Whether an open-loop job's arrivals are evenly spaced at its rate
     /// (fio's default `rate_process=linear`) rather than Poisson.
