@@ -64,11 +64,19 @@ impl KernelError {
     /// What the errno means for this request and what to change.
     fn fix(&self) -> Option<&'static str> {
         Some(match (self.errno, self.direct, self.operation) {
-            (libc::EINVAL, true, Operation::Read | Operation::Write) => {
-                "the kernel refused this O_DIRECT request: its offset, length and buffer must \
-                 be multiples of the device's logical block size (make the job's block_size a \
-                 multiple of it), and the filesystem must take O_DIRECT; --mode \
-                 kernel-buffered runs the same job through the page cache"
+            // kernel-buffered mode reads with O_DIRECT too (where the file
+            // opens with it), so only a write has the page cache to go to.
+            (libc::EINVAL, true, Operation::Read) => {
+                "the kernel refused this O_DIRECT read: its offset, length and buffer must be \
+                 multiples of the device's logical block size (make the job's block_size and \
+                 offset multiples of it); every mode reads with O_DIRECT where the file \
+                 opens with it, kernel-buffered too"
+            }
+            (libc::EINVAL, true, Operation::Write) => {
+                "the kernel refused this O_DIRECT write: its offset, length and buffer must be \
+                 multiples of the device's logical block size (make the job's block_size and \
+                 offset multiples of it), and the filesystem must take O_DIRECT; --mode \
+                 kernel-buffered writes through the page cache"
             }
             (libc::EINVAL, _, Operation::Sync) => {
                 "the kernel refused to sync this file: its filesystem or device does not \
@@ -161,6 +169,10 @@ mod tests {
             direct.contains("O_DIRECT") && direct.contains("block_size"),
             "{direct}"
         );
+        // kernel-buffered reads with O_DIRECT as well: no help for a read.
+        assert!(!direct.contains("--mode kernel-buffered"), "{direct}");
+        let write = text(libc::EINVAL, Operation::Write, true);
+        assert!(write.contains("--mode kernel-buffered"), "{write}");
         let sync = text(libc::EINVAL, Operation::Sync, false);
         assert!(sync.contains("fsync/fdatasync"), "{sync}");
         assert!(text(libc::EIO, Operation::Read, true).contains("dmesg"));
