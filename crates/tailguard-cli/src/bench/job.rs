@@ -40,8 +40,9 @@ use tailguard_sim::ConfigError;
 /// Top-level keys a bench job file may have.
 const TOP_KEYS: [&str; 5] = ["duration_s", "seed", "target", "class", "job"];
 
-/// Keys a `[[job]]` table may have (those of a sim job).
-const JOB_KEYS: [&str; 18] = [
+/// Keys a `[[job]]` table may have (those of a sim job but `sync`, which
+/// only the simulator's cfq-like policies read, and bench's own).
+const JOB_KEYS: [&str; 17] = [
     "name",
     "class",
     "device",
@@ -53,7 +54,6 @@ const JOB_KEYS: [&str; 18] = [
     "numjobs",
     "start_s",
     "stop_s",
-    "sync",
     "offset",
     "size",
     "io_size",
@@ -276,6 +276,13 @@ fn take_jobs(table: &mut toml::Table) -> Result<Vec<JobOptions>, ConfigError> {
                 "must be a table; write [[job]]",
             ));
         };
+        if job.contains_key("sync") {
+            return Err(ConfigError::new(
+                format!("job[{index}].sync"),
+                "is the simulator's hint for its cfq-like policies, which bench does not run; \
+                 remove it (the modes submit every request the same way)",
+            ));
+        }
         if let Some(key) = job.keys().find(|key| !JOB_KEYS.contains(&key.as_str())) {
             return Err(ConfigError::new(
                 format!("job[{index}].{key}"),
@@ -513,6 +520,17 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error.key, "job[0].group");
+    }
+
+    #[test]
+    fn the_simulators_sync_key_is_refused() {
+        let error = BenchJob::from_toml(
+            "duration_s = 1\n[[class]]\nname = \"r\"\nshares = 1\n[[job]]\nclass = \"r\"\n\
+             pattern = \"seqwrite\"\nblock_size = \"4k\"\nsize = \"1m\"\nsync = false\n",
+        )
+        .unwrap_err();
+        assert_eq!(error.key, "job[0].sync", "{error}");
+        assert!(error.message.contains("remove it"), "{error}");
     }
 
     #[test]
