@@ -805,6 +805,7 @@ impl FioJob {
             .map_or(1, |(_, count)| count);
         let (start_ns, stop_ns, bounded, ramp_ns) = timing(&options, section.line, &name)?;
         let think_ns = think_time(&options)?;
+        let iodepth = think_depth(&options, &name, iodepth, think_ns, notes);
         let verify = verify(&options, &name, notes)?;
         let (sync_every_writes, sync_kind) = syncs(&options)?;
         let end_fsync = options.flag("end_fsync")? == Some(true)
@@ -1169,6 +1170,31 @@ fn think_time(options: &Options) -> Result<u64, ConfigError> {
         })
     })?;
     Ok(think.map_or(0, |(_, ns)| ns))
+}
+
+/// The queue depth of a job with a think time: 1. fio stalls the whole job
+/// for `thinktime` after every `thinktime_blocks` requests (default 1,
+/// which bench does not let change), waiting first for what it has in
+/// flight, so such a job has one request in flight whatever `iodepth`
+/// says; with a depth per clone, bench's think time after each completion
+/// would otherwise pace `iodepth` streams at once.
+fn think_depth(
+    options: &Options,
+    name: &str,
+    iodepth: u32,
+    think_ns: u64,
+    notes: &mut Notes,
+) -> u32 {
+    if think_ns == 0 || iodepth < 2 {
+        return iodepth;
+    }
+    let line = options.get("thinktime").map_or(0, |setting| setting.line);
+    notes.push(format!(
+        "line {line}: job `{name}`: with `thinktime`, fio waits for each request and then \
+         thinks before the next (thinktime_blocks=1), so it runs at queue depth 1 whatever \
+         iodepth={iodepth} says; bench does the same"
+    ));
+    1
 }
 
 /// `rate_process`: `linear` (fio's default; evenly spaced arrivals) or
@@ -2774,6 +2800,28 @@ prio=0
             assert!(error.to_string().contains(needle), "{text:?}: {error}");
         }
         assert_eq!(failure("; nothing\n").key, "(fio file)");
+    }
+
+    #[test]
+    fn a_job_with_a_think_time_runs_at_depth_one_as_in_fio() {
+        let imported =
+            import("[a]\ndirectory=/tmp\nsize=1m\nrw=randread\niodepth=32\nthinktime=1000\n");
+        let job = &imported.job.scenario.jobs[0];
+        assert_eq!(job.arrival, Arrival::ClosedLoop { queue_depth: 1 });
+        assert_eq!(imported.job.job_options[0].think_ns, 1_000_000);
+        assert!(
+            imported
+                .notes
+                .iter()
+                .any(|note| note.contains("iodepth=32")),
+            "{:?}",
+            imported.notes
+        );
+        let deep = import("[a]\ndirectory=/tmp\nsize=1m\nrw=randread\niodepth=32\n");
+        let job = &deep.job.scenario.jobs[0];
+        assert_eq!(job.arrival, Arrival::ClosedLoop { queue_depth: 32 });
+        let error = failure("[a]\ndirectory=/tmp\nsize=1m\nthinktime=10\nthinktime_blocks=4\n");
+        assert_eq!(error.key, "line 5", "{error}");
     }
 
     #[test]
