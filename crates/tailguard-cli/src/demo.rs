@@ -356,7 +356,13 @@ fn present(
         &[crate::html::frontier::section(frontier)],
         reports,
     );
-    crate::html::write_text(report_path, &page)?;
+    // Another demo started in the same directory may have taken the
+    // default name meanwhile: the next free one is this run's.
+    let report_path = match &arguments.report {
+        None if report_path.exists() => default_report_path(Path::new(".")),
+        _ => report_path.to_path_buf(),
+    };
+    crate::html::write_text(&report_path, &page, arguments.allow_overwrite)?;
     println!("report: {}", report_path.display());
     Ok(())
 }

@@ -9,7 +9,11 @@
 //! the write at the end (a missing or read-only directory, a path naming a
 //! directory, a full inode table, a read-only filesystem) stops the run now,
 //! with the kernel's reason, the path, the flag and the fix. `-` (standard
-//! output) is not a file and is not checked.
+//! output) is not a file and is not checked. The write at the end,
+//! [`write_file`], keeps the rule: without `--allow-overwrite` it creates the
+//! file the same exclusive way, so a file that appeared at the path during
+//! the run (another run's report, with the same default name) is kept and the
+//! write fails naming the flag, instead of replacing it.
 
 use crate::error::CliError;
 use std::path::Path;
@@ -96,6 +100,45 @@ pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<()
     }
 }
 
+/// Writes `contents` to the output `path` given by `flag`, under the rule
+/// of the module docs: a new file, or, with `allow_overwrite`, whatever is
+/// there replaced.
+pub fn write_file(
+    flag: &str,
+    path: &Path,
+    contents: &[u8],
+    allow_overwrite: bool,
+) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if allow_overwrite {
+        options.create(true).truncate(true);
+    } else {
+        options.create_new(true);
+    }
+    let shown = path.display();
+    let mut file = options.open(path).map_err(|error| {
+        if error.kind() == std::io::ErrorKind::AlreadyExists {
+            CliError::usage(format!(
+                "{flag} {shown}: a file appeared there during the run and is kept; give \
+                 another path, or add --allow-overwrite to replace it"
+            ))
+        } else {
+            CliError::usage(format!(
+                "{flag} {shown}: cannot create it: {error}; {}",
+                fix(&error)
+            ))
+        }
+    })?;
+    file.write_all(contents).map_err(|error| {
+        CliError::usage(format!(
+            "{flag} {shown}: cannot write it: {error}; {}",
+            fix(&error)
+        ))
+    })
+}
+
 /// The fix for a failed create or open, by its cause.
 fn fix(error: &std::io::Error) -> &'static str {
     match error.raw_os_error() {
@@ -144,6 +187,23 @@ mod tests {
             check_outputs(&[("--output", &fresh), ("--report", &fresh)], false).unwrap_err();
         assert!(error.message.contains("--output and --report"), "{error}");
         check_outputs(&[("--json", Path::new("-"))], false).unwrap();
+        std::fs::remove_dir_all(&directory).unwrap();
+    }
+
+    #[test]
+    fn a_file_that_appears_during_the_run_is_kept_unless_overwriting_is_allowed() {
+        let directory = scratch("appears");
+        let report = directory.join("report.html");
+        check_output("--report", &report, false).unwrap();
+        std::fs::write(&report, "keep").unwrap();
+        let error = write_file("--report", &report, b"new", false).unwrap_err();
+        assert!(error.message.contains("--allow-overwrite"), "{error}");
+        assert_eq!(std::fs::read_to_string(&report).unwrap(), "keep");
+        write_file("--report", &report, b"new", true).unwrap();
+        assert_eq!(std::fs::read_to_string(&report).unwrap(), "new");
+        let fresh = directory.join("fresh.json");
+        write_file("--json", &fresh, b"{}", false).unwrap();
+        assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "{}");
         std::fs::remove_dir_all(&directory).unwrap();
     }
 }

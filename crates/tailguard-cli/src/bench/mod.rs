@@ -344,7 +344,7 @@ fn write_results(
             format!("{header}; modes interleaved in run order."),
         ];
         let title = format!("tailguard bench: {}", source.display());
-        crate::html::write(path, &title, &notes, &reports)?;
+        crate::html::write(path, &title, &notes, &reports, arguments.allow_overwrite)?;
         eprintln!("tailguard bench: wrote {}", path.display());
     }
     let text = match format {

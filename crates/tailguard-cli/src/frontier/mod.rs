@@ -471,12 +471,8 @@ fn write_outputs(
         if json_to_stdout {
             println!("{text}");
         } else {
-            std::fs::write(path, text + "\n").map_err(|error| {
-                CliError::usage(format!(
-                    "cannot write {}: {error}; give --json a path in a writable directory",
-                    path.display()
-                ))
-            })?;
+            let text = text + "\n";
+            crate::output::write_file("--json", path, text.as_bytes(), arguments.allow_overwrite)?;
             eprintln!("tailguard frontier: wrote {}", path.display());
         }
     }
@@ -496,7 +492,7 @@ fn write_outputs(
             ),
         ];
         let page = crate::html::frontier::page("tailguard frontier", &notes, result);
-        crate::html::write_text(path, &page)?;
+        crate::html::write_text(path, &page, arguments.allow_overwrite)?;
         eprintln!("tailguard frontier: wrote {}", path.display());
     }
     Ok(())

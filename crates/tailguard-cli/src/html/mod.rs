@@ -109,24 +109,22 @@ pub fn page_start(title: &str, style: &str) -> String {
 /// The end of a page begun with [`page_start`].
 pub const PAGE_END: &str = "</body>\n</html>\n";
 
-/// Writes the page to `path`.
+/// Writes the page to the `--report` file `path` (see
+/// [`crate::output::write_file`] for `allow_overwrite`).
 pub fn write(
     path: &Path,
     title: &str,
     notes: &[String],
     reports: &[RunReport],
+    allow_overwrite: bool,
 ) -> Result<(), CliError> {
-    write_text(path, &render(title, notes, reports))
+    write_text(path, &render(title, notes, reports), allow_overwrite)
 }
 
-/// Writes a rendered page to `path`.
-pub fn write_text(path: &Path, page: &str) -> Result<(), CliError> {
-    std::fs::write(path, page).map_err(|error| {
-        CliError::usage(format!(
-            "cannot write the report {}: {error}; give --report a path in a writable directory",
-            path.display()
-        ))
-    })
+/// Writes a rendered page to the `--report` file `path` (see
+/// [`crate::output::write_file`] for `allow_overwrite`).
+pub fn write_text(path: &Path, page: &str, allow_overwrite: bool) -> Result<(), CliError> {
+    crate::output::write_file("--report", path, page.as_bytes(), allow_overwrite)
 }
 
 fn summary_table(reports: &[RunReport]) -> String {

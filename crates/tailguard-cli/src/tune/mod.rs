@@ -371,9 +371,13 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     for line in &summary {
         println!("{line}");
     }
-    profile
-        .save(&output, format)
-        .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
+    let text = match format {
+        ProfileFormat::SeastarYaml => profile.to_seastar_yaml_string(),
+        _ => profile.to_toml_string(),
+    }
+    .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
+    let allow_overwrite = arguments.allow_overwrite;
+    crate::output::write_file("--output", &output, text.as_bytes(), allow_overwrite)?;
     println!("profile written to {}", output.display());
     if format == ProfileFormat::SeastarYaml {
         for loss in profile.seastar_losses() {
@@ -382,9 +386,8 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     }
     if let Some(path) = &arguments.report {
         let title = format!("tailguard tune: {}", arguments.path.display());
-        std::fs::write(path, report::html_page(&title, &summary, &curves)).map_err(|error| {
-            CliError::usage(format!("cannot write {}: {error}", path.display()))
-        })?;
+        let page = report::html_page(&title, &summary, &curves);
+        crate::output::write_file("--report", path, page.as_bytes(), allow_overwrite)?;
         println!("report written to {}", path.display());
     }
     Ok(())
