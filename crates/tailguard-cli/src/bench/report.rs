@@ -18,7 +18,10 @@
 //!   ([`SchedulerClassReport`]: its queue wait, device time and latency, each
 //!   as mean, p50, p99, p99.9 and max in µs, from the histograms of
 //!   [`tailguard::stats::ClassStats`], taken once the run has drained); `null`
-//!   in the kernel modes, which have no scheduler.
+//!   in the kernel modes, which have no scheduler. They cover every request
+//!   the class sent, those of a `ramp_time` and the syncs included (the
+//!   scheduler's histograms cannot be split at the ramp's end), where the
+//!   driver's own columns leave the ramp out.
 //!
 //! Every other field is the simulator's, with its meaning (see
 //! [`tailguard_sim::report`]). The table ([`render_table`]) shows the same:
@@ -493,7 +496,7 @@ pub fn render_table(runs: &[BenchRun]) -> String {
     out.push_str(
         "late max: longest time from a request's intended start to its hand-over to the mode \
          (the driver's lateness); wait p99, dev p99: the scheduler's queue wait and device \
-         time (tailguard mode only)\n",
+         time (tailguard mode only; every request, a ramp's and syncs included)\n",
     );
     for run in runs {
         for overload in &run.overloads {
