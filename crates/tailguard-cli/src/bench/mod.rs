@@ -14,8 +14,10 @@
 //!
 //! Runs are interleaved (A B A B with `--repeat 2`) so a drift of the device (its
 //! write cache filling, thermal throttling) does not land on one mode only. Each
-//! run starts from a settled target: the data files are synced and dropped from
-//! the page cache first.
+//! run (one mode's pass over every job group) starts from a settled target:
+//! the data files are synced and dropped from the page cache first. The
+//! `stonewall` groups within a run follow each other without settling, as
+//! fio's do, so a kernel-buffered group may leave dirty pages to the next.
 
 use crate::error::CliError;
 use crate::progress::Progress;
