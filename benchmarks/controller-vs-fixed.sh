@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The budget policies side by side on a real disk, under the demo workload.
 #
-# Runs benchmarks/demo-scenario.toml (16 readers of 4 KiB at queue depth 4 in
+# Runs benchmarks/demo-scenario.toml (4 readers of 4 KiB at queue depth 4 in
 # one class, 1 MiB sequential writes at depth 4 in another, equal shares),
 # shortened to SECONDS with a 6 GiB write file, through `tailguard bench
 # --mode tailguard` once per variant per round, variants interleaved within a
