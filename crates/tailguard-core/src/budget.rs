@@ -27,7 +27,9 @@
 //! which would let them push reads' latency past the target, the dispatcher
 //! splits large requests into pieces small enough that two fit: per direction,
 //! the largest power-of-two multiple of 4 KiB, at most `max_request_bytes`, whose
-//! cost is at most `budget / PIPELINE_PIECES` ([`split_bytes`]). A tight latency
+//! cost is at most `budget / PIPELINE_PIECES` ([`split_bytes`]); of the device's
+//! direct-I/O offset alignment instead where that is larger
+//! ([`split_bytes_aligned`]), so no piece starts off it. A tight latency
 //! target thus means finer interleaving, not lower throughput: a write burst
 //! streams at full speed while a read waits behind at most about one piece.
 //!
@@ -97,10 +99,30 @@ pub fn split_bytes_for(
     max_request_bytes: u64,
     cost_ns: impl Fn(u64) -> Nanos,
 ) -> u64 {
+    split_bytes_aligned(
+        limit_ns,
+        pieces,
+        max_request_bytes,
+        SPLIT_BYTES_MIN,
+        cost_ns,
+    )
+}
+
+/// [`split_bytes_for`] in multiples of `alignment_bytes` (at least
+/// [`SPLIT_BYTES_MIN`]) in place of 4 KiB: never below it, so that a piece
+/// of a request that starts on the alignment starts on it too.
+pub fn split_bytes_aligned(
+    limit_ns: Nanos,
+    pieces: u64,
+    max_request_bytes: u64,
+    alignment_bytes: u64,
+    cost_ns: impl Fn(u64) -> Nanos,
+) -> u64 {
     let pieces = pieces.max(1);
-    let mut bytes = (max_request_bytes / SPLIT_BYTES_MIN * SPLIT_BYTES_MIN).max(SPLIT_BYTES_MIN);
-    while bytes > SPLIT_BYTES_MIN && pieces.saturating_mul(cost_ns(bytes)) > limit_ns {
-        bytes = (bytes / 2 / SPLIT_BYTES_MIN * SPLIT_BYTES_MIN).max(SPLIT_BYTES_MIN);
+    let unit = alignment_bytes.max(SPLIT_BYTES_MIN);
+    let mut bytes = (max_request_bytes / unit * unit).max(unit);
+    while bytes > unit && pieces.saturating_mul(cost_ns(bytes)) > limit_ns {
+        bytes = (bytes / 2 / unit * unit).max(unit);
     }
     bytes
 }
@@ -205,6 +227,34 @@ mod tests {
         assert!(!budget.admits(1));
         budget.release(90);
         assert!(budget.admits(50));
+    }
+
+    #[test]
+    fn an_aligned_split_is_a_multiple_of_the_alignment_and_never_below_it() {
+        // 1 byte per ns: a 40 µs budget holds two pieces of 20 KB at most.
+        let cost = |bytes: u64| bytes;
+        assert_eq!(split_bytes_for(40_000, 2, 1 << 20, cost), 16_384);
+        assert_eq!(
+            split_bytes_aligned(40_000, 2, 1 << 20, 16_384, cost),
+            16_384
+        );
+        assert_eq!(
+            split_bytes_aligned(20_000, 2, 1 << 20, 16_384, cost),
+            16_384
+        );
+        assert_eq!(
+            split_bytes_aligned(20_000, 2, 1 << 20, 65_536, cost),
+            65_536
+        );
+        assert_eq!(
+            split_bytes_aligned(300_000, 2, 96 << 10, 32_768, cost),
+            98_304
+        );
+        assert_eq!(
+            split_bytes_aligned(100_000, 2, 96 << 10, 32_768, cost),
+            32_768
+        );
+        assert_eq!(split_bytes_aligned(20_000, 2, 1 << 20, 512, cost), 8_192);
     }
 
     #[test]

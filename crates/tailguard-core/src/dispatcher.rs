@@ -141,6 +141,12 @@ pub struct DispatcherConfig {
     /// costs the reads more than its bytes (a loop device). During a quiet
     /// (the quiet-reads rule) writes are split for two pieces always.
     pub pipeline_pieces: u64,
+    /// What every split size is a multiple of, and at least: the device's
+    /// direct-I/O offset alignment where it exceeds 4 KiB
+    /// ([`budget::SPLIT_BYTES_MIN`], the default), so that no piece of an
+    /// aligned request starts off alignment; a larger one only makes the
+    /// smallest pieces of small budgets larger.
+    pub piece_alignment_bytes: u64,
 }
 
 /// A rotational device's default slice, in latency targets
@@ -158,6 +164,7 @@ impl DispatcherConfig {
             slice_ns: None,
             quiet_reads: None,
             pipeline_pieces: budget::PIPELINE_PIECES,
+            piece_alignment_bytes: budget::SPLIT_BYTES_MIN,
         }
     }
 
@@ -446,6 +453,9 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     /// Pieces of the split size one budget holds while reads come (see
     /// [`DispatcherConfig::pipeline_pieces`]).
     pipeline_pieces: u64,
+    /// What split sizes are multiples of
+    /// ([`DispatcherConfig::piece_alignment_bytes`]).
+    piece_alignment_bytes: u64,
     /// The class served last: the one whose slice runs.
     slice_class: Option<usize>,
     /// Read requests outstanding and the last read's time, for the
@@ -501,6 +511,7 @@ impl<C: LatencyController> Dispatcher<C> {
             alone_class: 0,
             slice_ns: config.slice_ns,
             pipeline_pieces: config.pipeline_pieces.max(1),
+            piece_alignment_bytes: config.piece_alignment_bytes,
             slice_class: None,
             reads: ReadWatch::new(config.quiet_reads),
         };
@@ -513,9 +524,13 @@ impl<C: LatencyController> Dispatcher<C> {
         let quiet_limit_ns = limit_ns.saturating_mul(self.reads.quiet_limit_factor());
         for direction in [Direction::Read, Direction::Write] {
             let split = |limit_ns, pieces| {
-                budget::split_bytes_for(limit_ns, pieces, self.profile.max_request_bytes, |bytes| {
-                    self.cost_model.cost_ns(direction, bytes)
-                })
+                budget::split_bytes_aligned(
+                    limit_ns,
+                    pieces,
+                    self.profile.max_request_bytes,
+                    self.piece_alignment_bytes,
+                    |bytes| self.cost_model.cost_ns(direction, bytes),
+                )
             };
             self.split_bytes[direction_index(direction)] = split(limit_ns, self.pipeline_pieces);
             self.quiet_split_bytes[direction_index(direction)] =
@@ -1405,6 +1420,30 @@ mod tests {
     use crate::request::NANOS_PER_MICROSECOND;
 
     use crate::profile::sata_ssd as profile;
+
+    #[test]
+    fn pieces_keep_the_devices_alignment_on_a_small_budget() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(20 * NANOS_PER_MICROSECOND);
+        config.piece_alignment_bytes = 16_384;
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let class = dispatcher.add_class(100).unwrap();
+        dispatcher
+            .enqueue(0, request(1, class, Direction::Write, 256 << 10))
+            .unwrap();
+        let mut out = Vec::new();
+        let mut offsets = Vec::new();
+        for now in 0..64 {
+            dispatcher.dispatch(now, &mut out);
+            for piece in out.drain(..) {
+                assert_eq!(piece.offset_bytes % 16_384, 0, "{piece:?}");
+                assert_eq!(piece.length_bytes % 16_384, 0, "{piece:?}");
+                offsets.push(piece.offset_bytes);
+                dispatcher.complete(now, piece.token).unwrap();
+            }
+        }
+        assert!(offsets.len() > 1, "the write was split: {offsets:?}");
+    }
 
     #[test]
     fn bounds_saturate_under_the_largest_budget_and_slice() {

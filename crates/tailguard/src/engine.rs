@@ -231,6 +231,11 @@ pub(crate) struct DeviceKind {
     pub(crate) seeks: bool,
     /// A loop device ([`crate::scheduler::serves_through_a_file`]).
     pub(crate) through_a_file: bool,
+    /// What its pieces' sizes are multiples of
+    /// (`DispatcherConfig::piece_alignment_bytes`): its logical block size,
+    /// or the direct-I/O offset alignment of the file that announced it,
+    /// whichever is larger.
+    pub(crate) piece_alignment_bytes: u64,
 }
 
 impl DeviceKind {
@@ -239,13 +244,18 @@ impl DeviceKind {
     pub(crate) const PLAIN: Self = Self {
         seeks: false,
         through_a_file: false,
+        piece_alignment_bytes: tailguard_core::budget::SPLIT_BYTES_MIN,
     };
 
-    /// What the kernel says of the device behind `info`.
-    pub(crate) fn of(info: &crate::device::DeviceInfo) -> Self {
+    /// What the kernel says of the device behind `info`, announced by a file
+    /// whose direct-I/O offsets align to `offset_alignment_bytes`.
+    pub(crate) fn of(info: &crate::device::DeviceInfo, offset_alignment_bytes: u32) -> Self {
+        let alignment = info.logical_block_size.max(offset_alignment_bytes);
         Self {
             seeks: crate::scheduler::seeks(info),
             through_a_file: crate::scheduler::serves_through_a_file(info),
+            piece_alignment_bytes: u64::from(alignment)
+                .max(tailguard_core::budget::SPLIT_BYTES_MIN),
         }
     }
 }
@@ -733,6 +743,7 @@ impl Engine {
         let DeviceKind {
             seeks,
             through_a_file,
+            piece_alignment_bytes,
         } = kind;
         if self.device_ids.contains(&device) {
             return;
@@ -743,6 +754,7 @@ impl Engine {
                     quiet_reads: self.quiet_reads,
                     slice_ns: seeks.then(|| DispatcherConfig::default_slice_ns(profile)),
                     pipeline_pieces: self.controller.pipeline_pieces(seeks, through_a_file),
+                    piece_alignment_bytes,
                     ..DispatcherConfig::new(profile.clone())
                 },
                 self.controller.build(profile),
@@ -1851,6 +1863,31 @@ mod tests {
         // would answer the request with the engine's "stopped" error.
         drop(engine);
         future.wait().expect("served, not dropped");
+    }
+
+    #[test]
+    fn pieces_align_to_the_larger_of_the_block_and_the_files_alignment() {
+        let info = crate::device::DeviceInfo {
+            id: DeviceId(7),
+            name: "big".into(),
+            block_device: true,
+            rotational: false,
+            logical_block_size: 16_384,
+            max_request_bytes: 1 << 20,
+            nr_requests: 64,
+            write_cache: None,
+            backing: None,
+        };
+        assert_eq!(DeviceKind::of(&info, 512).piece_alignment_bytes, 16_384);
+        assert_eq!(DeviceKind::of(&info, 65_536).piece_alignment_bytes, 65_536);
+        let small_blocks = crate::device::DeviceInfo {
+            logical_block_size: 512,
+            ..info
+        };
+        assert_eq!(
+            DeviceKind::of(&small_blocks, 512).piece_alignment_bytes,
+            4_096
+        );
     }
 
     #[test]

@@ -1003,7 +1003,8 @@ impl OpenOptions {
             }
         };
         let profile = scheduler.profile_for(&info);
-        scheduler.announce_device(info.id, info.name.clone(), DeviceKind::of(&info), profile)?;
+        let kind = DeviceKind::of(&info, alignment.offset_bytes);
+        scheduler.announce_device(info.id, info.name.clone(), kind, profile)?;
         Ok(File {
             scheduler: scheduler.clone(),
             file: Some(Arc::new(file)),
