@@ -347,14 +347,22 @@ fn a_stream_read_cut_short_by_shutdown_now_fails() {
     }
 }
 
+/// What [`cut_by_a_cancel`] expects: the requests its cancel fails, and the
+/// error the request comes back with (its kind, and words its message has).
+struct Expected<'a> {
+    cancelled: usize,
+    kind: io::ErrorKind,
+    cause: &'a str,
+}
+
 /// Runs `request` (one request of [`WRITE_BLOCKS`] blocks or more, split
-/// into one piece per block) on its own thread while the device stalls,
-/// cancels what the device does not hold yet, and returns the request's
-/// error, checked to be `Interrupted` and to say why (`cause`).
+/// into one piece per block, or a stream's requests) on its own thread while
+/// the device stalls, cancels what the device does not hold yet, and checks
+/// the request's error against `expected`.
 fn cut_by_a_cancel(
     choice: BackendChoice,
     name: &str,
-    cause: &str,
+    expected: Expected<'_>,
     request: impl FnOnce(tailguard::File, tailguard::IoClass) -> io::Result<()> + Send + 'static,
 ) {
     let injector = FaultInjector::new(FaultPlan::default());
@@ -369,24 +377,24 @@ fn cut_by_a_cancel(
     while injector.counts().ops_stalled == 0 {
         std::thread::sleep(Duration::from_millis(1));
     }
+    // Reads ahead are queued right after the first: let them reach the engine.
+    scheduler.stats().unwrap();
     assert_eq!(
         scheduler.cancel_pending().unwrap(),
-        1,
-        "{name}: the split request"
+        expected.cancelled,
+        "{name}: the requests the cancel cut"
     );
     injector.heal();
     let error = requester
         .join()
         .unwrap()
-        .expect_err("a cut request is no whole one");
-    assert_eq!(
-        error.kind(),
-        io::ErrorKind::Interrupted,
-        "{choice:?} {name}: {error}"
-    );
+        .map(|()| panic!("{choice:?} {name}: a cut request is no whole one"))
+        .unwrap_err();
+    assert_eq!(error.kind(), expected.kind, "{choice:?} {name}: {error}");
     assert!(
-        error.to_string().contains(cause),
-        "{choice:?} {name}: the message says why ({cause}): {error}"
+        error.to_string().contains(expected.cause),
+        "{choice:?} {name}: the message says why ({}): {error}",
+        expected.cause
     );
     scheduler.shutdown();
 }
@@ -394,30 +402,55 @@ fn cut_by_a_cancel(
 #[test]
 fn requests_cut_short_by_a_cancel_are_not_taken_for_the_end_or_a_full_disk() {
     let length = WRITE_BLOCKS as usize * BLOCK;
+    let cut = |cause| Expected {
+        cancelled: 1,
+        kind: io::ErrorKind::Interrupted,
+        cause,
+    };
     for choice in BACKENDS {
         common::watched(WATCHDOG, move || {
             // Off alignment: one bounce read of WRITE_BLOCKS + 1 blocks.
-            cut_by_a_cancel(choice, "exact-read", "cancelled", move |file, class| {
-                let mut out = vec![0u8; length];
-                let read = file.read_exact_at_unaligned(&class, &mut out, 100);
-                file.scheduler().block_on(read)
-            });
-            // Whole blocks from 0: no block to read first, one bounce write.
             cut_by_a_cancel(
                 choice,
-                "unaligned-write",
-                "cut short by a cancel",
+                "exact-read",
+                cut("cancelled"),
                 move |file, class| {
-                    let data = vec![7u8; length];
-                    let write = file.write_at_unaligned(&class, &data, 0);
-                    file.scheduler().block_on(write)
+                    let mut out = vec![0u8; length];
+                    let read = file.read_exact_at_unaligned(&class, &mut out, 100);
+                    file.scheduler().block_on(read)
                 },
             );
-            // One buffer's write.
+            // Whole blocks from 0: no block to read first, one bounce write.
+            let cause = "cut short by a cancel";
+            cut_by_a_cancel(choice, "unaligned-write", cut(cause), move |file, class| {
+                let data = vec![7u8; length];
+                let write = file.write_at_unaligned(&class, &data, 0);
+                file.scheduler().block_on(write)
+            });
+        });
+    }
+}
+
+/// A stream's error comes back from every later call, and std's
+/// `write_all` and `read_to_end` retry `Interrupted`: a stream whose request
+/// a cancel cut or failed reports another kind, so they end with the error
+/// instead of retrying it forever (the watchdog fails a spin).
+#[test]
+fn a_stream_write_cut_by_a_cancel_ends_with_an_error_not_a_spin() {
+    let length = WRITE_BLOCKS as usize * BLOCK;
+    let failed = |cancelled, cause| Expected {
+        cancelled,
+        kind: io::ErrorKind::Other,
+        cause,
+    };
+    for choice in BACKENDS {
+        common::watched(WATCHDOG, move || {
+            // Three buffers' writes: the first is cut, the next never went.
+            let cause = "cut short by a cancel";
             cut_by_a_cancel(
                 choice,
                 "stream-write",
-                "cut short by a cancel",
+                failed(2, cause),
                 move |file, class| {
                     use std::io::Write;
                     let options = WriterOptions {
@@ -425,10 +458,72 @@ fn requests_cut_short_by_a_cancel_are_not_taken_for_the_end_or_a_full_disk() {
                         buffers_in_flight: 1,
                     };
                     let mut stream = StreamWriter::new(file, &class, options);
-                    stream.write_all(&vec![7u8; length])?;
+                    stream.write_all(&vec![7u8; 3 * length])?;
                     stream.flush()
                 },
             );
+        });
+    }
+}
+
+/// Pieces queued in the fair queues of every device now.
+fn queued_pieces(scheduler: &Scheduler) -> usize {
+    let stats = scheduler.stats().unwrap();
+    stats
+        .devices
+        .iter()
+        .map(|device| device.queued_pieces)
+        .sum()
+}
+
+/// A stream's read that a cancel failed whole (queued behind a stalled
+/// write) ends `read_to_end` with the error, not a retry of it forever.
+#[test]
+fn a_stream_read_a_cancel_failed_ends_with_an_error_not_a_spin() {
+    for choice in BACKENDS {
+        common::watched(WATCHDOG, move || {
+            let injector = FaultInjector::new(FaultPlan::default());
+            let Some(scheduler) = scheduler(choice, &injector) else {
+                return;
+            };
+            let file =
+                BlockFile::create("cancel-tests", &format!("read-failed-{choice:?}"), BLOCKS);
+            let handle = scheduler.open(&file.path).unwrap();
+            let class = scheduler.add_class("c", 100).unwrap();
+            injector.stall_for(STALL);
+            let data = AlignedBuffer::new(WRITE_BLOCKS as usize * BLOCK, BLOCK).unwrap();
+            let write = handle.write_at(&class, data, 0);
+            scheduler.stats().unwrap();
+            while injector.counts().ops_stalled == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let before = queued_pieces(&scheduler);
+            let reader = std::thread::spawn(move || {
+                use std::io::Read;
+                let options = ReaderOptions {
+                    buffer_bytes: 4 * BLOCK,
+                    read_ahead_buffers: 1,
+                };
+                let mut content = Vec::new();
+                StreamReader::new(handle, &class, options).read_to_end(&mut content)
+            });
+            while queued_pieces(&scheduler) == before {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(
+                scheduler.cancel_pending().unwrap(),
+                2,
+                "the write and the read"
+            );
+            injector.heal();
+            let error = reader.join().unwrap().expect_err("the read was cancelled");
+            assert_eq!(error.kind(), io::ErrorKind::Other, "{choice:?}: {error}");
+            assert!(
+                error.to_string().contains("cancelled"),
+                "{choice:?}: {error}"
+            );
+            let _ = write.wait();
+            scheduler.shutdown();
         });
     }
 }

@@ -176,6 +176,14 @@ impl StickyError {
     /// `context` says, reported as `kind`, unless a failure is recorded
     /// already (then this one is logged: the first is the one reported).
     fn set(&mut self, kind: io::ErrorKind, context: Option<String>, source: Option<io::Error>) {
+        // Never `Interrupted`: the failure comes back from every later call,
+        // and std's `write_all`, `read_exact`, `read_to_end` and `io::copy`
+        // retry that kind, so they would retry it forever. A request a cancel
+        // failed or cut is reported as `Other`; its source keeps the kind.
+        let kind = match kind {
+            io::ErrorKind::Interrupted => io::ErrorKind::Other,
+            kind => kind,
+        };
         let failure = Failure {
             kind,
             context,
