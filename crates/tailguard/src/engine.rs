@@ -20,7 +20,9 @@
 //!    backend refuses outright (a broken ring; the transient EINTR, EAGAIN
 //!    and EBUSY never get here) leaves the ops pushed for the next turn's
 //!    try, after a pause that doubles with each refusal in a row up to
-//!    [`SUBMIT_RETRY_PAUSE_MAX`], logged at each power of two of the count:
+//!    [`SUBMIT_RETRY_PAUSE_MAX`], logged at each power of two of the count
+//!    (whichever thread runs the engine pauses, holding it: a helping waiter
+//!    as well as the engine thread, since the engine cannot progress anyway):
 //!    a ring that stays broken costs a few wake-ups a second, not a CPU
 //!    and a log line per turn, and its requests wait instead of failing
 //!    (the kernel may still read ops left in its queue, so their buffers
@@ -1709,8 +1711,6 @@ pub(crate) fn monotonic_ns() -> Nanos {
     (now.tv_sec as Nanos) * 1_000_000_000 + now.tv_nsec as Nanos
 }
 
-/// Answers a request naming a class this engine does not have (removed)
-/// without running it.
 /// The pause before the next try after `refusals` refused submit calls in
 /// a row (from 1): [`SUBMIT_RETRY_PAUSE_FIRST`] doubled per refusal, at most
 /// [`SUBMIT_RETRY_PAUSE_MAX`].
@@ -1719,6 +1719,8 @@ fn submit_retry_pause(refusals: u32) -> Duration {
     (SUBMIT_RETRY_PAUSE_FIRST * (1 << doublings)).min(SUBMIT_RETRY_PAUSE_MAX)
 }
 
+/// Answers a request naming a class this engine does not have (removed)
+/// without running it.
 fn refuse(message: IoMessage) {
     answer(
         message,
