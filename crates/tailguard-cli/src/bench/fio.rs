@@ -2128,12 +2128,18 @@ fn describe_job(job: &FioJob, described: &[String], notes: &mut Notes) {
         .min()
         .unwrap_or(files);
     if fewest_used < files {
+        // A think time holds the job at depth 1 whatever iodepth says.
+        let fix = if job.think_ns > 0 {
+            "a job with `thinktime` runs at depth 1, so it keeps to its first file".to_string()
+        } else {
+            format!("raise iodepth to {files} to use every file")
+        };
         notes.push(format!(
             "line {}: job `{}` has {files} files but keeps fewer requests in flight than that \
              (iodepth={}): bench gives every file a queue of its own, so to keep the job's \
              depth it runs on the first {fewest_used} of them, one request in flight each, \
              with the job's bytes and size bounds spread over those (fio cycles one queue over \
-             all the files); raise iodepth to {files} to use every file",
+             all the files); {fix}",
             job.line, job.name, job.iodepth
         ));
     }
@@ -2822,6 +2828,15 @@ prio=0
         assert_eq!(job.arrival, Arrival::ClosedLoop { queue_depth: 32 });
         let error = failure("[a]\ndirectory=/tmp\nsize=1m\nthinktime=10\nthinktime_blocks=4\n");
         assert_eq!(error.key, "line 5", "{error}");
+        // Several files: the note does not advise a depth the think time
+        // overrides.
+        let files = import(
+            "[a]\ndirectory=/tmp\nnrfiles=4\nfilesize=1m\nrw=randread\niodepth=4\nthinktime=100\n",
+        );
+        let note = files.notes.iter().find(|note| note.contains("has 4 files"));
+        let note = note.unwrap_or_else(|| panic!("{:?}", files.notes));
+        assert!(!note.contains("raise iodepth"), "{note}");
+        assert!(note.contains("keeps to its first file"), "{note}");
     }
 
     #[test]
