@@ -80,7 +80,7 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct SimArguments {
-    /// Scenario files (TOML; see the README's "Scenario files").
+    /// Scenario files (TOML; see docs/reference/scenario-files.md).
     #[arg(required = true)]
     scenarios: Vec<PathBuf>,
     /// Policies to compare, comma-separated: tailguard, fifo, global-cap, cfq,

@@ -164,7 +164,7 @@ pub struct SchedulerSettings {
     pub latency_target_us: Option<u64>,
     /// How `tailguard` mode sizes each device's in-flight budget: `fixed` (from
     /// the profile and the latency target) or `adaptive` (resized online from
-    /// completion times; see the README's "online latency controller").
+    /// completion times; see docs/design/controller.md).
     #[arg(long, value_name = "POLICY", default_value = "fixed", value_parser = crate::flags::CONTROLLER)]
     pub controller: ControllerChoice,
     /// Whether `tailguard` mode's fixed budget deepens to four budgets while

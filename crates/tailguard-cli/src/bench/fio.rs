@@ -537,8 +537,8 @@ fn check_known(setting: &Setting, notes: &mut Notes) -> Result<(), ConfigError> 
         setting,
         format!(
             "fio option `{key}` is unknown to bench; it may change the I/O, so bench refuses it \
-             rather than guess: remove it if it only tunes fio (the README's fio \
-             compatibility table lists what bench maps, ignores and refuses)"
+             rather than guess: remove it if it only tunes fio (docs/reference/fio-import.md \
+             lists what bench maps, ignores and refuses)"
         ),
     ))
 }

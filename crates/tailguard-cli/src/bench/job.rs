@@ -1,7 +1,7 @@
 //! Bench job files: a sim scenario without devices, plus the `target`.
 //!
-//! A bench job file has the shape of a `tailguard sim` scenario (see the README's
-//! "Scenario files"): `duration_s`, `seed`, `[[class]]` and `[[job]]` tables with
+//! A bench job file has the shape of a `tailguard sim` scenario (see
+//! docs/reference/scenario-files.md): `duration_s`, `seed`, `[[class]]` and `[[job]]` tables with
 //! the same keys and meanings. Instead of `[[device]]` tables it has one top-level
 //! `target = "PATH"` (or `--target` on the command line) that every job runs on,
 //! so a job's `device` key is ignored. A class's caps (`limit_bytes_per_s`,

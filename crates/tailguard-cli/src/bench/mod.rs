@@ -83,11 +83,11 @@ pub enum OutputFormat {
 #[command(group(clap::ArgGroup::new("workload").required(true).args(["jobs", "fio"])))]
 pub struct BenchArguments {
     /// The job file (TOML, like a sim scenario with `target = "PATH"` instead of
-    /// devices; see the README's "tailguard bench"). Or give --fio.
+    /// devices; see docs/reference/bench-jobs.md). Or give --fio.
     pub jobs: Option<PathBuf>,
     /// Import the workload from a fio job file instead (every option mapped,
-    /// emulated, ignored with a note or refused with why: see the README's
-    /// "Importing fio job files").
+    /// emulated, ignored with a note or refused with why: see
+    /// docs/reference/fio-import.md).
     #[arg(long, value_name = "FILE")]
     pub fio: Option<PathBuf>,
     /// The directory (data files are laid out in it and removed at the end),
@@ -104,7 +104,7 @@ pub struct BenchArguments {
     pub repeat: u32,
     /// Print JSON instead of a table: an array with one run object per mode per
     /// repetition, in run order, with the mode in "policy" (the fields: see
-    /// the README's "tailguard bench"). The same as --output-format json.
+    /// docs/reference/cli.md). The same as --output-format json.
     #[arg(long)]
     pub json: bool,
     /// What to print: `table` (the default), `json` (as --json), or
