@@ -26,6 +26,10 @@
 //! the error it got as its source, so [`crate::os_error_code`] finds the
 //! kernel's errno in all of them. A failed write is never forgotten, even if
 //! the bytes it carried were accepted by an earlier call that returned `Ok`.
+//! A report is never of kind `Interrupted` (a request a cancel failed or cut
+//! is reported as `Other`, its source keeping the kind): std's `write_all`,
+//! `read_to_end` and `io::copy` retry that kind, and would get the same
+//! report back forever.
 //!
 //! [`File`]: crate::File
 //! [`IoClass`]: crate::IoClass
