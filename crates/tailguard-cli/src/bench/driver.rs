@@ -2090,15 +2090,7 @@ mod tests {
                 std::thread::sleep(until.saturating_duration_since(now));
             }
             if Instant::now() >= self.serve_from {
-                for request in self.held.drain(..) {
-                    let bytes = request.buffer.as_ref().map_or(0, |buffer| buffer.len());
-                    out.push(Done {
-                        token: request.token,
-                        result: Ok(bytes),
-                        buffer: request.buffer,
-                        at: Instant::now(),
-                    });
-                }
+                complete_whole(self.held.drain(..), Instant::now(), out);
             }
             Ok(())
         }
@@ -2316,6 +2308,24 @@ mod tests {
         );
         assert_eq!(outcome.overloads[0].held_back, 4096 - 64);
     }
+    /// Completes each of `requests` in full (a buffer's whole length; 0 for a
+    /// sync) at `at`.
+    fn complete_whole(
+        requests: impl IntoIterator<Item = Request>,
+        at: Instant,
+        out: &mut Vec<Done>,
+    ) {
+        for request in requests {
+            let bytes = request.buffer.as_ref().map_or(0, |buffer| buffer.len());
+            out.push(Done {
+                token: request.token,
+                result: Ok(bytes),
+                buffer: request.buffer,
+                at,
+            });
+        }
+    }
+
     /// A device that completes reads and writes on the next wait and syncs
     /// one per wait, in order; it counts the most syncs it held at once and
     /// fails once it holds more than `syncs_max` (a backlog without bound).
@@ -2344,15 +2354,7 @@ mod tests {
             let pause = Duration::from_micros(100);
             std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
             let sync = self.syncs.pop_front();
-            for request in self.data.drain(..).chain(sync) {
-                let bytes = request.buffer.as_ref().map_or(0, |buffer| buffer.len());
-                out.push(Done {
-                    token: request.token,
-                    result: Ok(bytes),
-                    buffer: request.buffer,
-                    at: Instant::now(),
-                });
-            }
+            complete_whole(self.data.drain(..).chain(sync), Instant::now(), out);
             Ok(())
         }
 
@@ -2635,15 +2637,7 @@ mod tests {
             }
             self.writes_done += self.data.len() as u64;
             let syncs = due.into_iter().map(|(request, _)| request);
-            for request in self.data.drain(..).chain(syncs) {
-                let bytes = request.buffer.as_ref().map_or(0, |buffer| buffer.len());
-                out.push(Done {
-                    token: request.token,
-                    result: Ok(bytes),
-                    buffer: request.buffer,
-                    at: now,
-                });
-            }
+            complete_whole(self.data.drain(..).chain(syncs), now, out);
             Ok(())
         }
 
