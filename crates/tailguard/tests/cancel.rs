@@ -59,6 +59,16 @@ fn scheduler(choice: BackendChoice, injector: &FaultInjector) -> Option<Schedule
     common::build_on(choice, builder)
 }
 
+/// An injector without faults (a test stalls it), a scheduler on `choice`
+/// through it, and a fresh test file named by `name` and the backend;
+/// `None` (reason printed) where io_uring is refused.
+fn setup(choice: BackendChoice, name: &str) -> Option<(FaultInjector, Scheduler, BlockFile)> {
+    let injector = FaultInjector::new(FaultPlan::default());
+    let scheduler = scheduler(choice, &injector)?;
+    let file = BlockFile::create("cancel-tests", &format!("{name}-{choice:?}"), BLOCKS);
+    Some((injector, scheduler, file))
+}
+
 /// What a case left to check: the large write, the reads and the sync
 /// queued behind it, and how many of the write's pieces the device held.
 struct Stalled {
@@ -158,12 +168,9 @@ fn expect_short_write(stalled: Stalled, file: &BlockFile, choice: BackendChoice)
 fn shutdown_now_fails_the_queue_at_once_and_finishes_what_the_device_holds() {
     for choice in BACKENDS {
         common::watched(WATCHDOG, move || {
-            let injector = FaultInjector::new(FaultPlan::default());
-            let Some(scheduler) = scheduler(choice, &injector) else {
+            let Some((injector, scheduler, file)) = setup(choice, "shutdown-now") else {
                 return;
             };
-            let file =
-                BlockFile::create("cancel-tests", &format!("shutdown-now-{choice:?}"), BLOCKS);
             let mut stalled = stall_and_queue(&scheduler, &injector, &file);
             let stopper = {
                 let scheduler = scheduler.clone();
@@ -201,15 +208,9 @@ fn shutdown_now_fails_the_queue_at_once_and_finishes_what_the_device_holds() {
 fn cancel_pending_fails_the_queue_and_the_scheduler_goes_on() {
     for choice in BACKENDS {
         common::watched(WATCHDOG, move || {
-            let injector = FaultInjector::new(FaultPlan::default());
-            let Some(scheduler) = scheduler(choice, &injector) else {
+            let Some((injector, scheduler, file)) = setup(choice, "cancel-pending") else {
                 return;
             };
-            let file = BlockFile::create(
-                "cancel-tests",
-                &format!("cancel-pending-{choice:?}"),
-                BLOCKS,
-            );
             let mut stalled = stall_and_queue(&scheduler, &injector, &file);
             let cancelled = scheduler.cancel_pending().unwrap();
             let reads = expect_queue_cancelled(&mut stalled, choice);
@@ -270,9 +271,7 @@ fn stream_read_cut_short(
     name: &str,
     stop: fn(&Scheduler),
 ) -> Option<(io::Result<Vec<u8>>, BlockFile)> {
-    let injector = FaultInjector::new(FaultPlan::default());
-    let scheduler = scheduler(choice, &injector)?;
-    let file = BlockFile::create("cancel-tests", &format!("{name}-{choice:?}"), BLOCKS);
+    let (injector, scheduler, file) = setup(choice, name)?;
     let handle = scheduler.open(&file.path).unwrap();
     let class = scheduler.add_class("scan", 100).unwrap();
     injector.stall_for(STALL);
@@ -365,11 +364,9 @@ fn cut_by_a_cancel(
     expected: Expected<'_>,
     request: impl FnOnce(tailguard::File, tailguard::IoClass) -> io::Result<()> + Send + 'static,
 ) {
-    let injector = FaultInjector::new(FaultPlan::default());
-    let Some(scheduler) = scheduler(choice, &injector) else {
+    let Some((injector, scheduler, file)) = setup(choice, name) else {
         return;
     };
-    let file = BlockFile::create("cancel-tests", &format!("{name}-{choice:?}"), BLOCKS);
     let handle = scheduler.open(&file.path).unwrap();
     let class = scheduler.add_class("c", 100).unwrap();
     injector.stall_for(STALL);
@@ -482,12 +479,9 @@ fn queued_pieces(scheduler: &Scheduler) -> usize {
 fn a_stream_read_a_cancel_failed_ends_with_an_error_not_a_spin() {
     for choice in BACKENDS {
         common::watched(WATCHDOG, move || {
-            let injector = FaultInjector::new(FaultPlan::default());
-            let Some(scheduler) = scheduler(choice, &injector) else {
+            let Some((injector, scheduler, file)) = setup(choice, "read-failed") else {
                 return;
             };
-            let file =
-                BlockFile::create("cancel-tests", &format!("read-failed-{choice:?}"), BLOCKS);
             let handle = scheduler.open(&file.path).unwrap();
             let class = scheduler.add_class("c", 100).unwrap();
             injector.stall_for(STALL);
