@@ -1,4 +1,5 @@
-//! `--metrics-listen ADDRESS`: bench's and demo's scheduler metrics over HTTP.
+//! `--metrics-listen ADDRESS`: bench's, frontier's and demo's scheduler
+//! metrics over HTTP.
 //!
 //! The first `tailguard` run of the command starts one
 //! [`tailguard::MetricsServer`] on the address (loopback only) and prints its

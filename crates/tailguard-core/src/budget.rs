@@ -108,9 +108,11 @@ pub fn split_bytes_for(
     )
 }
 
-/// [`split_bytes_for`] in multiples of `alignment_bytes` (at least
-/// [`SPLIT_BYTES_MIN`]) in place of 4 KiB: never below it, so that a piece
-/// of a request that starts on the alignment starts on it too.
+/// [`split_bytes_for`] in multiples of `alignment_bytes` and of no less than
+/// [`SPLIT_BYTES_MIN`] (the smallest multiple of the alignment that is at
+/// least 4 KiB) in place of 4 KiB: never below it, so that a piece of a
+/// request that starts on the alignment starts on it too. Where the
+/// alignment exceeds `max_request_bytes`, pieces are of the alignment.
 pub fn split_bytes_aligned(
     limit_ns: Nanos,
     pieces: u64,
@@ -119,7 +121,8 @@ pub fn split_bytes_aligned(
     cost_ns: impl Fn(u64) -> Nanos,
 ) -> u64 {
     let pieces = pieces.max(1);
-    let unit = alignment_bytes.max(SPLIT_BYTES_MIN);
+    let alignment = alignment_bytes.max(1);
+    let unit = alignment.saturating_mul(SPLIT_BYTES_MIN.div_ceil(alignment));
     let mut bytes = (max_request_bytes / unit * unit).max(unit);
     while bytes > unit && pieces.saturating_mul(cost_ns(bytes)) > limit_ns {
         bytes = (bytes / 2 / unit * unit).max(unit);
@@ -255,6 +258,8 @@ mod tests {
             32_768
         );
         assert_eq!(split_bytes_aligned(20_000, 2, 1 << 20, 512, cost), 8_192);
+        // Not a power of two: multiples of it, the first at least 4 KiB.
+        assert_eq!(split_bytes_aligned(20_000, 2, 1 << 20, 3_072, cost), 6_144);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!    of its direction is split into pieces of at most that size; the pieces
 //!    enter the class's FIFO together, in offset order. The split size is derived
 //!    from the budget so that two pieces fit in it (see [`crate::budget`]), and is
-//!    never more than the profile's `max_request_bytes`. When the budget shrinks
+//!    never more than the profile's `max_request_bytes` (unless the device's
+//!    direct-I/O alignment is larger: then one aligned block). When the budget shrinks
 //!    the split size with it, pieces already queued at the larger size are cut
 //!    to the new one as they reach the head of the queue.
 //! 2. [`Dispatcher::dispatch`]: while the fair queue's next piece fits the
@@ -189,7 +190,8 @@ pub struct DispatchedPiece {
     pub direction: Direction,
     /// Where the piece starts.
     pub offset_bytes: u64,
-    /// How long the piece is (at most `max_request_bytes`).
+    /// How long the piece is (at most `max_request_bytes`, or the device's
+    /// piece alignment where that is larger).
     pub length_bytes: u64,
     /// Its cost in device time.
     pub cost_ns: Nanos,
@@ -574,6 +576,17 @@ impl<C: LatencyController> Dispatcher<C> {
         self.budget
     }
 
+    /// Raises what split sizes are multiples of to `alignment_bytes` (see
+    /// [`DispatcherConfig::piece_alignment_bytes`]), for a file on the device
+    /// that needs more than those before it; a smaller value changes
+    /// nothing, since larger pieces stay aligned for every file before.
+    pub fn raise_piece_alignment(&mut self, alignment_bytes: u64) {
+        if alignment_bytes > self.piece_alignment_bytes {
+            self.piece_alignment_bytes = alignment_bytes;
+            self.derive_split_bytes();
+        }
+    }
+
     /// Sets the budget limit (the hook for latency controllers driven from
     /// outside). The wake credit and the split size follow the budget; pieces
     /// already queued at a larger split size are cut to the new one as they
@@ -813,8 +826,9 @@ impl<C: LatencyController> Dispatcher<C> {
         false
     }
 
-    /// Queues a request at `now`, split into pieces of at most
-    /// `max_request_bytes`. Returns the number of pieces.
+    /// Queues a request at `now`, split into pieces of the split size now
+    /// ([`Dispatcher::split_bytes`]; a write's larger one during a quiet).
+    /// Returns the number of pieces.
     pub fn enqueue(&mut self, now: Nanos, request: IoRequest) -> Result<u32, CoreError> {
         self.check_class(request.class)?;
         if self.classes.slots[request.class.index()].retiring {
@@ -1443,6 +1457,18 @@ mod tests {
             }
         }
         assert!(offsets.len() > 1, "the write was split: {offsets:?}");
+    }
+
+    #[test]
+    fn a_raised_alignment_takes_the_split_with_it_and_a_lower_one_does_not() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(20 * NANOS_PER_MICROSECOND);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 4_096);
+        dispatcher.raise_piece_alignment(16_384);
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 16_384);
+        dispatcher.raise_piece_alignment(8_192);
+        assert_eq!(dispatcher.split_bytes(Direction::Write), 16_384);
     }
 
     #[test]

@@ -235,8 +235,8 @@ pub(crate) struct DeviceKind {
     pub(crate) through_a_file: bool,
     /// What its pieces' sizes are multiples of
     /// (`DispatcherConfig::piece_alignment_bytes`): its logical block size,
-    /// or the direct-I/O offset alignment of the file that announced it,
-    /// whichever is larger.
+    /// or the direct-I/O offset alignment of a file opened on it, whichever
+    /// is larger (a later file that needs more raises it).
     pub(crate) piece_alignment_bytes: u64,
 }
 
@@ -747,7 +747,10 @@ impl Engine {
             through_a_file,
             piece_alignment_bytes,
         } = kind;
-        if self.device_ids.contains(&device) {
+        if let Some(index) = self.device_ids.iter().position(|known| *known == device) {
+            // A later file on the device that needs a larger alignment.
+            let dispatcher = &mut self.devices[index].dispatcher;
+            dispatcher.raise_piece_alignment(piece_alignment_bytes);
             return;
         }
         let build = |profile: &DeviceProfile| {
@@ -1890,6 +1893,29 @@ mod tests {
             DeviceKind::of(&small_blocks, 512).piece_alignment_bytes,
             4_096
         );
+    }
+
+    #[test]
+    fn a_later_file_that_needs_a_larger_alignment_raises_the_devices() {
+        let mut engine = engine();
+        let profile = crate::DEFAULT_SSD_PROFILE.clone();
+        let aligned = |piece_alignment_bytes| DeviceKind {
+            piece_alignment_bytes,
+            ..DeviceKind::PLAIN
+        };
+        let split = |engine: &Engine| engine.devices[0].dispatcher.split_bytes(Direction::Write);
+        engine.add_device(DeviceId(5), "d".into(), aligned(4_096), profile.clone());
+        let before = split(&engine);
+        let larger = 3 * 65_536;
+        assert_ne!(
+            before % larger,
+            0,
+            "a split of {before} is not already aligned"
+        );
+        engine.add_device(DeviceId(5), "d".into(), aligned(larger), profile);
+        let after = split(&engine);
+        assert_eq!(after % larger, 0, "{after}");
+        assert_eq!(engine.devices.len(), 1, "one device, not two");
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::engine::{
 };
 use crate::handoff::{Closed, Handoff, Pushed};
 use crate::stats::StatsSnapshot;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -312,7 +312,9 @@ impl SchedulerBuilder {
 #[derive(Default)]
 struct Registry {
     classes: Vec<(String, bool)>,
-    devices: HashSet<DeviceId>,
+    /// Each device the engine was told of, with the piece alignment it was
+    /// told last.
+    devices: HashMap<DeviceId, u64>,
 }
 
 struct Inner {
@@ -660,17 +662,21 @@ impl Scheduler {
         profile: DeviceProfile,
     ) -> io::Result<()> {
         let mut registry = self.inner.registry.lock().expect("lock poisoned");
-        if registry.devices.insert(device) {
-            // Sent under the registry's lock: another thread opening a file on
-            // the same device waits for the lock, so its first request reaches
-            // the engine after the device does.
-            self.inner.send(Message::AddDevice {
-                device,
-                name,
-                kind,
-                profile,
-            })?;
+        let announced = registry.devices.get(&device).copied();
+        if announced.is_some_and(|alignment| alignment >= kind.piece_alignment_bytes) {
+            return Ok(());
         }
+        registry.devices.insert(device, kind.piece_alignment_bytes);
+        // Sent under the registry's lock: another thread opening a file on
+        // the same device waits for the lock, so its first request reaches
+        // the engine after the device does. For a device the engine knows,
+        // the message raises its piece alignment (this file needs more).
+        self.inner.send(Message::AddDevice {
+            device,
+            name,
+            kind,
+            profile,
+        })?;
         Ok(())
     }
 

@@ -349,7 +349,10 @@ fn a_stream_read_cut_short_by_shutdown_now_fails() {
 /// What [`cut_by_a_cancel`] expects: the requests its cancel fails, and the
 /// error the request comes back with (its kind, and words its message has).
 struct Expected<'a> {
-    cancelled: usize,
+    /// How many requests the cancel may cut: a stream's next request may
+    /// or may not have reached the engine when the cancel comes (if not,
+    /// it is served; the cut one still fails the stream).
+    cancelled: std::ops::RangeInclusive<usize>,
     kind: io::ErrorKind,
     cause: &'a str,
 }
@@ -374,12 +377,11 @@ fn cut_by_a_cancel(
     while injector.counts().ops_stalled == 0 {
         std::thread::sleep(Duration::from_millis(1));
     }
-    // Reads ahead are queued right after the first: let them reach the engine.
-    scheduler.stats().unwrap();
-    assert_eq!(
-        scheduler.cancel_pending().unwrap(),
-        expected.cancelled,
-        "{name}: the requests the cancel cut"
+    let cancelled = scheduler.cancel_pending().unwrap();
+    assert!(
+        expected.cancelled.contains(&cancelled),
+        "{name}: the cancel cut {cancelled} requests, not {:?}",
+        expected.cancelled
     );
     injector.heal();
     let error = requester
@@ -400,7 +402,7 @@ fn cut_by_a_cancel(
 fn requests_cut_short_by_a_cancel_are_not_taken_for_the_end_or_a_full_disk() {
     let length = WRITE_BLOCKS as usize * BLOCK;
     let cut = |cause| Expected {
-        cancelled: 1,
+        cancelled: 1..=1,
         kind: io::ErrorKind::Interrupted,
         cause,
     };
@@ -447,7 +449,7 @@ fn a_stream_write_cut_by_a_cancel_ends_with_an_error_not_a_spin() {
             cut_by_a_cancel(
                 choice,
                 "stream-write",
-                failed(2, cause),
+                failed(1..=2, cause),
                 move |file, class| {
                     use std::io::Write;
                     let options = WriterOptions {
