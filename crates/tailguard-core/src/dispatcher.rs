@@ -406,6 +406,16 @@ enum SlicePop {
     Stop,
 }
 
+/// Whether a class whose work queued and in flight costs `demand_ns` has a
+/// backlog in the sense of slices, `threshold_ns` being
+/// [`Dispatcher::slice_backlog_threshold_ns`]. A class with nothing queued
+/// or in flight has none even when the threshold is 0 (a slice of 0 or 1
+/// ns): as a running slice it would hold the device for work that never
+/// comes.
+fn is_slice_backlog(demand_ns: Nanos, threshold_ns: Nanos) -> bool {
+    demand_ns > 0 && demand_ns >= threshold_ns
+}
+
 /// Whether a piece of `cost_ns` of class `index` may go: the progress rule
 /// (nothing of the class in flight), or room in the budget while the oldest
 /// piece is not overdue.
@@ -979,7 +989,10 @@ impl<C: LatencyController> Dispatcher<C> {
             .queue
             .pop_bypassing_within(lead_ns, |index, cost_ns, queued_ns| {
                 index != slice_class
-                    && queued_ns.saturating_add(classes.slots[index].in_flight_ns) < threshold_ns
+                    && !is_slice_backlog(
+                        queued_ns.saturating_add(classes.slots[index].in_flight_ns),
+                        threshold_ns,
+                    )
                     && admits(classes, budget, admission, index, cost_ns)
             });
         if let Some(popped) = latency {
@@ -1035,11 +1048,7 @@ impl<C: LatencyController> Dispatcher<C> {
         let demand_ns = self.queue.queued_ns(class_index)
             + self.classes.slots[class_index].in_flight_ns
             + extra_ns;
-        let threshold_ns = self.slice_backlog_threshold_ns();
-        // A class with nothing queued or in flight has no backlog even when
-        // the threshold is 0 (a slice of 0 or 1 ns): as a running slice it
-        // would hold the device for work that never comes.
-        demand_ns > 0 && demand_ns >= threshold_ns
+        is_slice_backlog(demand_ns, self.slice_backlog_threshold_ns())
     }
 
     /// Cuts the next piece to the current split size if it was split at a larger

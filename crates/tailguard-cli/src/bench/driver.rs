@@ -556,16 +556,7 @@ impl<'a> Driver<'a> {
             if !self.job_options[job].end_fsync || syncs.values().any(|&f| f == file) {
                 continue;
             }
-            let token = self.next_token;
-            self.next_token += 1;
-            executor.submit(Request {
-                token,
-                class: self.scenario.jobs[job].class,
-                file,
-                kind: RequestKind::Sync(SyncKind::Fsync),
-                offset: 0,
-                buffer: None,
-            })?;
+            let token = self.submit_sync(executor, job, SyncKind::Fsync)?;
             syncs.insert(token, file);
         }
         let mut done = Vec::new();
@@ -869,19 +860,32 @@ impl<'a> Driver<'a> {
     fn submit_syncs(&mut self, executor: &mut dyn Executor) -> Result<(), CliError> {
         for instance in std::mem::take(&mut self.syncs_due) {
             let job = self.instance_job[instance];
-            let token = self.next_token;
-            self.next_token += 1;
-            executor.submit(Request {
-                token,
-                class: self.scenario.jobs[job].class,
-                file: self.plan.job_file[job],
-                kind: RequestKind::Sync(self.job_options[job].sync_kind),
-                offset: 0,
-                buffer: None,
-            })?;
+            let kind = self.job_options[job].sync_kind;
+            let token = self.submit_sync(executor, job, kind)?;
             self.pending_syncs.insert(token, instance);
         }
         Ok(())
+    }
+
+    /// Hands the executor a sync of `kind` of `job`'s file, in its class;
+    /// returns the sync's token.
+    fn submit_sync(
+        &mut self,
+        executor: &mut dyn Executor,
+        job: usize,
+        kind: SyncKind,
+    ) -> Result<u64, CliError> {
+        let token = self.next_token;
+        self.next_token += 1;
+        executor.submit(Request {
+            token,
+            class: self.scenario.jobs[job].class,
+            file: self.plan.job_file[job],
+            kind: RequestKind::Sync(kind),
+            offset: 0,
+            buffer: None,
+        })?;
+        Ok(token)
     }
 
     /// A sync completed: its slot of the job's in-flight limits is free,
