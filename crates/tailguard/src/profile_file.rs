@@ -333,11 +333,15 @@ impl ProfileFile {
 
     /// Writes the file in `format`.
     pub fn save(&self, path: impl AsRef<Path>, format: ProfileFormat) -> io::Result<()> {
-        let text = match format {
-            ProfileFormat::Toml => self.to_toml_string()?,
-            ProfileFormat::SeastarYaml => self.to_seastar_yaml_string()?,
-        };
-        std::fs::write(path, text)
+        std::fs::write(path, self.to_string_in(format)?)
+    }
+
+    /// The file's text in `format`.
+    pub fn to_string_in(&self, format: ProfileFormat) -> Result<String, Error> {
+        match format {
+            ProfileFormat::Toml => self.to_toml_string(),
+            ProfileFormat::SeastarYaml => self.to_seastar_yaml_string(),
+        }
     }
 
     /// Parses TOML, checking the version first; see the module docs.

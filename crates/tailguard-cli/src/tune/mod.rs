@@ -371,11 +371,9 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     for line in &summary {
         println!("{line}");
     }
-    let text = match format {
-        ProfileFormat::SeastarYaml => profile.to_seastar_yaml_string(),
-        _ => profile.to_toml_string(),
-    }
-    .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
+    let text = profile
+        .to_string_in(format)
+        .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
     let allow_overwrite = arguments.allow_overwrite;
     crate::output::write_file("--output", &output, text.as_bytes(), allow_overwrite)?;
     println!("profile written to {}", output.display());
