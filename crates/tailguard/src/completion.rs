@@ -122,14 +122,17 @@ pub(crate) fn drive_until_notified_helping<T>(
         return;
     }
     // About to block: end the session (the engine thread takes over any
-    // work left) and make sure the engine looks at the queue.
+    // work left), make sure the engine looks at the queue, and keep the
+    // engine thread from counting on other sessions meanwhile (step 4 in
+    // `crate::handoff`).
     if std::mem::take(session) {
         handoff.end_helping();
     }
-    handoff.kick();
+    handoff.begin_blocked_wait();
     if !parker.take_notified() {
         parker.park();
     }
+    handoff.end_blocked_wait();
 }
 
 thread_local! {

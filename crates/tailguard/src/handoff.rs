@@ -24,7 +24,9 @@
 //!   unparks the engine thread when it returns): while there is one, nobody
 //!   needs to wake the engine thread;
 //! - `work_left`: whether the last runner to leave the engine left operations
-//!   in flight (or a shutdown to finish).
+//!   in flight (or a shutdown to finish);
+//! - `blocked_waiters`: waiters that found the engine busy and block on their
+//!   parker without running it.
 //!
 //! The protocol, every step under the queue's mutex:
 //!
@@ -118,6 +120,7 @@ struct Queue<T> {
     work_left: bool,
     in_ring: bool,
     ring_woken: bool,
+    blocked_waiters: usize,
 }
 
 /// A push was refused because the engine is shutting down.
@@ -155,6 +158,7 @@ impl<T> Handoff<T> {
                 work_left: false,
                 in_ring: false,
                 ring_woken: false,
+                blocked_waiters: 0,
             }),
             unparked: Condvar::new(),
         }
@@ -266,7 +270,11 @@ impl<T> Handoff<T> {
     /// once closed (the engine thread alone finishes a shutdown).
     pub fn try_yield_to_helpers(&self) -> bool {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
-        if queue.helpers == 0 || queue.closed || !queue.messages.is_empty() {
+        if queue.helpers == 0
+            || queue.blocked_waiters > 0
+            || queue.closed
+            || !queue.messages.is_empty()
+        {
             return false;
         }
         queue.parked = true;
@@ -352,6 +360,30 @@ impl<T> Handoff<T> {
             drop(queue);
             self.unparked.notify_one();
         }
+    }
+
+    /// A waiter that found the engine busy is about to block on its parker
+    /// without running the engine (step 4 in the module docs): pays deferred
+    /// pushes as [`Handoff::kick`] does, and unparks the engine thread if a
+    /// helping session keeps it parked, since that session's thread may not
+    /// run the engine again before this waiter's request completes. Pair with
+    /// [`Handoff::end_blocked_wait`].
+    pub fn begin_blocked_wait(&self) {
+        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        queue.blocked_waiters += 1;
+        if queue.parked && (queue.helpers > 0 || !queue.messages.is_empty()) {
+            queue.parked = false;
+            drop(queue);
+            self.unparked.notify_one();
+        }
+    }
+
+    /// The waiter's block on its parker is over.
+    pub fn end_blocked_wait(&self) {
+        self.queue
+            .lock()
+            .expect("handoff lock poisoned")
+            .blocked_waiters -= 1;
     }
 
     /// Whether a message waits with the engine thread parked and nobody helping:
