@@ -1607,7 +1607,6 @@ impl Shared {
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             engine.run_beside_ring_wait()
         }));
-        drop(running);
         let must_look = outcome.unwrap_or_else(|_| {
             if let Some(mut engine) = guard.take() {
                 engine.crash();
@@ -1615,6 +1614,8 @@ impl Shared {
             true
         });
         drop(guard);
+        // After the crash's wakers and the lock (see `help`).
+        drop(running);
         self.handoff
             .leave_engine_beside_ring_wait(must_look, &self.waker);
         Ok(())
@@ -1650,7 +1651,6 @@ impl Shared {
             }
             !engine.drained() || engine.shutting_down
         }));
-        drop(running);
         parker.set_running_engine(false);
         let must_look = match outcome {
             Ok(work_left) => {
@@ -1666,6 +1666,10 @@ impl Shared {
             }
         };
         drop(guard);
+        // Only now: a waker that `crash` calls may drop the last handle, and
+        // the shutdown must see that this thread runs the engine (it holds
+        // the lock the engine thread waits for) instead of joining it.
+        drop(running);
         if self.waits_in_ring {
             // The engine thread may wait in the ring meanwhile.
             self.handoff

@@ -1392,7 +1392,10 @@ mod tests {
     /// (running the engine, which answers both and calls that waker, under
     /// the engine's lock, on this thread, unless the engine thread had the
     /// engine at that moment). Returns the thread the waker ran on.
-    fn drop_the_last_handle_in_a_waker_while_holding(name: &str) -> Option<String> {
+    ///
+    /// With `crash`, the engine panics in that run: its crash answers both
+    /// nops (failed) and calls the waker under the engine's lock.
+    fn drop_the_last_handle_in_a_waker_while_holding(name: &str, crash: bool) -> Option<String> {
         let (sender, dropped_on) = std::sync::mpsc::channel();
         let helping = std::thread::Builder::new()
             .name(name.to_string())
@@ -1406,6 +1409,9 @@ mod tests {
                 let mut first = scheduler.nop(&class);
                 let second = scheduler.nop(&class);
                 drop(class);
+                if crash {
+                    scheduler.inner.send(Message::Panic).unwrap();
+                }
                 let waker = std::task::Waker::from(Arc::new(DropOnWake {
                     scheduler: std::sync::Mutex::new(Some(scheduler)),
                     dropped_on: sender,
@@ -1414,10 +1420,13 @@ mod tests {
                 if std::pin::Pin::new(&mut first).poll(&mut context).is_ready() {
                     return;
                 }
-                second.wait().unwrap();
+                assert_eq!(second.wait().is_err(), crash);
                 drop(hold);
                 let done = std::pin::Pin::new(&mut first).poll(&mut context);
-                assert!(matches!(done, std::task::Poll::Ready(Ok(()))), "{done:?}");
+                match done {
+                    std::task::Poll::Ready(result) => assert_eq!(result.is_err(), crash),
+                    std::task::Poll::Pending => panic!("the first nop was not answered"),
+                }
             })
             .unwrap();
         // A hang detector: a shutdown must not wait for the engine thread
@@ -1436,7 +1445,25 @@ mod tests {
         let name = "a helper of the engine";
         let on_the_helper = (0..20)
             .filter(|_| {
-                drop_the_last_handle_in_a_waker_while_holding(name).as_deref() == Some(name)
+                drop_the_last_handle_in_a_waker_while_holding(name, false).as_deref() == Some(name)
+            })
+            .count();
+        assert!(
+            on_the_helper > 0,
+            "the waker never ran on the helping thread"
+        );
+    }
+
+    /// As above, with the waker called by the crash of an engine that
+    /// panicked on the helping thread: the shutdown the last handle starts
+    /// there must not join the engine thread, which waits for the engine's
+    /// lock that this thread still holds.
+    #[test]
+    fn the_last_handle_dropped_by_a_waker_in_a_crash_on_a_helping_thread_shuts_down() {
+        let name = "a crashing helper of the engine";
+        let on_the_helper = (0..20)
+            .filter(|_| {
+                drop_the_last_handle_in_a_waker_while_holding(name, true).as_deref() == Some(name)
             })
             .count();
         assert!(
