@@ -342,13 +342,15 @@ impl Timeline {
         self.interval_completed += 1;
     }
 
-    /// Closes every interval that ended by `now`, none starting at or past
-    /// `deadline`.
+    /// Closes every interval that ended by `now` and by `deadline`: the one
+    /// the deadline cuts short is left out, as dividing its completions by a
+    /// whole interval would understate its rate.
     fn advance(&mut self, now: Instant, deadline: Instant) {
         let Some(interval) = self.interval else {
             return;
         };
-        while now.duration_since(self.interval_start) >= interval && self.interval_start < deadline
+        while now.duration_since(self.interval_start) >= interval
+            && self.interval_start + interval <= deadline
         {
             self.iops
                 .push(self.interval_completed as f64 / interval.as_secs_f64());
@@ -413,5 +415,16 @@ mod tests {
         }
         timeline.advance(start + 4 * second, deadline);
         assert_eq!(timeline.iops, [5.0, 0.0, 0.0, 7.0]);
+    }
+
+    /// The interval the deadline falls in is cut short: it is not closed, as
+    /// its completions over a whole interval's length would understate it.
+    #[test]
+    fn an_interval_straddling_the_deadline_is_left_out() {
+        let start = Instant::now();
+        let second = Duration::from_secs(1);
+        let mut timeline = Timeline::new(Some(second), start);
+        timeline.advance(start + 3 * second, start + Duration::from_millis(2_500));
+        assert_eq!(timeline.iops.len(), 2, "{:?}", timeline.iops);
     }
 }

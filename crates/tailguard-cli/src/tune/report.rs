@@ -206,29 +206,34 @@ pub fn curve_svg(curve: &Curve) -> String {
 
 /// The sustained run's rate over time.
 pub fn timeline_svg(curve: &Curve) -> String {
-    let scale = curve.sustain_scale();
-    let values: Vec<f64> = curve.timeline.iter().map(|value| value * scale).collect();
-    let step_s = curve.sustain_s / values.len().max(1) as f64;
+    let points = timeline_points(curve);
     let unit = throughput_unit(curve);
     Chart {
         title: format!("{}: sustained at the knee", curve.spec.title),
         x: Axis::linear_from_zero("seconds", curve.sustain_s, short_number),
         y: Axis::linear_from_zero(
             unit,
-            values.iter().copied().fold(0.0, f64::max) * 1.1,
+            points.iter().map(|point| point.1).fold(0.0, f64::max) * 1.1,
             short_number,
         ),
         series: vec![Series {
             name: unit.into(),
-            // Each value stands for its interval: drawn at its middle.
-            points: values
-                .iter()
-                .enumerate()
-                .map(|(index, value)| ((index as f64 + 0.5) * step_s, *value))
-                .collect(),
+            points,
         }],
     }
     .to_svg()
+}
+
+/// The timeline's points, `(seconds, rate in the curve's unit)`: each value
+/// stands for its interval and is drawn at its middle.
+fn timeline_points(curve: &Curve) -> Vec<(f64, f64)> {
+    let scale = curve.sustain_scale();
+    curve
+        .timeline
+        .iter()
+        .enumerate()
+        .map(|(index, value)| ((index as f64 + 0.5) * curve.interval_s, value * scale))
+        .collect()
 }
 
 /// The whole page.
@@ -278,6 +283,26 @@ mod tests {
         assert_eq!(short_number(2.5e9), "2.50G");
         assert_eq!(short_bytes(4096), "4 KiB");
         assert_eq!(short_bytes(4 << 20), "4 MiB");
+    }
+
+    #[test]
+    fn the_timeline_is_spaced_by_its_interval_not_by_the_run_length() {
+        use crate::tune::CurveSpec;
+        // 20 intervals of 0.4 s in a run that lasted 8.5 s (the tail interval,
+        // cut short by the deadline, has no value).
+        let curve = Curve {
+            spec: CurveSpec::random(false),
+            points: Vec::new(),
+            knee: None,
+            timeline: vec![1_000.0; 20],
+            sustain_s: 8.5,
+            interval_s: 0.4,
+            step_s: 0.5,
+            rates: None,
+        };
+        let seconds: Vec<f64> = timeline_points(&curve).iter().map(|point| point.0).collect();
+        assert!((seconds[0] - 0.2).abs() < 1e-9, "{seconds:?}");
+        assert!((seconds[19] - 7.8).abs() < 1e-9, "{seconds:?}");
     }
 
     #[test]
