@@ -24,6 +24,11 @@
 //! together is cheaper in system calls, but on virtio disks requests submitted
 //! together complete together, so the rate measured that way would fall below
 //! what fio (and the library, submitting eagerly) gets from the same disk.
+//!
+//! The wait for a completion is timed (50 ms at most, less near the deadline),
+//! so a request that hangs keeps neither the step past its deadline nor `tick`
+//! (Ctrl-C) from being seen; only the drain that follows waits for it, since
+//! its buffer is the kernel's until it completes.
 
 use hdrhistogram::Histogram;
 use std::fs::File;
@@ -36,6 +41,10 @@ use tailguard::AlignedBuffer;
 /// The slowest request a step's histogram tells apart: ten minutes, in
 /// nanoseconds (slower ones count as this).
 const LATENCY_NS_MAX: u64 = 600_000_000_000;
+
+/// How often a step calls its `tick`, and the longest it waits for a
+/// completion before it looks at the clock again.
+const TICK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Ring entries: the deepest step (256) plus room.
 const RING_DEPTH: u32 = 512;
@@ -64,6 +73,8 @@ pub struct StepResult {
     pub latency_ns: Histogram<u64>,
     /// Requests per second in each interval, when asked for.
     pub timeline_iops: Vec<f64>,
+    /// Whether `tick` stopped the step before its deadline.
+    pub stopped: bool,
 }
 
 impl StepResult {
@@ -105,7 +116,17 @@ impl Prober {
             threads: 16,
             shared_ring: false,
         })?;
-        Ok(Self {
+        Ok(Self::with_backend(backend, file, size_bytes, alignment_bytes))
+    }
+
+    /// A prober on `file` driven by `backend`.
+    fn with_backend(
+        backend: Box<dyn Backend>,
+        file: File,
+        size_bytes: u64,
+        alignment_bytes: usize,
+    ) -> Self {
+        Self {
             backend,
             file,
             size_bytes,
@@ -114,7 +135,7 @@ impl Prober {
             random_state: 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id()),
             cursor: 0,
             unsubmitted: false,
-        })
+        }
     }
 
     /// io_uring, or the thread pool where io_uring is refused.
@@ -122,8 +143,8 @@ impl Prober {
         self.backend.kind()
     }
 
-    /// Runs `pattern` for `duration`; `tick` is called about every 50 ms and
-    /// stops the step early when it returns false.
+    /// Runs `pattern` for `duration`; `tick` is called about every 50 ms, also
+    /// while a request hangs, and stops the step early when it returns false.
     pub fn run(
         &mut self,
         pattern: Pattern,
@@ -140,6 +161,13 @@ impl Prober {
     }
 
     fn prepare_slots(&mut self, pattern: Pattern) -> io::Result<()> {
+        if self.backend.in_flight() > 0 {
+            return Err(io::Error::other(format!(
+                "{} requests are still in flight; their buffers stay until they complete, so a \
+                 new step cannot start (drain the prober first)",
+                self.backend.in_flight()
+            )));
+        }
         if pattern.request_bytes > self.size_bytes {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -183,8 +211,12 @@ impl Prober {
         let mut last_tick = start;
         let mut results = Vec::new();
         let mut stop = false;
+        let mut stopped = false;
         while !stop {
-            self.submit(true)?;
+            // A timed wait: a request that hangs must not keep the loop from
+            // its deadline or from `tick` (Ctrl-C).
+            let until_deadline = deadline.saturating_duration_since(Instant::now());
+            self.submit_and_wait(until_deadline.min(TICK_INTERVAL))?;
             results.clear();
             self.backend.reap(&mut results);
             let now = Instant::now();
@@ -209,10 +241,11 @@ impl Prober {
                     self.push(slot, pattern)?;
                 }
             }
-            if now.duration_since(last_tick) >= Duration::from_millis(50) {
+            if now.duration_since(last_tick) >= TICK_INTERVAL {
                 last_tick = now;
                 if !tick() {
                     stop = true;
+                    stopped = true;
                 }
             }
         }
@@ -225,6 +258,7 @@ impl Prober {
             elapsed_s,
             latency_ns,
             timeline_iops: timeline.iops,
+            stopped,
         })
     }
 
@@ -234,20 +268,26 @@ impl Prober {
             *submitted = Instant::now();
             self.push(slot, pattern)?;
         }
-        self.submit(false)
+        self.submit()
     }
 
-    /// Submits what is pushed, waiting for a completion if `wait`.
-    fn submit(&mut self, wait: bool) -> io::Result<()> {
+    /// Submits what is pushed, without waiting.
+    fn submit(&mut self) -> io::Result<()> {
         self.unsubmitted = false;
-        self.backend.submit(wait)
+        self.backend.submit(false)
+    }
+
+    /// Submits what is pushed and waits for a completion, at most `timeout`.
+    fn submit_and_wait(&mut self, timeout: Duration) -> io::Result<()> {
+        self.unsubmitted = false;
+        self.backend.submit_wait_timeout(timeout)
     }
 
     /// Hands slot `slot`'s buffer to the kernel for the next request, after
     /// submitting the request pushed before it (see the module docs).
     fn push(&mut self, slot: usize, pattern: Pattern) -> io::Result<()> {
         if self.unsubmitted {
-            self.submit(false)?;
+            self.submit()?;
         }
         let offset = self.next_offset(pattern);
         let buffer = self.slots[slot]
@@ -269,7 +309,7 @@ impl Prober {
         // reaped (`drain` waits for every op before the slots are cleared or
         // dropped), and nothing reads or writes it meanwhile.
         if let Err(op) = unsafe { self.backend.push(op) } {
-            self.submit(false)?;
+            self.submit()?;
             // SAFETY: as above.
             if unsafe { self.backend.push(op) }.is_err() {
                 return Err(io::Error::other("the io_uring submission queue stays full"));
@@ -307,7 +347,7 @@ impl Prober {
     fn drain(&mut self) -> io::Result<()> {
         let mut results = Vec::new();
         while self.backend.in_flight() > 0 {
-            self.submit(true)?;
+            self.submit_and_wait(TICK_INTERVAL)?;
             self.backend.reap(&mut results);
         }
         Ok(())
@@ -391,10 +431,138 @@ fn check_result(result: i32, pattern: Pattern) -> io::Result<()> {
     Ok(())
 }
 
+/// A backend whose requests all hang until a set instant, then complete in
+/// full: for the tests of what waits and what stops.
+#[cfg(test)]
+pub(crate) mod hanging {
+    use std::io;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use tailguard::backend::{Backend, BackendKind, EngineWaker, Op, OpResult};
+
+    /// See the module docs.
+    pub struct HangingBackend {
+        /// `(user_data, length)` of each request pushed and not yet reaped.
+        pub pending: Vec<(u64, u32)>,
+        /// When the requests complete.
+        pub release_at: Instant,
+        /// Set once they have.
+        pub released: Arc<AtomicBool>,
+    }
+
+    impl HangingBackend {
+        /// Requests hang for `hang`; none hang with a zero `hang`.
+        pub fn new(hang: Duration) -> Self {
+            Self {
+                pending: Vec::new(),
+                release_at: Instant::now() + hang,
+                released: Arc::new(AtomicBool::new(false)),
+            }
+        }
+    }
+
+    struct NoWaker;
+
+    impl EngineWaker for NoWaker {
+        fn wake(&self) {}
+    }
+
+    impl Backend for HangingBackend {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Threads
+        }
+
+        unsafe fn push(&mut self, op: Op) -> Result<(), Op> {
+            // The buffer is never touched: only the op's identity is kept.
+            self.pending.push((op.user_data, op.length));
+            Ok(())
+        }
+
+        fn submit(&mut self, wait: bool) -> io::Result<()> {
+            assert!(!wait, "an untimed wait: a hung request would block it for good");
+            Ok(())
+        }
+
+        fn submit_wait_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+            let left = self.release_at.saturating_duration_since(Instant::now());
+            std::thread::sleep(timeout.min(left));
+            Ok(())
+        }
+
+        fn reap(&mut self, out: &mut Vec<OpResult>) {
+            if Instant::now() < self.release_at {
+                return;
+            }
+            self.released.store(true, Ordering::SeqCst);
+            out.extend(self.pending.drain(..).map(|(user_data, length)| OpResult {
+                user_data,
+                result: length as i32,
+            }));
+        }
+
+        fn waker(&self) -> Arc<dyn EngineWaker> {
+            Arc::new(NoWaker)
+        }
+
+        fn in_flight(&self) -> usize {
+            self.pending.len()
+        }
+    }
+
+    /// A prober on `/dev/null` (never read: the backend does no I/O).
+    pub fn prober(backend: HangingBackend) -> super::Prober {
+        let file = std::fs::File::open("/dev/null").expect("/dev/null opens");
+        super::Prober::with_backend(Box::new(backend), file, 64 << 20, 4096)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Timeline;
+    use super::hanging::{prober, HangingBackend};
+    use super::{Pattern, Timeline};
+    use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
+
+    const RANDOM_READS: Pattern = Pattern {
+        write: false,
+        sequential: false,
+        request_bytes: 4096,
+        queue_depth: 4,
+    };
+
+    /// Ctrl-C during a request that hangs: the step sees the stop while the
+    /// request still hangs (its wait is timed), then drains it.
+    #[test]
+    fn a_hung_request_does_not_hide_a_stop() {
+        let backend = HangingBackend::new(Duration::from_millis(500));
+        let released = backend.released.clone();
+        let mut prober = prober(backend);
+        let mut ticked_while_hung = false;
+        let mut tick = || {
+            ticked_while_hung |= !released.load(Ordering::SeqCst);
+            false
+        };
+        let result = prober
+            .run(RANDOM_READS, Duration::from_secs(600), None, &mut tick)
+            .unwrap();
+        assert!(ticked_while_hung, "tick waited for the hung request");
+        assert!(result.stopped);
+        assert_eq!(result.completed, 0);
+    }
+
+    /// The slots hold the buffers of requests in flight: a step does not
+    /// replace them before those complete.
+    #[test]
+    fn a_step_does_not_start_over_requests_in_flight() {
+        let mut backend = HangingBackend::new(Duration::from_millis(100));
+        backend.pending.push((0, 4096));
+        let mut prober = prober(backend);
+        let error = prober
+            .run(RANDOM_READS, Duration::from_millis(10), None, &mut || true)
+            .unwrap_err();
+        assert!(error.to_string().contains("in flight"), "{error}");
+    }
 
     /// A reap after a stall of several intervals: the intervals that ended
     /// meanwhile close empty, and its completions count in the interval of

@@ -455,7 +455,8 @@ fn measure_curves(
     Ok(curves)
 }
 
-/// The sweep, then the sustained run at the knee.
+/// The sweep, then the sustained run at the knee; a `tick` that stops a step
+/// ends the curve there, without the sustained run.
 fn measure_curve(
     prober: &mut Prober,
     spec: CurveSpec,
@@ -465,6 +466,7 @@ fn measure_curve(
     let curve_start = Instant::now();
     let step_time = budget.mul_f64(SWEEP_SHARE) / spec.steps.len() as u32;
     let mut points = Vec::new();
+    let mut stopped = false;
     for &(request_bytes, queue_depth) in &spec.steps {
         let pattern = Pattern {
             write: spec.write,
@@ -473,6 +475,7 @@ fn measure_curve(
             queue_depth,
         };
         let result = prober.run(pattern, step_time, None, tick)?;
+        stopped = result.stopped;
         points.push(CurvePoint {
             queue_depth,
             request_bytes,
@@ -480,7 +483,7 @@ fn measure_curve(
             latency_us_p50: result.latency_us(50.0),
             latency_us_p99: result.latency_us(99.0),
         });
-        if knee::knee_index(&points).is_some() || interrupted() {
+        if knee::knee_index(&points).is_some() || stopped {
             break;
         }
     }
@@ -495,7 +498,8 @@ fn measure_curve(
         step_s: step_time.as_secs_f64(),
         rates: None,
     };
-    let Some(point) = curve.knee_point().copied() else {
+    // Stopped (Ctrl-C): no sustained run; the caller reports the stop.
+    let Some(point) = curve.knee_point().copied().filter(|_| !stopped) else {
         return Ok(curve);
     };
     let sustain = budget.saturating_sub(curve_start.elapsed()).max(step_time);
@@ -792,6 +796,23 @@ mod tests {
         // No sustained run: no window to name.
         curve.timeline.clear();
         assert_eq!(curve.window_note(), None);
+    }
+
+    #[test]
+    fn a_stop_during_the_sweep_skips_the_sustained_run() {
+        use measure::hanging::{prober, HangingBackend};
+        let mut prober = prober(HangingBackend::new(Duration::ZERO));
+        let mut tick = || false;
+        let curve = measure_curve(
+            &mut prober,
+            CurveSpec::random(false),
+            Duration::from_secs(10),
+            &mut tick,
+        )
+        .unwrap();
+        assert_eq!(curve.points.len(), 1, "the sweep went on after the stop");
+        assert!(curve.timeline.is_empty() && curve.rates.is_none());
+        assert_eq!(curve.sustain_s, 0.0, "a sustained run began after the stop");
     }
 
     #[test]
