@@ -306,10 +306,20 @@ fn device_of_created<T>(
     Ok(device)
 }
 
-fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, CliError> {
-    let size_bytes = layout_size(options.size_bytes, free_bytes(directory))
-        .map_err(|message| usage(format!("{}: {message}", directory.display())))?;
+/// Removes what killed runs left in `directory`, then sizes the test file
+/// from the free space `free` finds: the leftovers' space counts as free.
+fn size_after_cleanup(
+    directory: &Path,
+    requested: Option<u64>,
+    free: impl FnOnce(&Path) -> Option<u64>,
+) -> Result<u64, CliError> {
     crate::lifecycle::note_leftovers(directory);
+    layout_size(requested, free(directory))
+        .map_err(|message| usage(format!("{}: {message}", directory.display())))
+}
+
+fn lay_out(directory: &Path, options: &TargetOptions) -> Result<TestFile, CliError> {
+    let size_bytes = size_after_cleanup(directory, options.size_bytes, free_bytes)?;
     let path = directory.join(format!(".tailguard-tune-{}.data", std::process::id()));
     let file = open_direct(&path, true, true).map_err(|error| {
         // A filesystem that refuses O_DIRECT (ramfs) creates the file before
@@ -419,6 +429,30 @@ mod tests {
         assert_eq!(device_of_created(&file, &path, |_| Ok(7)).unwrap(), 7);
         assert!(path.exists());
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn free_space_is_measured_after_a_killed_run_s_file_is_removed() {
+        let directory = std::env::temp_dir().join(format!(
+            "tailguard-tune-cleanup-test-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&directory).unwrap();
+        // Named as tune names its file, by a process id no process has.
+        let leftover = directory.join(".tailguard-tune-999999999.data");
+        std::fs::write(&leftover, b"stale").unwrap();
+        let mut leftover_when_measured = None;
+        let size = size_after_cleanup(&directory, None, |_| {
+            leftover_when_measured = Some(leftover.exists());
+            Some(1 << 40)
+        });
+        std::fs::remove_dir_all(&directory).unwrap();
+        assert_eq!(size, Ok(DEFAULT_SIZE_BYTES));
+        assert_eq!(
+            leftover_when_measured,
+            Some(false),
+            "free space was measured with the leftover still there"
+        );
     }
 
     #[test]
