@@ -13,7 +13,10 @@
 //!   gets a smaller file rather than a longer run. Read and write tests run.
 //! - An existing regular file: used in place and never removed. Only read
 //!   tests run, unless `--allow-write`, which overwrites its contents. Tune
-//!   holds an exclusive `flock` on it, so a second run on it is refused.
+//!   holds an exclusive `flock` on it, so a second run on it is refused. It
+//!   must hold written data throughout: a hole, or space reserved with
+//!   `fallocate` and never written, reads back as zeros without touching the
+//!   device, so such a file is refused.
 //! - A block device: refused unless `--allow-device`, and refused while it or a
 //!   partition on it is mounted or anything holds it, as bench does: it is
 //!   opened with `O_EXCL` ([`open_exclusive`]), which the kernel refuses while a
@@ -198,6 +201,9 @@ fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<Tes
             path.display()
         ))
     })?;
+    if kind == TargetKind::RegularFile {
+        refuse_unwritten(&file, path, end)?;
+    }
     let size_bytes = end / (1 << 20) * (1 << 20);
     if size_bytes < MINIMUM_SIZE_BYTES {
         return Err(usage(format!(
@@ -217,6 +223,40 @@ fn open_existing(path: &Path, kind: TargetKind, allow_write: bool) -> Result<Tes
         kind,
         remove_on_drop: None,
     })
+}
+
+/// Refuses a regular file with space that holds no written data: a hole (a
+/// sparse file) or space reserved with `fallocate` and never written. O_DIRECT
+/// reads of it return zeros without reading the device, so tune would measure
+/// the kernel. Holes show as fewer allocated blocks than the size; both show
+/// to `SEEK_HOLE` on filesystems that report them (ext4, xfs, btrfs), which
+/// count a reserved, unwritten range as a hole.
+fn refuse_unwritten(file: &File, path: &Path, size_bytes: u64) -> Result<(), CliError> {
+    let allocated_bytes = file
+        .metadata()
+        .map(|metadata| metadata.blocks() * 512)
+        .unwrap_or(u64::MAX);
+    let first_hole = if allocated_bytes < size_bytes {
+        Some(None)
+    } else {
+        rustix::fs::seek(file, rustix::fs::SeekFrom::Hole(0))
+            .ok()
+            .filter(|offset| *offset < size_bytes)
+            .map(Some)
+    };
+    let Some(offset) = first_hole else {
+        return Ok(());
+    };
+    let shown = path.display();
+    let from = offset.map_or(String::new(), |offset| format!(" from byte {offset}"));
+    Err(usage(format!(
+        "{shown} has space with no data written in it{from} (a hole, or space reserved with \
+         fallocate): O_DIRECT reads of it return zeros without reading the device, so tune \
+         would measure the kernel, not the disk; write real data into it first (dd \
+         if=/dev/urandom of={shown} bs=1M count={} oflag=direct conv=notrunc, or fio with \
+         --rw=write), or give a directory (tune lays out its own data there)",
+        size_bytes.div_ceil(1 << 20)
+    )))
 }
 
 /// Refuses a block device that is mounted, or whose partition is.
@@ -429,6 +469,65 @@ mod tests {
         assert_eq!(device_of_created(&file, &path, |_| Ok(7)).unwrap(), 7);
         assert!(path.exists());
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A scratch file of `size_bytes` made by `make`, on the disk under
+    /// /var/tmp; `None` (the reason printed) where O_DIRECT is refused.
+    fn scratch_target(name: &str, size_bytes: u64, make: impl FnOnce(&File)) -> Option<PathBuf> {
+        let path = Path::new("/var/tmp").join(format!(
+            "tailguard-tune-test-{name}-{}.bin",
+            std::process::id()
+        ));
+        let file = File::create(&path).unwrap();
+        file.set_len(size_bytes).unwrap();
+        make(&file);
+        file.sync_all().unwrap();
+        if let Err(error) = open_direct(&path, false, false) {
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(error.raw_os_error(), Some(libc::EINVAL), "{error}");
+            eprintln!("skipped: /var/tmp refuses O_DIRECT ({error})");
+            return None;
+        }
+        Some(path)
+    }
+
+    fn open_regular(path: &Path) -> Result<TestFile, CliError> {
+        let opened = open_existing(path, TargetKind::RegularFile, false);
+        std::fs::remove_file(path).unwrap();
+        opened
+    }
+
+    #[test]
+    fn a_file_with_unwritten_space_is_refused_and_a_written_one_taken() {
+        let size_bytes = 32 << 20;
+        if let Some(sparse) = scratch_target("sparse", size_bytes, |_| {}) {
+            let error = open_regular(&sparse).err().expect("a sparse file is refused");
+            assert!(error.message.contains("no data written"), "{error}");
+            assert!(error.message.contains("dd if=/dev/urandom"), "{error}");
+        }
+        let reserve = |file: &File| {
+            rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size_bytes)
+                .unwrap();
+        };
+        if let Some(reserved) = scratch_target("reserved", size_bytes, reserve) {
+            // Where the filesystem has no unwritten extents (tmpfs allocates
+            // zeroed pages), a reserved file reads from memory either way.
+            match open_regular(&reserved) {
+                Err(error) => assert!(error.message.contains("fallocate"), "{error}"),
+                Ok(_) => eprintln!("note: this filesystem reports no unwritten extents"),
+            }
+        }
+        let write = |mut file: &File| {
+            use std::io::Write;
+            let chunk = vec![0x5a_u8; 1 << 20];
+            for _ in 0..size_bytes >> 20 {
+                file.write_all(&chunk).unwrap();
+            }
+        };
+        if let Some(written) = scratch_target("written", size_bytes, write) {
+            let test = open_regular(&written).expect("a written file is taken");
+            assert_eq!(test.size_bytes, size_bytes);
+        }
     }
 
     #[test]
