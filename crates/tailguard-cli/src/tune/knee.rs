@@ -93,7 +93,9 @@ fn scan(points: &[CurvePoint]) -> Option<KneeScan> {
         if state.flat_steps >= KNEE_FLAT_STEPS {
             break;
         }
-        let grew = point.bandwidth() >= best.bandwidth() * (1.0 + KNEE_GROWTH);
+        // Strictly more: a step that completed nothing did not pay off, even
+        // over a best that completed nothing either.
+        let grew = point.bandwidth() > best.bandwidth() * (1.0 + KNEE_GROWTH);
         let slower = point.latency_us_p50 > best.latency_us_p50;
         if grew {
             state = KneeScan {
@@ -201,6 +203,15 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn steps_that_complete_nothing_do_not_pay_off() {
+        let idle = [point(1, 0.0, 0.0), point(2, 0.0, 0.0), point(4, 0.0, 0.0)];
+        assert_eq!(knee_or_candidate(&idle), Some(0));
+        // From nothing to something does pay off.
+        let waking = [point(1, 0.0, 0.0), point(2, 1_000.0, 90.0)];
+        assert_eq!(knee_or_candidate(&waking), Some(1));
     }
 
     /// A point of a 4 KiB curve.

@@ -112,6 +112,11 @@ pub enum CurveKind {
 }
 
 impl CurveKind {
+    /// Whether the curve writes.
+    pub fn writes(self) -> bool {
+        matches!(self, Self::SequentialWrite | Self::RandomWrite)
+    }
+
     /// The curve's name on the command line and its knee's name in the
     /// profile file.
     pub fn name(self) -> &'static str {
@@ -259,28 +264,37 @@ impl Curve {
         }
     }
 
-    /// Steady requests per second (the sweep's knee rate when there was no
-    /// sustained run).
-    fn steady_iops(&self) -> Option<f64> {
-        self.rates
-            .map(|rates| rates.steady)
-            .or(self.knee_point().map(|point| point.iops))
-            .filter(|iops| *iops > 0.0)
+    /// The rate the profile takes from the curve, in its unit (IOPS, or bytes
+    /// per second): the sustained run's steady rate, or, where that is not
+    /// usable (the steady half completed nothing) or there was no sustained
+    /// run, the sweep's knee rate, with a note saying so in the first case.
+    /// `None` when neither is usable.
+    fn steady_profile_rate(&self, notes: &mut Vec<String>) -> Option<f64> {
+        let steady = self.rates.and_then(|rates| self.profile_rate(rates.steady));
+        if let Some(rate) = steady.filter(usable_rate) {
+            return Some(rate);
+        }
+        let knee_iops = self.knee_point()?.iops;
+        let knee = self.profile_rate(knee_iops).filter(usable_rate)?;
+        if let Some(rates) = self.rates {
+            notes.push(format!(
+                "{}: the second half of the sustained run gave no usable rate ({:.1} \
+                 requests/s); the sweep's knee rate ({knee_iops:.0} requests/s) is written instead",
+                self.spec.kind.name(),
+                rates.steady
+            ));
+        }
+        Some(knee)
     }
 
-    fn first_iops(&self) -> Option<f64> {
-        self.rates
-            .map(|rates| rates.first)
-            .or(self.knee_point().map(|point| point.iops))
-    }
-
-    /// Steady rate in the profile's unit: IOPS, or bytes per second.
-    fn steady_profile_rate(&self) -> Option<f64> {
-        self.profile_rate(self.steady_iops()?)
-    }
-
+    /// The rate of the sustained run's first fifth in the profile's unit (the
+    /// knee's without a sustained run); `None` when not usable.
     fn first_profile_rate(&self) -> Option<f64> {
-        self.profile_rate(self.first_iops()?)
+        let iops = self
+            .rates
+            .map(|rates| rates.first)
+            .or(self.knee_point().map(|point| point.iops))?;
+        self.profile_rate(iops).filter(usable_rate)
     }
 
     /// `iops` in the profile's unit: as is, or times the knee's request size
@@ -337,6 +351,40 @@ impl Curve {
     }
 }
 
+/// The smallest rate a profile takes from a measurement: a lower one rounds to
+/// zero requests (or bytes) per second, which the profile refuses.
+const SMALLEST_RATE: f64 = 1.0;
+
+fn usable_rate(rate: &f64) -> bool {
+    *rate >= SMALLEST_RATE
+}
+
+/// Which curves the run may measure (`--allow-write`) and was asked to
+/// (`--curves`; empty for all).
+#[derive(Clone, Copy, Debug)]
+struct Selection<'a> {
+    writable: bool,
+    only: &'a [CurveKind],
+}
+
+impl Selection<'_> {
+    fn includes(&self, kind: CurveKind) -> bool {
+        (self.writable || !kind.writes()) && (self.only.is_empty() || self.only.contains(&kind))
+    }
+
+    /// Why a curve the run did not measure is missing.
+    fn why_unmeasured(&self, kind: CurveKind) -> &'static str {
+        if !self.only.is_empty() && !self.only.contains(&kind) {
+            "not measured (left out by --curves)"
+        } else if kind.writes() && !self.writable {
+            "not measured (a write curve, and the target is read-only; pass --allow-write to \
+             measure it)"
+        } else {
+            "not measured"
+        }
+    }
+}
+
 /// Runs `tailguard tune`.
 pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     watch_interrupts();
@@ -361,7 +409,7 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
             layout_budget: budget.mul_f64(LAYOUT_SHARE),
         },
     )?;
-    let curves = measure_curves(&test, &arguments.curves, budget, start)?;
+    let curves = measure_curves(&test, selection(arguments, &test), budget, start)?;
     let elapsed_s = start.elapsed().as_secs_f64();
     for curve in &curves {
         println!("{}", report::terminal_chart(curve));
@@ -406,7 +454,7 @@ fn progress_bar(budget: Duration) -> ProgressBar {
 
 fn measure_curves(
     test: &TestFile,
-    only: &[CurveKind],
+    selection: Selection,
     budget: Duration,
     start: Instant,
 ) -> Result<Vec<Curve>, CliError> {
@@ -427,8 +475,7 @@ fn measure_curves(
         CurveSpec::random(true),
     ]
     .into_iter()
-    .filter(|spec| test.writable || !spec.write)
-    .filter(|spec| only.is_empty() || only.contains(&spec.kind))
+    .filter(|spec| selection.includes(spec.kind))
     .collect();
     if specs.is_empty() {
         return Err(CliError::usage(
@@ -529,7 +576,8 @@ fn build_profile(
     elapsed_s: f64,
 ) -> Result<ProfileFile, CliError> {
     let mut notes = Vec::new();
-    let mut entry = device_entry(test, curves, &mut notes);
+    let uncalibrated = tailguard::scheduler::default_profile(&test.device);
+    let mut entry = device_entry(&uncalibrated, curves, selection(arguments, test), &mut notes);
     entry.latency_target_us = find(curves, CurveKind::RandomRead).and_then(latency_target_us);
     let knee = |kind: CurveKind| find(curves, kind).and_then(Curve::knee_record);
     entry.knee.random_read = knee(CurveKind::RandomRead);
@@ -554,23 +602,35 @@ fn build_profile(
     Ok(profile)
 }
 
+fn selection<'a>(arguments: &'a TuneArguments, test: &TestFile) -> Selection<'a> {
+    Selection {
+        writable: test.writable,
+        only: &arguments.curves,
+    }
+}
+
 /// The device's rates from the curves: the steady ones, and the first ones
-/// (before any throttling). A curve not measured gets the library's
-/// uncalibrated default, and a note says so; so does a throttled curve.
-fn device_entry(test: &TestFile, curves: &[Curve], notes: &mut Vec<String>) -> DeviceEntry {
-    let uncalibrated = tailguard::scheduler::default_profile(&test.device);
-    let rate = |kind: CurveKind, fallback: f64, notes: &mut Vec<String>| match find(curves, kind)
-        .and_then(Curve::steady_profile_rate)
-    {
-        Some(rate) => rate,
-        None => {
-            notes.push(format!(
-                "{} not measured (read-only target; pass --allow-write to measure it): \
-                     tailguard's uncalibrated default is written instead",
-                kind.name()
-            ));
-            fallback
-        }
+/// (before any throttling). A curve without a usable rate gets the device's
+/// `uncalibrated` default, and a note says why; a throttled curve gets a note.
+fn device_entry(
+    uncalibrated: &tailguard::Profile,
+    curves: &[Curve],
+    selection: Selection,
+    notes: &mut Vec<String>,
+) -> DeviceEntry {
+    let rate = |kind: CurveKind, fallback: f64, notes: &mut Vec<String>| {
+        let why = match find(curves, kind) {
+            Some(curve) => match curve.steady_profile_rate(notes) {
+                Some(rate) => return rate,
+                None => "measured, but no request completed (no usable rate)",
+            },
+            None => selection.why_unmeasured(kind),
+        };
+        notes.push(format!(
+            "{} {why}: tailguard's uncalibrated default is written instead",
+            kind.name()
+        ));
+        fallback
     };
     let first_rate = |kind: CurveKind, fallback: f64| {
         find(curves, kind)
@@ -593,7 +653,15 @@ fn device_entry(test: &TestFile, curves: &[Curve], notes: &mut Vec<String>) -> D
     };
     notes.extend(curves.iter().filter_map(Curve::window_note));
     for curve in curves {
-        if let Some(rates) = curve.rates.filter(FirstAndSteady::throttled) {
+        // A steady rate that is not usable is not the one used, and has its
+        // own note.
+        let steady_used = |rates: &FirstAndSteady| {
+            curve
+                .profile_rate(rates.steady)
+                .is_some_and(|rate| usable_rate(&rate))
+        };
+        let throttled = curve.rates.filter(FirstAndSteady::throttled);
+        if let Some(rates) = throttled.filter(steady_used) {
             notes.push(format!(
                 "{} throttled: {:.0} requests/s first, {:.0} steady; the steady rate is used",
                 curve.spec.title, rates.first, rates.steady
@@ -796,6 +864,91 @@ mod tests {
         // No sustained run: no window to name.
         curve.timeline.clear();
         assert_eq!(curve.window_note(), None);
+    }
+
+    /// A curve of `spec` whose only point, its knee, ran `knee_iops`, and
+    /// whose sustained run gave `first` and `steady` requests per second.
+    fn measured(spec: CurveSpec, knee_iops: f64, first: f64, steady: f64) -> Curve {
+        let (request_bytes, _) = spec.steps[0];
+        Curve {
+            spec,
+            points: vec![knee::CurvePoint {
+                queue_depth: 1,
+                request_bytes,
+                iops: knee_iops,
+                latency_us_p50: 100.0,
+                latency_us_p99: 200.0,
+            }],
+            knee: Some(0),
+            timeline: vec![steady; 20],
+            sustain_s: 8.0,
+            interval_s: 0.4,
+            step_s: 1.0,
+            rates: Some(FirstAndSteady { first, steady }),
+        }
+    }
+
+    fn note_on<'a>(notes: &'a [String], kind: CurveKind) -> &'a str {
+        notes
+            .iter()
+            .find(|note| note.starts_with(kind.name()) && note.contains("default"))
+            .unwrap_or_else(|| panic!("no note on {}: {notes:?}", kind.name()))
+    }
+
+    #[test]
+    fn a_curve_not_measured_gets_a_note_with_the_real_reason() {
+        let curves = [measured(CurveSpec::random(false), 5_000.0, 5_000.0, 5_000.0)];
+        let selection = Selection {
+            writable: false,
+            only: &[CurveKind::RandomRead, CurveKind::RandomWrite],
+        };
+        let mut notes = Vec::new();
+        let entry = device_entry(
+            &tailguard::DEFAULT_SSD_PROFILE,
+            &curves,
+            selection,
+            &mut notes,
+        );
+        assert_eq!(entry.read_iops, 5_000.0);
+        let excluded = note_on(&notes, CurveKind::SequentialRead);
+        assert!(excluded.contains("--curves"), "{excluded}");
+        assert!(!excluded.contains("read-only"), "{excluded}");
+        let read_only = note_on(&notes, CurveKind::RandomWrite);
+        assert!(read_only.contains("--allow-write"), "{read_only}");
+    }
+
+    #[test]
+    fn a_measured_curve_never_gets_the_default_silently() {
+        let everything = Selection {
+            writable: true,
+            only: &[],
+        };
+        let curves = [
+            // The steady half completed nothing: the knee's rate, noted.
+            measured(CurveSpec::random(false), 5_000.0, 4_000.0, 0.0),
+            // Rates that round to zero: unusable, so the default, noted.
+            measured(CurveSpec::random(true), 0.2, 0.3, 0.3),
+            measured(CurveSpec::sequential(false), 1_000.0, 1_000.0, 1_000.0),
+            measured(CurveSpec::sequential(true), 500.0, 500.0, 500.0),
+        ];
+        let mut notes = Vec::new();
+        let default = &tailguard::DEFAULT_SSD_PROFILE;
+        let entry = device_entry(default, &curves, everything, &mut notes);
+        assert_eq!(entry.read_iops, 5_000.0);
+        assert!(
+            notes
+                .iter()
+                .any(|note| note.starts_with("random_read") && note.contains("knee rate")),
+            "{notes:?}"
+        );
+        assert!(!notes.iter().any(|note| note.contains("throttled")), "{notes:?}");
+        assert_eq!(entry.write_iops, default.write_iops);
+        let unusable = note_on(&notes, CurveKind::RandomWrite);
+        assert!(unusable.contains("no usable rate"), "{unusable}");
+        // What the entry holds, the profile takes.
+        let mut profile = ProfileFile::new();
+        profile.devices.insert("vda".into(), entry);
+        profile.resolve().expect("the measured entry resolves");
     }
 
     #[test]
