@@ -220,13 +220,28 @@ const LATENCY_TARGET_FLOOR_MULTIPLE: f64 = 2.0;
 /// saturated device, the opposite of a goal. A floor
 /// of several milliseconds (a rotating disk) gives a target to match, so the
 /// budget still allows the concurrency the disk needs (Seastar issue #584).
-fn latency_target_us(random_read: &Curve) -> Option<u64> {
+///
+/// A floor so slow that the target would pass the largest one tailguard takes
+/// (60 s, a device that hardly answers) gets that largest one, and a note.
+fn latency_target_us(random_read: &Curve, notes: &mut Vec<String>) -> Option<u64> {
+    use tailguard_core::profile::LATENCY_TARGET_US_MAX;
     let floor = random_read
         .points
         .iter()
         .find(|point| point.queue_depth == 1)?;
     let suggested = (floor.latency_us_p99 * LATENCY_TARGET_FLOOR_MULTIPLE).ceil() as u64;
-    Some(suggested.max(tailguard::profile_file::DEFAULT_LATENCY_TARGET_US))
+    if suggested > LATENCY_TARGET_US_MAX {
+        notes.push(format!(
+            "random_read: a lone read's p99 is {:.0} µs, so the suggested latency target \
+             ({suggested} µs) is above the largest tailguard takes; {LATENCY_TARGET_US_MAX} µs \
+             (60 s) is written instead",
+            floor.latency_us_p99
+        ));
+    }
+    Some(suggested.clamp(
+        tailguard::profile_file::DEFAULT_LATENCY_TARGET_US,
+        LATENCY_TARGET_US_MAX,
+    ))
 }
 
 /// One measured curve.
@@ -578,7 +593,8 @@ fn build_profile(
     let mut notes = Vec::new();
     let uncalibrated = tailguard::scheduler::default_profile(&test.device);
     let mut entry = device_entry(&uncalibrated, curves, selection(arguments, test), &mut notes);
-    entry.latency_target_us = find(curves, CurveKind::RandomRead).and_then(latency_target_us);
+    entry.latency_target_us = find(curves, CurveKind::RandomRead)
+        .and_then(|curve| latency_target_us(curve, &mut notes));
     let knee = |kind: CurveKind| find(curves, kind).and_then(Curve::knee_record);
     entry.knee.random_read = knee(CurveKind::RandomRead);
     entry.knee.random_write = knee(CurveKind::RandomWrite);
@@ -824,14 +840,16 @@ mod tests {
     #[test]
     fn the_suggested_target_is_twice_the_lone_read_p99_and_at_least_the_default() {
         // An SSD: 109 µs alone, 5 ms at the knee: the library default, not 5 ms.
+        let mut notes = Vec::new();
         let ssd = random_read_curve(&[(1, 109.0), (128, 5038.0)]);
-        assert_eq!(latency_target_us(&ssd), Some(1_000));
+        assert_eq!(latency_target_us(&ssd, &mut notes), Some(1_000));
         // A rotating disk: 20 ms alone: 40 ms, room for the depth it needs.
         let disk = random_read_curve(&[(1, 20_000.0), (4, 45_000.0)]);
-        assert_eq!(latency_target_us(&disk), Some(40_000));
+        assert_eq!(latency_target_us(&disk, &mut notes), Some(40_000));
         // No lone-read point measured: no suggestion (the default applies).
         let none = random_read_curve(&[(2, 300.0)]);
-        assert_eq!(latency_target_us(&none), None);
+        assert_eq!(latency_target_us(&none, &mut notes), None);
+        assert_eq!(notes, Vec::<String>::new());
     }
 
     #[test]
@@ -949,6 +967,17 @@ mod tests {
         let mut profile = ProfileFile::new();
         profile.devices.insert("vda".into(), entry);
         profile.resolve().expect("the measured entry resolves");
+    }
+
+    #[test]
+    fn a_latency_target_past_the_largest_is_capped_with_a_note() {
+        let mut notes = Vec::new();
+        let hardly_answers = random_read_curve(&[(1, 40_000_000.0)]);
+        assert_eq!(
+            latency_target_us(&hardly_answers, &mut notes),
+            Some(tailguard_core::profile::LATENCY_TARGET_US_MAX)
+        );
+        assert!(notes.iter().any(|note| note.contains("60 s")), "{notes:?}");
     }
 
     #[test]
