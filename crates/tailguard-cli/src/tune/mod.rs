@@ -429,27 +429,55 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     for curve in &curves {
         println!("{}", report::terminal_chart(curve));
     }
-    let profile = build_profile(arguments, &test, &curves, elapsed_s)?;
-    let summary = summary_lines(&test, &profile);
+    let built = build_profile(arguments, &test, &curves, elapsed_s);
+    let summary = match &built {
+        Ok(profile) => summary_lines(&test, profile),
+        Err(error) => vec![format!("no profile: {error}")],
+    };
     for line in &summary {
         println!("{line}");
     }
+    write_outputs(arguments, &output, built, &summary, &curves)
+}
+
+/// Writes the profile to `output`, and the report (`--report`) also when the
+/// profile could not be built: its curves show what went wrong. The
+/// profile's error comes first.
+fn write_outputs(
+    arguments: &TuneArguments,
+    output: &Path,
+    built: Result<ProfileFile, CliError>,
+    summary: &[String],
+    curves: &[Curve],
+) -> Result<(), CliError> {
+    let written = built.and_then(|profile| write_profile(arguments, output, &profile));
+    let reported = match &arguments.report {
+        Some(path) => {
+            let title = format!("tailguard tune: {}", arguments.path.display());
+            let page = report::html_page(&title, summary, curves);
+            crate::output::write_file("--report", path, page.as_bytes(), arguments.allow_overwrite)
+                .map(|()| println!("report written to {}", path.display()))
+        }
+        None => Ok(()),
+    };
+    written.and(reported)
+}
+
+fn write_profile(
+    arguments: &TuneArguments,
+    output: &Path,
+    profile: &ProfileFile,
+) -> Result<(), CliError> {
+    let format = arguments.format;
     let text = profile
         .to_string_in(format)
         .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
-    let allow_overwrite = arguments.allow_overwrite;
-    crate::output::write_file("--output", &output, text.as_bytes(), allow_overwrite)?;
+    crate::output::write_file("--output", output, text.as_bytes(), arguments.allow_overwrite)?;
     println!("profile written to {}", output.display());
     if format == ProfileFormat::SeastarYaml {
         for loss in profile.seastar_losses() {
             eprintln!("note: {loss}");
         }
-    }
-    if let Some(path) = &arguments.report {
-        let title = format!("tailguard tune: {}", arguments.path.display());
-        let page = report::html_page(&title, &summary, &curves);
-        crate::output::write_file("--report", path, page.as_bytes(), allow_overwrite)?;
-        println!("report written to {}", path.display());
     }
     Ok(())
 }
@@ -995,6 +1023,38 @@ mod tests {
         assert_eq!(curve.points.len(), 1, "the sweep went on after the stop");
         assert!(curve.timeline.is_empty() && curve.rates.is_none());
         assert_eq!(curve.sustain_s, 0.0, "a sustained run began after the stop");
+    }
+
+    #[test]
+    fn the_report_is_written_when_the_profile_is_not() {
+        let directory = std::env::temp_dir().join(format!(
+            "tailguard-tune-report-test-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&directory).unwrap();
+        let report = directory.join("report.html");
+        let output = directory.join("profile.toml");
+        let arguments = TuneArguments {
+            path: directory.clone(),
+            duration: Duration::from_secs(60),
+            output: Some(output.clone()),
+            format: ProfileFormat::Toml,
+            report: Some(report.clone()),
+            size: None,
+            allow_device: false,
+            allow_write: false,
+            allow_overwrite: false,
+            curves: Vec::new(),
+        };
+        let failed = CliError::usage("the measured profile is not usable");
+        let curves = [random_read_curve(&[(1, 100.0)])];
+        let summary = ["no profile: the measured profile is not usable".to_string()];
+        let result = write_outputs(&arguments, &output, Err(failed), &summary, &curves);
+        let (report_written, profile_written) = (report.exists(), output.exists());
+        std::fs::remove_dir_all(&directory).unwrap();
+        assert!(result.unwrap_err().message.contains("not usable"));
+        assert!(report_written, "no report");
+        assert!(!profile_written);
     }
 
     #[test]
