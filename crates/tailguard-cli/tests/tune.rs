@@ -157,6 +157,41 @@ fn an_existing_file_is_only_read_and_outputs_are_not_overwritten() {
     assert!(stderr.contains("--allow-overwrite"), "{stderr}");
 }
 
+/// `--output -` is standard output, as `-` is for `frontier --json`: the
+/// profile goes there, the charts and summary to standard error, and no file
+/// named `-` appears. Both outputs on standard output are refused up front.
+#[test]
+fn a_dash_output_is_standard_output_not_a_file() {
+    let directory = Scratch::new("tune", "dash");
+    std::fs::create_dir(directory.0.join("target")).unwrap();
+    let tune = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tailguard"))
+            .current_dir(&directory.0)
+            .args(["tune", "target", "--duration", "2s", "--size", "32m"])
+            .args(["--curves", "random_read"])
+            .args(extra)
+            .output()
+            .expect("the binary runs")
+    };
+    let run = tune(&["--output", "-"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        !directory.0.join("-").exists(),
+        "--output - wrote a file named -"
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let profile = ProfileFile::from_toml_str(&stdout)
+        .unwrap_or_else(|error| panic!("standard output is not a profile ({error}): {stdout}"));
+    assert_eq!(profile.devices.len(), 1);
+    assert!(stderr.contains("knee"), "{stderr}");
+
+    let both = tune(&["--output", "-", "--report", "-"]);
+    let stderr = common::refused(&both);
+    assert!(stderr.contains("standard output"), "{stderr}");
+    assert!(!directory.0.join("-").exists());
+}
+
 #[test]
 fn block_devices_need_allow_device_and_bad_targets_say_why() {
     let refused = tailguard(&["tune", "/dev/null", "--duration", "1s"]);

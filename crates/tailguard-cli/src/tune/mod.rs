@@ -69,13 +69,14 @@ pub struct TuneArguments {
     /// The whole run, layout included: `60s`, `5s`, `2m`, `500ms`.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Where the profile goes.
+    /// Where the profile goes (`-`: standard output, and the charts and
+    /// summary go to standard error).
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// `toml` (tailguard's profile file) or `seastar` (io_properties.yaml).
     #[arg(long, default_value = "toml", value_parser = crate::flags::PROFILE_FORMAT)]
     pub format: ProfileFormat,
-    /// Also write an HTML page with the curves as SVG.
+    /// Also write an HTML page with the curves as SVG (`-`: standard output).
     #[arg(long)]
     pub report: Option<PathBuf>,
     /// Size of the file laid out in a directory (`1g`, `256m`); default 1 GiB
@@ -410,6 +411,11 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
             _ => "tailguard-profile.toml",
         })
     });
+    if is_stdout(&output) && arguments.report.as_deref().is_some_and(is_stdout) {
+        return Err(CliError::usage(
+            "--output - and --report - both name standard output; give --report a file name",
+        ));
+    }
     let mut outputs = vec![("--output", output.as_path())];
     outputs.extend(arguments.report.as_deref().map(|path| ("--report", path)));
     crate::output::check_outputs(&outputs, arguments.allow_overwrite)?;
@@ -427,7 +433,7 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
     let curves = measure_curves(&test, selection(arguments, &test), budget, start)?;
     let elapsed_s = start.elapsed().as_secs_f64();
     for curve in &curves {
-        println!("{}", report::terminal_chart(curve));
+        say(arguments, &report::terminal_chart(curve));
     }
     let built = build_profile(arguments, &test, &curves, elapsed_s);
     let summary = match &built {
@@ -435,7 +441,7 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
         Err(error) => vec![format!("no profile: {error}")],
     };
     for line in &summary {
-        println!("{line}");
+        say(arguments, line);
     }
     write_outputs(arguments, &output, built, &summary, &curves)
 }
@@ -455,8 +461,7 @@ fn write_outputs(
         Some(path) => {
             let title = format!("tailguard tune: {}", arguments.path.display());
             let page = report::html_page(&title, summary, curves);
-            crate::output::write_file("--report", path, page.as_bytes(), arguments.allow_overwrite)
-                .map(|()| println!("report written to {}", path.display()))
+            emit(arguments, "--report", path, page.as_bytes())
         }
         None => Ok(()),
     };
@@ -472,13 +477,48 @@ fn write_profile(
     let text = profile
         .to_string_in(format)
         .map_err(|error| CliError::usage(format!("cannot write {}: {error}", output.display())))?;
-    crate::output::write_file("--output", output, text.as_bytes(), arguments.allow_overwrite)?;
-    println!("profile written to {}", output.display());
+    emit(arguments, "--output", output, text.as_bytes())?;
     if format == ProfileFormat::SeastarYaml {
         for loss in profile.seastar_losses() {
             eprintln!("note: {loss}");
         }
     }
+    Ok(())
+}
+
+/// Whether `path` is `-`, standard output.
+fn is_stdout(path: &Path) -> bool {
+    path == Path::new("-")
+}
+
+/// Prints a line for people: to standard output, or to standard error when
+/// standard output carries the profile or the report (`-`).
+fn say(arguments: &TuneArguments, line: &str) {
+    let outputs = [arguments.output.as_deref(), arguments.report.as_deref()];
+    if outputs.into_iter().flatten().any(is_stdout) {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+}
+
+/// Writes `bytes` for `flag` to `path`, or to standard output for `-`.
+fn emit(arguments: &TuneArguments, flag: &str, path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    if is_stdout(path) {
+        use std::io::Write;
+        let mut stdout = std::io::stdout().lock();
+        return stdout
+            .write_all(bytes)
+            .and_then(|()| stdout.flush())
+            .map_err(|error| {
+                CliError::usage(format!(
+                    "cannot write {flag} to standard output: {error}; give {flag} a file name"
+                ))
+            });
+    }
+    crate::output::write_file(flag, path, bytes, arguments.allow_overwrite)?;
+    let what = if flag == "--report" { "report" } else { "profile" };
+    say(arguments, &format!("{what} written to {}", path.display()));
     Ok(())
 }
 
