@@ -116,7 +116,12 @@ impl Prober {
             threads: 16,
             shared_ring: false,
         })?;
-        Ok(Self::with_backend(backend, file, size_bytes, alignment_bytes))
+        Ok(Self::with_backend(
+            backend,
+            file,
+            size_bytes,
+            alignment_bytes,
+        ))
     }
 
     /// A prober on `file` driven by `backend`.
@@ -480,7 +485,10 @@ pub(crate) mod hanging {
         }
 
         fn submit(&mut self, wait: bool) -> io::Result<()> {
-            assert!(!wait, "an untimed wait: a hung request would block it for good");
+            assert!(
+                !wait,
+                "an untimed wait: a hung request would block it for good"
+            );
             Ok(())
         }
 

@@ -517,7 +517,11 @@ fn emit(arguments: &TuneArguments, flag: &str, path: &Path, bytes: &[u8]) -> Res
             });
     }
     crate::output::write_file(flag, path, bytes, arguments.allow_overwrite)?;
-    let what = if flag == "--report" { "report" } else { "profile" };
+    let what = if flag == "--report" {
+        "report"
+    } else {
+        "profile"
+    };
     say(arguments, &format!("{what} written to {}", path.display()));
     Ok(())
 }
@@ -660,9 +664,14 @@ fn build_profile(
 ) -> Result<ProfileFile, CliError> {
     let mut notes = Vec::new();
     let uncalibrated = tailguard::scheduler::default_profile(&test.device);
-    let mut entry = device_entry(&uncalibrated, curves, selection(arguments, test), &mut notes);
-    entry.latency_target_us = find(curves, CurveKind::RandomRead)
-        .and_then(|curve| latency_target_us(curve, &mut notes));
+    let mut entry = device_entry(
+        &uncalibrated,
+        curves,
+        selection(arguments, test),
+        &mut notes,
+    );
+    entry.latency_target_us =
+        find(curves, CurveKind::RandomRead).and_then(|curve| latency_target_us(curve, &mut notes));
     let knee = |kind: CurveKind| find(curves, kind).and_then(Curve::knee_record);
     entry.knee.random_read = knee(CurveKind::RandomRead);
     entry.knee.random_write = knee(CurveKind::RandomWrite);
@@ -974,7 +983,7 @@ mod tests {
         }
     }
 
-    fn note_on<'a>(notes: &'a [String], kind: CurveKind) -> &'a str {
+    fn note_on(notes: &[String], kind: CurveKind) -> &str {
         notes
             .iter()
             .find(|note| note.starts_with(kind.name()) && note.contains("default"))
@@ -983,7 +992,12 @@ mod tests {
 
     #[test]
     fn a_curve_not_measured_gets_a_note_with_the_real_reason() {
-        let curves = [measured(CurveSpec::random(false), 5_000.0, 5_000.0, 5_000.0)];
+        let curves = [measured(
+            CurveSpec::random(false),
+            5_000.0,
+            5_000.0,
+            5_000.0,
+        )];
         let selection = Selection {
             writable: false,
             only: &[CurveKind::RandomRead, CurveKind::RandomWrite],
@@ -1027,7 +1041,10 @@ mod tests {
                 .any(|note| note.starts_with("random_read") && note.contains("knee rate")),
             "{notes:?}"
         );
-        assert!(!notes.iter().any(|note| note.contains("throttled")), "{notes:?}");
+        assert!(
+            !notes.iter().any(|note| note.contains("throttled")),
+            "{notes:?}"
+        );
         assert_eq!(entry.write_iops, default.write_iops);
         let unusable = note_on(&notes, CurveKind::RandomWrite);
         assert!(unusable.contains("no usable rate"), "{unusable}");
@@ -1067,10 +1084,8 @@ mod tests {
 
     #[test]
     fn the_report_is_written_when_the_profile_is_not() {
-        let directory = std::env::temp_dir().join(format!(
-            "tailguard-tune-report-test-{}",
-            std::process::id()
-        ));
+        let directory =
+            std::env::temp_dir().join(format!("tailguard-tune-report-test-{}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap();
         let report = directory.join("report.html");
         let output = directory.join("profile.toml");

@@ -300,7 +300,10 @@ mod tests {
             step_s: 0.5,
             rates: None,
         };
-        let seconds: Vec<f64> = timeline_points(&curve).iter().map(|point| point.0).collect();
+        let seconds: Vec<f64> = timeline_points(&curve)
+            .iter()
+            .map(|point| point.0)
+            .collect();
         assert!((seconds[0] - 0.2).abs() < 1e-9, "{seconds:?}");
         assert!((seconds[19] - 7.8).abs() < 1e-9, "{seconds:?}");
     }

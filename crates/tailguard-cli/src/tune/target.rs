@@ -501,7 +501,9 @@ mod tests {
     fn a_file_with_unwritten_space_is_refused_and_a_written_one_taken() {
         let size_bytes = 32 << 20;
         if let Some(sparse) = scratch_target("sparse", size_bytes, |_| {}) {
-            let error = open_regular(&sparse).err().expect("a sparse file is refused");
+            let error = open_regular(&sparse)
+                .err()
+                .expect("a sparse file is refused");
             assert!(error.message.contains("no data written"), "{error}");
             assert!(error.message.contains("dd if=/dev/urandom"), "{error}");
         }
