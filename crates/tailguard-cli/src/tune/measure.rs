@@ -28,9 +28,10 @@
 //! The wait for a completion is timed (50 ms at most, less near the deadline),
 //! so a request that hangs keeps neither the step past its deadline nor `tick`
 //! (Ctrl-C) from being seen; only the drain that follows waits for it, since
-//! its buffer is the kernel's until it completes. On kernels before 5.11,
-//! where io_uring cannot time a wait without polling, the wait is untimed, as
-//! the polling would add to every latency measured.
+//! its buffer is the kernel's until it completes. Where the backend's timed
+//! wait polls instead ([`Backend::timed_wait_is_precise`]: io_uring without
+//! `IORING_FEAT_EXT_ARG`, before Linux 5.11), the wait is untimed, as the
+//! polling would add to every latency measured.
 
 use hdrhistogram::Histogram;
 use std::fs::File;
@@ -108,7 +109,7 @@ pub struct Prober {
     /// A request is pushed but not yet submitted.
     unsubmitted: bool,
     /// Whether a wait for a completion can be timed without losing
-    /// precision ([`precise_timed_waits`]).
+    /// precision ([`Backend::timed_wait_is_precise`]).
     timed_waits: bool,
 }
 
@@ -121,7 +122,7 @@ impl Prober {
             threads: 16,
             shared_ring: false,
         })?;
-        let timed_waits = backend.kind() == BackendKind::Threads || precise_timed_waits();
+        let timed_waits = backend.timed_wait_is_precise();
         let mut prober = Self::with_backend(backend, file, size_bytes, alignment_bytes);
         prober.timed_waits = timed_waits;
         Ok(prober)
@@ -368,29 +369,6 @@ impl Prober {
     }
 }
 
-/// Whether io_uring can time a wait for a completion here: Linux 5.11 and
-/// later (`IORING_ENTER_EXT_ARG`). On older kernels the backend's timed wait
-/// polls with 1 ms sleeps, which would add up to a millisecond to every
-/// latency measured, so there the prober waits without a timeout.
-fn precise_timed_waits() -> bool {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .is_ok_and(|release| release_at_least(&release, (5, 11)))
-}
-
-/// Whether a kernel release (`6.1.0-13-amd64`) is at least `major.minor`.
-fn release_at_least(release: &str, (major, minor): (u32, u32)) -> bool {
-    let mut numbers = release
-        .trim()
-        .split(|character: char| !character.is_ascii_digit())
-        .map(str::parse::<u32>);
-    match (numbers.next(), numbers.next()) {
-        (Some(Ok(found_major)), Some(Ok(found_minor))) => {
-            (found_major, found_minor) >= (major, minor)
-        }
-        _ => false,
-    }
-}
-
 /// Completions per interval of a step: one IOPS figure per whole interval
 /// that ends by the deadline.
 struct Timeline {
@@ -627,20 +605,6 @@ mod tests {
 
     /// The interval the deadline falls in is cut short: it is not closed, as
     /// its completions over a whole interval's length would understate it.
-    #[test]
-    fn kernel_releases_compare_by_major_and_minor() {
-        use super::release_at_least;
-        assert!(release_at_least("5.11.0", (5, 11)));
-        assert!(release_at_least("6.1.0-13-amd64\n", (5, 11)));
-        assert!(release_at_least(
-            "5.15.167.4-microsoft-standard-WSL2",
-            (5, 11)
-        ));
-        assert!(!release_at_least("5.10.209-198.858.amzn2.x86_64", (5, 11)));
-        assert!(!release_at_least("4.18.0-553.el8_10.x86_64", (5, 11)));
-        assert!(!release_at_least("", (5, 11)));
-    }
-
     #[test]
     fn an_interval_straddling_the_deadline_is_left_out() {
         let start = Instant::now();

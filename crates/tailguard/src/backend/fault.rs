@@ -622,6 +622,10 @@ impl Backend for FaultBackend {
         self.inner.submit(wait)
     }
 
+    fn timed_wait_is_precise(&self) -> bool {
+        self.inner.timed_wait_is_precise()
+    }
+
     fn submit_wait_timeout(&mut self, timeout: std::time::Duration) -> io::Result<()> {
         self.refusal()?;
         let stalled = self.release_held();

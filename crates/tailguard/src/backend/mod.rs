@@ -155,6 +155,14 @@ pub trait Backend: Send {
     /// an error.
     fn submit_wait_timeout(&mut self, timeout: Duration) -> io::Result<()>;
 
+    /// Whether [`Backend::submit_wait_timeout`] sees a completion as soon as
+    /// `submit(true)` would; false where the timed wait polls instead
+    /// (io_uring without `IORING_FEAT_EXT_ARG`, before Linux 5.11), so a
+    /// caller timing latencies waits untimed there.
+    fn timed_wait_is_precise(&self) -> bool {
+        true
+    }
+
     /// Appends every available completion to `out`.
     fn reap(&mut self, out: &mut Vec<OpResult>);
 

@@ -903,6 +903,10 @@ impl Backend for Uring {
         self.submit_until(wait, None)
     }
 
+    fn timed_wait_is_precise(&self) -> bool {
+        self.ring.params().is_feature_ext_arg()
+    }
+
     fn submit_wait_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         if self.ring.params().is_feature_ext_arg() {
             return self.submit_until(true, Some(timeout));
