@@ -93,6 +93,18 @@ pub(crate) enum Admission {
 /// How long a stalled request sleeps between looks at the state.
 const STALL_POLL: Duration = Duration::from_millis(5);
 
+/// The furthest a fault window reaches: a longer one ends here instead.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The instant `duration` from now, or [`FAR_FUTURE`] from now where
+/// `duration` is longer or the sum does not fit an `Instant`.
+pub(crate) fn far_after(duration: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(duration.min(FAR_FUTURE))
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
 impl FaultState {
     pub(crate) fn new(seed: u64) -> Self {
         Self {
@@ -122,7 +134,14 @@ impl FaultState {
         self.stall_until = Some(self.stall_until.map_or(until, |current| current.max(until)));
     }
 
+    /// Requests take `1 / factor` times as long until `until`; `factor` is
+    /// clamped into [0.001, 1], and a NaN factor is no slow-down.
     pub(crate) fn slow_down(&mut self, factor: f64, until: Instant) {
+        let factor = if factor.is_nan() {
+            1.0
+        } else {
+            factor.clamp(1e-3, 1.0)
+        };
         self.slow = Some((factor, until));
     }
 
@@ -166,7 +185,9 @@ impl FaultState {
     pub(crate) fn stretch(&mut self, served: Duration) -> Duration {
         match self.slow {
             Some((factor, until)) if Instant::now() < until => {
-                let extra = served.mul_f64(1.0 / factor - 1.0);
+                let extra =
+                    Duration::try_from_secs_f64(served.as_secs_f64() * (1.0 / factor - 1.0))
+                        .unwrap_or(Duration::ZERO);
                 // A request the model served in no time (no timing model)
                 // is not slowed by any factor.
                 self.counts.slowed += u64::from(!extra.is_zero());
@@ -211,5 +232,29 @@ impl FaultState {
         mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         ((mixed ^ (mixed >> 31)) % 1_000_000) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nan_slow_down_factor_stretches_nothing_and_does_not_panic() {
+        let mut faults = FaultState::new(1);
+        faults.slow_down(f64::NAN, Instant::now() + Duration::from_secs(60));
+        assert_eq!(faults.stretch(Duration::from_millis(1)), Duration::ZERO);
+        assert_eq!(faults.counts.slowed, 0);
+    }
+
+    #[test]
+    fn an_endless_stall_holds_requests_without_overflowing() {
+        let mut faults = FaultState::new(1);
+        faults.stall_until(far_after(Duration::MAX));
+        assert!(matches!(
+            faults.admit(RequestKind::Read, true),
+            Admission::Wait(_)
+        ));
+        assert_eq!(faults.counts.stalled, 1);
     }
 }

@@ -43,7 +43,7 @@ mod timing;
 pub use faults::{DeviceCounts, Ops};
 pub use store::SECTOR_BYTES;
 
-use crate::faults::FaultState;
+use crate::faults::{far_after, FaultState};
 use crate::fs::{lock, DeviceCore, DiskFs};
 use crate::store::Store;
 use crate::timing::RealTimeModel;
@@ -173,16 +173,17 @@ impl FaultControl {
         lock(&self.core.faults).set_rate(per_million, ops, errno);
     }
 
-    /// Holds every request, arriving or waiting, until `duration` from now.
+    /// Holds every request, arriving or waiting, until `duration` from now
+    /// (a duration of a century or more holds them until `heal`).
     pub fn stall_for(&self, duration: Duration) {
-        lock(&self.core.faults).stall_until(Instant::now() + duration);
+        lock(&self.core.faults).stall_until(far_after(duration));
     }
 
     /// For `duration` from now, every request takes `1 / factor` times as
-    /// long as the model says (factor in (0, 1]: 0.25 is a quarter speed).
+    /// long as the model says (factor in (0, 1]: 0.25 is a quarter speed;
+    /// a smaller one counts as 0.001, a larger one as 1, and NaN as 1).
     pub fn slow_down_for(&self, factor: f64, duration: Duration) {
-        let factor = factor.clamp(1e-3, 1.0);
-        lock(&self.core.faults).slow_down(factor, Instant::now() + duration);
+        lock(&self.core.faults).slow_down(factor, far_after(duration));
     }
 
     /// The device vanishes: every request fails with `errno` (ENODEV, EIO)
