@@ -53,15 +53,18 @@ impl DeviceCore {
                 Admission::Wait(pause) => std::thread::sleep(pause),
             }
         }
-        let started = Instant::now();
-        if let Some(model) = &self.model {
+        // Without a model the device spends no time on a request, so a
+        // slow-down has nothing to stretch.
+        let served = self.model.as_ref().map_or(Duration::ZERO, |model| {
+            let started = Instant::now();
             let direction = match kind {
                 RequestKind::Read => Direction::Read,
                 RequestKind::Write | RequestKind::Flush => Direction::Write,
             };
             model.serve(direction, offsets.start, offsets.end - offsets.start);
-        }
-        let extra = lock(&self.faults).stretch(started.elapsed());
+            started.elapsed()
+        });
+        let extra = lock(&self.faults).stretch(served);
         if !extra.is_zero() {
             std::thread::sleep(extra);
         }
@@ -221,5 +224,27 @@ impl Filesystem for DiskFs {
     ) {
         // close(2) of the backing file, not a cache flush.
         reply.ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_model_a_slow_down_stretches_no_request() {
+        let core = DeviceCore {
+            store: Mutex::new(Store::new(4096, false)),
+            faults: Mutex::new(FaultState::new(1)),
+            model: None,
+        };
+        lock(&core.faults).slow_down(0.25, Instant::now() + Duration::from_secs(60));
+        assert_eq!(core.pass(RequestKind::Write, 0..4096), Ok(()));
+        let counts = lock(&core.faults).counts;
+        assert_eq!(counts.writes, 1);
+        assert_eq!(
+            counts.slowed, 0,
+            "no model: the request took no device time"
+        );
     }
 }
