@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tailguard::backend::{Backend, Op, OpKind, OpResult};
 use tailguard::{AlignedBuffer, IoFuture, Scheduler};
 
@@ -302,7 +302,9 @@ impl SharedCap {
             // SAFETY: the op's buffer is `self.buffers[slot]`, which stays
             // allocated and untouched until the slot is freed in `complete`,
             // after the backend reported the op done; the file stays open as
-            // long as `self`.
+            // long as `self`. Where `self` is dropped with ops in flight (a
+            // panic in `complete`), its `Drop` waits for them, and leaks the
+            // buffers and files of any that do not finish in time.
             let mut pending = op;
             while let Err(returned) = unsafe { self.backend.push(pending) } {
                 pending = returned;
@@ -360,5 +362,32 @@ impl SharedCap {
             self.complete(Some(window));
         }
         self.drain();
+    }
+}
+
+/// How long a dropped [`SharedCap`] waits for its writes in flight.
+const DROP_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Drop for SharedCap {
+    /// Dropped with writes in flight (a panic in [`SharedCap::complete`]):
+    /// waits up to [`DROP_DRAIN_TIMEOUT`] for them, then leaks the buffers
+    /// and files that the backend (a detached pool thread, a ring torn down
+    /// later) may still use. Never panics, so it is safe during unwinding.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + DROP_DRAIN_TIMEOUT;
+        let mut done: Vec<OpResult> = Vec::new();
+        while self.in_flight > 0 && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.backend.submit_wait_timeout(left).is_err() {
+                break;
+            }
+            self.backend.reap(&mut done);
+            self.in_flight = self.in_flight.saturating_sub(done.len());
+            done.clear();
+        }
+        if self.in_flight > 0 {
+            std::mem::forget(std::mem::take(&mut self.buffers));
+            std::mem::forget(std::mem::take(&mut self.writers));
+        }
     }
 }
