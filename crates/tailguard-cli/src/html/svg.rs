@@ -67,6 +67,9 @@ impl Scale {
     }
 }
 
+/// The most powers of ten a log axis spans.
+pub const DECADES_MAX: i32 = 30;
+
 /// One axis: its scale, range in data units, ticks and title.
 #[derive(Clone, Debug)]
 pub struct Axis {
@@ -83,9 +86,14 @@ pub struct Axis {
 }
 
 impl Axis {
-    /// A linear axis from 0 to just above `max`, with 1-2-5 ticks.
+    /// A linear axis from 0 to just above `max`, with 1-2-5 ticks (0 to 1
+    /// where `max` is not a positive finite number).
     pub fn linear_from_zero(title: &str, max: f64, label: impl Fn(f64) -> String) -> Self {
-        let max = if max > 0.0 { max } else { 1.0 };
+        let max = if max > 0.0 && max.is_finite() {
+            max
+        } else {
+            1.0
+        };
         let rough = max / 5.0;
         let magnitude = 10f64.powf(rough.log10().floor());
         let step = [1.0, 2.0, 5.0, 10.0]
@@ -109,12 +117,18 @@ impl Axis {
         }
     }
 
-    /// A log axis over whole powers of ten around `low..=high` (positive).
+    /// A log axis over whole powers of ten around `low..=high` (positive),
+    /// at most [`DECADES_MAX`] of them from the bottom. A `low` that is not
+    /// positive and finite counts as 1, a `high` that is not finite as `low`.
     pub fn log_decades(title: &str, low: f64, high: f64, label: impl Fn(f64) -> String) -> Self {
-        let low = if low > 0.0 { low } else { 1.0 };
-        let high = high.max(low);
+        let low = if low > 0.0 && low.is_finite() {
+            low
+        } else {
+            1.0
+        };
+        let high = if high.is_finite() { high.max(low) } else { low };
         let first = low.log10().floor() as i32;
-        let mut last = high.log10().ceil() as i32;
+        let mut last = (high.log10().ceil() as i32).min(first + DECADES_MAX);
         if last == first {
             last += 1;
         }
@@ -361,6 +375,23 @@ fn segments(points: &[(f64, f64)], plot: &Plot) -> Vec<Vec<(f64, f64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn infinite_bounds_give_bounded_finite_axes() {
+        let log = Axis::log_decades("latency", 1.0, f64::INFINITY, |value| format!("{value}"));
+        assert!(log.ticks.len() <= 31, "{} ticks", log.ticks.len());
+        assert!(log.min.is_finite() && log.max.is_finite(), "{log:?}");
+        let log = Axis::log_decades("latency", f64::NAN, f64::NAN, |value| format!("{value}"));
+        assert!(log.ticks.len() <= 31 && log.max.is_finite(), "{log:?}");
+        for max in [f64::INFINITY, f64::NAN] {
+            let linear = Axis::linear_from_zero("rate", max, |value| format!("{value}"));
+            assert!(linear.max.is_finite() && linear.max > 0.0, "{linear:?}");
+            assert!(
+                !linear.ticks.is_empty() && linear.ticks.len() <= 12,
+                "{linear:?}"
+            );
+        }
+    }
 
     #[test]
     fn escaping_covers_markup_and_quotes() {
