@@ -165,14 +165,18 @@ fn summary_table(reports: &[RunReport]) -> String {
     out
 }
 
-/// The percentile points a class's sample count supports, up to
-/// [`PERCENTILE_MAX`].
+/// The percentile points a class's sample count supports (at least one
+/// request beyond the point), up to [`PERCENTILE_MAX`].
 fn supported_curve(row: &ClassReport) -> Vec<(f64, f64)> {
+    // The requests beyond a percentile with at most six decimals are a
+    // multiple of 1e-6, so the tolerance only absorbs rounding: 10 requests
+    // at p90 and 10,000 at p99.99 leave exactly one beyond.
+    const ROUNDING: f64 = 1e-7;
     row.latency_curve_us
         .iter()
         .filter(|point| {
             point.percentile <= PERCENTILE_MAX + 1e-9
-                && row.ops as f64 * (1.0 - point.percentile / 100.0) >= 1.0
+                && row.ops as f64 * (1.0 - point.percentile / 100.0) >= 1.0 - ROUNDING
         })
         .map(|point| (point.percentile, point.latency_us))
         .collect()
@@ -188,9 +192,12 @@ fn latency_axis(title: &str, values: impl Iterator<Item = f64>) -> Axis {
     Axis::log_decades(title, low, high.max(low), decade_label)
 }
 
-/// A power of ten of microseconds, as on a log axis: `10µs`, `1ms`, `10s`.
+/// A power of ten of microseconds, as on a log axis: `100ns`, `10µs`, `1ms`,
+/// `10s`.
 fn decade_label(microseconds: f64) -> String {
-    if microseconds < 1e3 {
+    if microseconds < 1.0 {
+        format!("{:.0}ns", microseconds * 1e3)
+    } else if microseconds < 1e3 {
         format!("{microseconds:.0}µs")
     } else if microseconds < 1e6 {
         format!("{:.0}ms", microseconds / 1e3)
@@ -345,6 +352,19 @@ mod tests {
             .map(decade_label)
             .collect();
         assert_eq!(labels, ["10µs", "100µs", "1ms", "100ms", "1s", "10s"]);
+        let below: Vec<String> = [0.1, 0.01, 1.0].into_iter().map(decade_label).collect();
+        assert_eq!(below, ["100ns", "10ns", "1µs"]);
+    }
+
+    #[test]
+    fn percentile_curves_keep_points_supported_exactly() {
+        // 10 requests leave exactly 1 beyond p90; 10,000 leave 1 beyond p99.99.
+        for (ops, percentile) in [(10, 90.0), (10_000, 99.99)] {
+            let report = run("exact", "reads", &vec![100; ops]);
+            let curve = supported_curve(&report.classes[0]);
+            let highest = curve.last().unwrap().0;
+            assert_eq!(highest, percentile, "{ops} ops: {curve:?}");
+        }
     }
 
     #[test]
