@@ -10,10 +10,12 @@
 //! the ones bench's `--json` prints. With `--metrics-linger-s N` the command
 //! keeps serving them for N seconds after its output, for a last scrape.
 
-use std::io;
+use crate::error::CliError;
+use crate::lifecycle;
+use std::io::{self, Write as _};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tailguard::{MetricsServer, Scheduler};
 
 struct Published {
@@ -64,8 +66,13 @@ pub fn publish(listen: Option<SocketAddr>, linger_s: u64, scheduler: &Scheduler)
     Ok(())
 }
 
+/// How long the linger sleeps between looks for a stop signal.
+const LINGER_STEP: Duration = Duration::from_millis(100);
+
 /// After the command's output: keeps serving the last run's metrics for the
-/// `--metrics-linger-s` it asked for.
+/// `--metrics-linger-s` it asked for. SIGINT, SIGTERM or SIGHUP ends the
+/// wait within [`LINGER_STEP`]: the process then exits as an interrupted run
+/// does, with 128 + the signal.
 pub fn linger() {
     let (url, linger) = match PUBLISHED.lock().expect("lock poisoned").as_ref() {
         Some(published) if !published.linger.is_zero() => (published.url.clone(), published.linger),
@@ -75,5 +82,25 @@ pub fn linger() {
         "metrics: the run is over; serving its final counters at {url} for {} s",
         linger.as_secs()
     );
-    std::thread::sleep(linger);
+    if let Err(error) = wait_unless_interrupted(linger) {
+        // As `main` reports an error; the run's files are gone already.
+        let _ = writeln!(io::stderr(), "error: {}", error.message);
+        std::process::exit(i32::from(error.status));
+    }
+}
+
+/// Sleeps `linger` in [`LINGER_STEP`]s; the interrupted error once a stop
+/// signal has arrived.
+fn wait_unless_interrupted(linger: Duration) -> Result<(), CliError> {
+    let started = Instant::now();
+    loop {
+        if lifecycle::interrupted() {
+            return Err(CliError::interrupted());
+        }
+        let left = linger.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Ok(());
+        }
+        std::thread::sleep(left.min(LINGER_STEP));
+    }
 }

@@ -161,3 +161,28 @@ fn a_scrape_after_the_run_agrees_with_the_json() {
         check_class(&final_text, class);
     }
 }
+
+#[test]
+fn sigterm_ends_the_linger_with_the_signal_s_status() {
+    let directory = common::scratch_dir("metrics", "linger");
+    let job = directory.with_extension("toml");
+    std::fs::write(&job, common::TINY_JOB).unwrap();
+    let mut child = spawn_bench_with_metrics(&job, &directory);
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+    });
+    scrape_when_over(&mut child);
+    // The linger is a minute; the signal ends it within the poll step.
+    let status = common::signal_and_wait(
+        &mut child,
+        libc::SIGTERM,
+        Duration::from_secs(15),
+        "a lingering bench",
+    );
+    reader.join().unwrap();
+    let _ = std::fs::remove_dir_all(&directory);
+    let _ = std::fs::remove_file(&job);
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+}
