@@ -9,12 +9,14 @@
 //! waiting; on `std::fs` after a flush every `flush_bytes`. Every
 //! `sync_bytes` it makes the records durable (and publishes them all). A
 //! segment past `segment_bytes` is closed, *sealed*, and a new one started.
+//! After an I/O error the writer refuses further records.
 //!
 //! [`Store::compact`] rewrites the sealed segments: it scans each one, copies
 //! the records the index still points at into a new segment, syncs it,
 //! repoints the index (where nothing newer came meanwhile), and deletes the
 //! inputs. A reader that found a place in a segment deleted meanwhile looks
-//! the key up again.
+//! the key up again. A compaction that fails before repointing removes its
+//! new segment and leaves its inputs sealed, to be compacted again.
 //!
 //! The same store runs on two kinds of I/O ([`Io`]): tailguard (the log
 //! through a [`StreamWriter`] in the `log` class, compaction through a
@@ -27,7 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use tailguard::{
@@ -241,11 +243,28 @@ impl Store {
         Ok(())
     }
 
-    /// A new segment and its appender, for `writer`.
+    /// A new segment and its appender, for `writer`; where opening it fails,
+    /// the file is removed.
     fn create_segment(&self, writer: Writer) -> io::Result<(u64, Arc<Segment>, Appender)> {
         let id = self.next_segment.fetch_add(1, Ordering::Relaxed);
         let path = self.config.dir.join(format!("segment-{id:08}"));
-        let (file, appender) = match &self.io {
+        let (file, appender) = match self.open_segment(&path, writer) {
+            Ok(opened) => opened,
+            Err(error) => {
+                // The open's error says what went wrong; a file left behind
+                // here goes with the directory.
+                let _ = fs::remove_file(&path);
+                return Err(error);
+            }
+        };
+        let segment = Arc::new(Segment { path, file });
+        self.segments.write().unwrap().insert(id, segment.clone());
+        Ok((id, segment, appender))
+    }
+
+    /// Creates the segment file at `path` and opens it for this store's I/O.
+    fn open_segment(&self, path: &Path, writer: Writer) -> io::Result<(SegmentFile, Appender)> {
+        Ok(match &self.io {
             Io::Tailguard {
                 scheduler,
                 log,
@@ -257,7 +276,7 @@ impl Store {
                     .write(true)
                     .create(true)
                     .truncate(true)
-                    .open(scheduler, &path)?;
+                    .open(scheduler, path)?;
                 let class = match writer {
                     Writer::Log => log,
                     Writer::Compaction => compaction,
@@ -272,23 +291,20 @@ impl Store {
                     .write(true)
                     .create(true)
                     .truncate(true)
-                    .open(&path)?;
+                    .open(path)?;
                 let direct = match self.io {
                     Io::StdDirectReads => Some(
                         fs::OpenOptions::new()
                             .read(true)
                             .custom_flags(libc::O_DIRECT)
-                            .open(&path)?,
+                            .open(path)?,
                     ),
                     _ => None,
                 };
                 let appender = BufWriter::with_capacity(128 * 1024, file.try_clone()?);
                 (SegmentFile::Std(file, direct), Appender::Std(appender))
             }
-        };
-        let segment = Arc::new(Segment { path, file });
-        self.segments.write().unwrap().insert(id, segment.clone());
-        Ok((id, segment, appender))
+        })
     }
 
     /// A sequential reader of `segment`, in the compaction class.
@@ -311,6 +327,8 @@ impl Store {
     }
 
     /// Compacts the sealed segments if there are enough; says whether it did.
+    /// Where copying fails the inputs stay sealed and the output is removed;
+    /// where deleting an input fails the compaction still stands.
     pub fn compact(&self) -> io::Result<bool> {
         let inputs: Vec<u64> = {
             let mut sealed = self.sealed.lock().unwrap();
@@ -319,10 +337,50 @@ impl Store {
             }
             std::mem::take(&mut *sealed)
         };
-        let (output, _, mut appender) = self.create_segment(Writer::Compaction)?;
+        let (output, moves, written) = match self.copy_live(&inputs) {
+            Ok(copied) => copied,
+            Err(error) => {
+                self.sealed.lock().unwrap().splice(0..0, inputs);
+                return Err(error);
+            }
+        };
+        self.install_compaction(&inputs, output, &moves, written)?;
+        Ok(true)
+    }
+
+    /// Copies the records of `inputs` the index still points at into a new
+    /// segment and syncs it: its id, the moves, the bytes copied. On an
+    /// error the new segment is removed.
+    #[allow(clippy::type_complexity)]
+    fn copy_live(&self, inputs: &[u64]) -> io::Result<(u64, Vec<(u64, Location, Location)>, u64)> {
+        let (output, segment, mut appender) = self.create_segment(Writer::Compaction)?;
         let mut moves = Vec::new();
+        let copied = self
+            .copy_records(inputs, output, &mut appender, &mut moves)
+            .and_then(|written| appender.finish().map(|()| written));
+        match copied {
+            Ok(written) => Ok((output, moves, written)),
+            Err(error) => {
+                self.segments.write().unwrap().remove(&output);
+                // The copy's error says what went wrong; a file left
+                // behind here goes with the directory.
+                let _ = fs::remove_file(&segment.path);
+                Err(error)
+            }
+        }
+    }
+
+    /// Appends the live records of `inputs` to `appender` (segment
+    /// `output`), noting each in `moves`; returns the bytes appended.
+    fn copy_records(
+        &self,
+        inputs: &[u64],
+        output: u64,
+        appender: &mut Appender,
+        moves: &mut Vec<(u64, Location, Location)>,
+    ) -> io::Result<u64> {
         let mut written = 0u64;
-        for input in &inputs {
+        for input in inputs {
             let segment = self.segments.read().unwrap()[input].clone();
             let mut scan = self.scan(&segment)?;
             let mut offset = 0u64;
@@ -346,9 +404,7 @@ impl Store {
                 moves.push((key, old, new));
             }
         }
-        appender.finish()?;
-        self.install_compaction(&inputs, output, &moves, written)?;
-        Ok(true)
+        Ok(written)
     }
 
     /// Repoints the index at the compacted copies and deletes the inputs.
@@ -372,15 +428,22 @@ impl Store {
             let mut segments = self.segments.write().unwrap();
             inputs.iter().filter_map(|id| segments.remove(id)).collect()
         };
+        // Every input is tried; the first failure is reported.
+        let mut first_error = None;
+        let mut removed_count = 0u64;
         for segment in &removed {
-            fs::remove_file(&segment.path)?;
+            match fs::remove_file(&segment.path) {
+                Ok(()) => removed_count += 1,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
         }
-        let removed_count = removed.len() as u64;
         let mut totals = self.compaction.lock().unwrap();
         totals.runs += 1;
         totals.copied_bytes += written;
         totals.segments_removed += removed_count;
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Deletes every segment file and the directory.
@@ -460,10 +523,17 @@ impl<'store> LogWriter<'store> {
         })
     }
 
+    /// The open segment's appender; an error once an earlier error closed it.
+    fn appender(&mut self) -> io::Result<&mut Appender> {
+        self.appender.as_mut().ok_or_else(|| {
+            io::Error::other("the log writer stopped at an earlier error; make a new one")
+        })
+    }
+
     /// Appends `key = value`; readable once published.
     pub fn put(&mut self, key: u64, value: &[u8]) -> io::Result<()> {
         let bytes = record(key, value);
-        self.appender.as_mut().expect("open").append(&bytes)?;
+        self.appender()?.append(&bytes)?;
         let location = Location {
             segment: self.segment,
             offset: self.written + HEADER_BYTES as u64,
@@ -473,20 +543,22 @@ impl<'store> LogWriter<'store> {
         self.written += bytes.len() as u64;
         self.unpublished_bytes += bytes.len() as u64;
         self.unsynced_bytes += bytes.len() as u64;
-        let config = &self.store.config;
+        let store = self.store;
+        let config = &store.config;
         if self.written >= config.segment_bytes {
             self.seal()?;
         } else if self.unsynced_bytes >= config.sync_bytes {
-            self.appender.as_mut().expect("open").sync()?;
+            self.appender()?.sync()?;
             self.unsynced_bytes = 0;
             self.publish();
         } else {
-            let appender = self.appender.as_mut().expect("open");
+            let unpublished_bytes = self.unpublished_bytes;
+            let appender = self.appender()?;
             match appender.written_len() {
                 // Publish what is written as the writes complete: appends
                 // never wait for a flush.
                 Some(written) => self.publish_through(written),
-                None if self.unpublished_bytes >= config.flush_bytes => {
+                None if unpublished_bytes >= config.flush_bytes => {
                     appender.flush()?;
                     self.publish();
                 }
@@ -525,8 +597,10 @@ impl<'store> LogWriter<'store> {
     }
 
     /// Makes everything durable and readable, and goes on in a new segment.
+    /// After an error the writer is closed: later calls return an error.
     pub fn seal(&mut self) -> io::Result<()> {
-        self.appender.take().expect("open").finish()?;
+        self.appender()?;
+        self.appender.take().expect("checked above").finish()?;
         self.publish();
         self.store.sealed.lock().unwrap().push(self.segment);
         let (segment, _, appender) = self.store.create_segment(Writer::Log)?;
@@ -535,5 +609,100 @@ impl<'store> LogWriter<'store> {
         self.written = 0;
         self.unsynced_bytes = 0;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A std-I/O store in a fresh directory under the system's temporary
+    /// one, with 4 KiB segments and compaction from 3 sealed ones.
+    fn small_store(name: &str) -> Store {
+        let dir =
+            std::env::temp_dir().join(format!("tailguard-kvstore-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let config = StoreConfig {
+            dir,
+            segment_bytes: 4096,
+            flush_bytes: 1024,
+            sync_bytes: 4096,
+            compaction_inputs: 3,
+        };
+        Store::create(Io::Std, config).unwrap()
+    }
+
+    /// Writes 100-byte values until `segments` segments are sealed.
+    fn fill(store: &Store, segments: usize) {
+        let mut writer = LogWriter::new(store).unwrap();
+        let mut key = 0;
+        while store.sealed.lock().unwrap().len() < segments {
+            writer.put(key % 50, &[key as u8; 100]).unwrap();
+            key += 1;
+        }
+    }
+
+    fn files(store: &Store) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(&store.config.dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn path_of(store: &Store, id: u64) -> PathBuf {
+        store.segments.read().unwrap()[&id].path.clone()
+    }
+
+    #[test]
+    fn a_failed_compaction_keeps_its_inputs_and_leaves_no_output() {
+        let store = small_store("compaction-fails");
+        fill(&store, 3);
+        let inputs = store.sealed.lock().unwrap().clone();
+        // A scan of a directory fails at its first read.
+        let broken = path_of(&store, inputs[1]);
+        fs::remove_file(&broken).unwrap();
+        fs::create_dir(&broken).unwrap();
+        let before = files(&store);
+        assert!(store.compact().is_err());
+        let mut sealed = store.sealed.lock().unwrap().clone();
+        sealed.sort();
+        assert_eq!(sealed, inputs, "the inputs stay sealed");
+        assert_eq!(files(&store), before, "no output segment is left");
+        let segments: Vec<u64> = store.segments.read().unwrap().keys().copied().collect();
+        assert!(
+            inputs.iter().all(|id| segments.contains(id)),
+            "{segments:?}"
+        );
+        fs::remove_dir(&broken).unwrap();
+        store.destroy().unwrap();
+    }
+
+    #[test]
+    fn installing_a_compaction_tries_every_removal() {
+        let store = small_store("removal-fails");
+        fill(&store, 3);
+        let inputs = store.sealed.lock().unwrap().clone();
+        // Removing a directory with remove_file fails.
+        let first = path_of(&store, inputs[0]);
+        fs::remove_file(&first).unwrap();
+        fs::create_dir(&first).unwrap();
+        let (output, _, appender) = store.create_segment(Writer::Compaction).unwrap();
+        appender.finish().unwrap();
+        assert!(store.install_compaction(&inputs, output, &[], 0).is_err());
+        for id in &inputs[1..] {
+            assert!(
+                !path_of_removed(&store, *id).exists(),
+                "segment {id} is left"
+            );
+        }
+        assert_eq!(store.compaction_totals().runs, 1);
+        fs::remove_dir(&first).unwrap();
+        store.destroy().unwrap();
+    }
+
+    fn path_of_removed(store: &Store, id: u64) -> PathBuf {
+        store.config.dir.join(format!("segment-{id:08}"))
     }
 }
