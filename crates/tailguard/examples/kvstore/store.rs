@@ -9,7 +9,9 @@
 //! waiting; on `std::fs` after a flush every `flush_bytes`. Every
 //! `sync_bytes` it makes the records durable (and publishes them all). A
 //! segment past `segment_bytes` is closed, *sealed*, and a new one started.
-//! After an I/O error the writer refuses further records.
+//! A new segment's directory entry is synced before anything is written to
+//! it, so synced records are durable under their file's name. After an I/O
+//! error the writer refuses further records.
 //!
 //! [`Store::compact`] rewrites the sealed segments: it scans each one, copies
 //! the records the index still points at into a new segment, syncs it,
@@ -243,12 +245,16 @@ impl Store {
         Ok(())
     }
 
-    /// A new segment and its appender, for `writer`; where opening it fails,
-    /// the file is removed.
+    /// A new segment and its appender, for `writer`. Its directory entry is
+    /// synced before it is used, so that its records, once synced, are
+    /// durable under its name; where that fails, the file is removed.
     fn create_segment(&self, writer: Writer) -> io::Result<(u64, Arc<Segment>, Appender)> {
         let id = self.next_segment.fetch_add(1, Ordering::Relaxed);
         let path = self.config.dir.join(format!("segment-{id:08}"));
-        let (file, appender) = match self.open_segment(&path, writer) {
+        let opened = self
+            .open_segment(&path, writer)
+            .and_then(|opened| sync_dir(&self.config.dir).map(|()| opened));
+        let (file, appender) = match opened {
             Ok(opened) => opened,
             Err(error) => {
                 // The open's error says what went wrong; a file left behind
@@ -452,6 +458,11 @@ impl Store {
         drop(self);
         fs::remove_dir_all(dir)
     }
+}
+
+/// Makes `dir`'s entries (a segment created in it) durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
 }
 
 /// Reads `out.len()` bytes at `offset` with O_DIRECT `pread`, through an
