@@ -21,6 +21,7 @@
 mod load;
 mod store;
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Parser, ValueEnum};
 use load::{LoadConfig, LoadReport};
 use std::io;
@@ -69,11 +70,11 @@ struct Arguments {
     /// Seconds each run measures (after its preload).
     #[arg(long, default_value_t = 5)]
     seconds: u64,
-    /// Runs of each mode in `compare`.
-    #[arg(long, default_value_t = 3)]
+    /// Runs of each mode in `compare` (at least 1).
+    #[arg(long, default_value_t = 3, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     rounds: usize,
-    /// Keys in the store (each written once before the run).
-    #[arg(long, default_value_t = 200_000)]
+    /// Keys in the store (each written once before the run; at least 1).
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     keys: u64,
     /// Bytes per value.
     #[arg(long, default_value_t = 1000)]
@@ -145,11 +146,28 @@ fn main() -> io::Result<()> {
     Ok(())
 }
 
-/// One preload and measured run of `mode` in a fresh directory.
+/// Removes a run's directory when dropped, on every way out of the run (an
+/// error, a panic); after [`Store::destroy`] there is nothing left to remove.
+struct RemoveDirOnDrop(PathBuf);
+
+impl Drop for RemoveDirOnDrop {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_dir_all(&self.0) {
+            if error.kind() != io::ErrorKind::NotFound {
+                eprintln!("kvstore: could not remove {}: {error}", self.0.display());
+            }
+        }
+    }
+}
+
+/// One preload and measured run of `mode` in a fresh directory, removed
+/// however the run ends.
 fn run_once(arguments: &Arguments, mode: Mode, run: usize) -> io::Result<LoadReport> {
     let dir = arguments
         .dir
         .join(format!("kvstore-{}-{run}", std::process::id()));
+    // Declared before the store, so dropped after it: its files are closed.
+    let _remove_dir = RemoveDirOnDrop(dir.clone());
     let config = StoreConfig {
         dir,
         segment_bytes: 32 << 20,
@@ -173,9 +191,9 @@ fn run_once(arguments: &Arguments, mode: Mode, run: usize) -> io::Result<LoadRep
         started.elapsed().as_secs_f64(),
         arguments.seconds
     );
-    let report = load::run(&store, &load);
+    let report = load::run(&store, &load)?;
     store.destroy()?;
-    report
+    Ok(report)
 }
 
 fn io_for(arguments: &Arguments, mode: Mode) -> io::Result<Io> {
@@ -298,4 +316,23 @@ fn name(mode: Mode) -> String {
         .expect("no mode is skipped")
         .get_name()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_keys_and_zero_rounds_are_usage_errors() {
+        for flags in [["--keys", "0"], ["--rounds", "0"]] {
+            let error =
+                Arguments::try_parse_from(["kvstore", flags[0], flags[1]]).expect_err("refused");
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{flags:?}"
+            );
+        }
+        assert!(Arguments::try_parse_from(["kvstore", "--keys", "1", "--rounds", "1"]).is_ok());
+    }
 }
