@@ -94,6 +94,9 @@ struct Location {
     len: u32,
 }
 
+/// A record compaction copied: its key, old place and new place.
+type Move = (u64, Location, Location);
+
 /// One segment file, readable at any offset.
 struct Segment {
     path: PathBuf,
@@ -357,8 +360,7 @@ impl Store {
     /// Copies the records of `inputs` the index still points at into a new
     /// segment and syncs it: its id, the moves, the bytes copied. On an
     /// error the new segment is removed.
-    #[allow(clippy::type_complexity)]
-    fn copy_live(&self, inputs: &[u64]) -> io::Result<(u64, Vec<(u64, Location, Location)>, u64)> {
+    fn copy_live(&self, inputs: &[u64]) -> io::Result<(u64, Vec<Move>, u64)> {
         let (output, segment, mut appender) = self.create_segment(Writer::Compaction)?;
         let mut moves = Vec::new();
         let copied = self
@@ -383,7 +385,7 @@ impl Store {
         inputs: &[u64],
         output: u64,
         appender: &mut Appender,
-        moves: &mut Vec<(u64, Location, Location)>,
+        moves: &mut Vec<Move>,
     ) -> io::Result<u64> {
         let mut written = 0u64;
         for input in inputs {
@@ -418,7 +420,7 @@ impl Store {
         &self,
         inputs: &[u64],
         output: u64,
-        moves: &[(u64, Location, Location)],
+        moves: &[Move],
         written: u64,
     ) -> io::Result<()> {
         {
