@@ -166,9 +166,13 @@ fn driver_id(driver: &Arc<dyn Driver>) -> usize {
     Arc::as_ptr(driver).cast::<()>() as usize
 }
 
-/// The id of the driver whose `block_on` runs innermost here (0: none).
+/// The id of the driver whose `block_on` runs innermost here (0: none, also
+/// while the thread's locals are torn down: a future dropped by another
+/// thread-local's destructor pays its kick instead of panicking there).
 fn driving() -> usize {
-    DRIVING_DRIVER.with_borrow(|driving| driving.as_ref().map_or(0, driver_id))
+    DRIVING_DRIVER
+        .try_with(|driving| driving.borrow().as_ref().map_or(0, driver_id))
+        .unwrap_or(0)
 }
 
 /// The id of the driver this thread holds the engine of (0: none).
@@ -533,10 +537,20 @@ impl PendingWakes {
                 waker
             };
             match waker {
-                Some(waker) => waker.wake(),
+                Some(waker) => wake_caught(waker),
                 None => return,
             }
         }
+    }
+}
+
+/// Calls a future's waker, which is the caller's code (an executor's): a
+/// panic in it is logged and goes no further, since it would otherwise
+/// unwind through the engine, which calls wakers with its own state half
+/// updated, and crash it, failing every request of every thread.
+fn wake_caught(waker: Waker) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())).is_err() {
+        tracing::error!("a future's waker panicked; the panic is contained, the engine goes on");
     }
 }
 
@@ -585,7 +599,7 @@ impl<T> Slot<T> {
                 }
                 match (waker, wakes) {
                     (Some(waker), Some(wakes)) => wakes.push(waker),
-                    (Some(waker), None) => waker.wake(),
+                    (Some(waker), None) => wake_caught(waker),
                     (None, _) => {}
                 }
                 true

@@ -1472,6 +1472,44 @@ mod tests {
         );
     }
 
+    /// A waker that panics.
+    struct PanickingWaker;
+
+    impl std::task::Wake for PanickingWaker {
+        fn wake(self: Arc<Self>) {
+            panic!("a waker panics, as a dropped executor's may");
+        }
+    }
+
+    /// A future's waker that panics when the engine calls it must not crash
+    /// the engine: the next request of the same scheduler is served. On each
+    /// backend, with the waker called by the engine thread and by a waiter
+    /// running the engine.
+    #[test]
+    fn a_panicking_waker_does_not_crash_the_engine() {
+        for choice in [BackendChoice::Threads, BackendChoice::IoUring] {
+            let Ok(scheduler) = Scheduler::builder().backend(choice).build() else {
+                println!("skipping {choice:?}: refused here");
+                continue;
+            };
+            let class = scheduler.add_class("c", 1).unwrap();
+            for _ in 0..20 {
+                let mut nop = scheduler.nop(&class);
+                let waker = std::task::Waker::from(Arc::new(PanickingWaker));
+                let mut context = std::task::Context::from_waker(&waker);
+                if std::pin::Pin::new(&mut nop).poll(&mut context).is_ready() {
+                    continue;
+                }
+                // Answered by the engine thread (which calls the waker), or
+                // by this wait running the engine, which answers both.
+                scheduler.nop(&class).wait().unwrap();
+                let done = scheduler.block_on(nop);
+                assert!(done.is_ok(), "{done:?}");
+            }
+            scheduler.nop(&class).wait().unwrap();
+        }
+    }
+
     #[test]
     fn an_engine_panic_leaves_open_the_files_of_requests_it_held() {
         use crate::backend::fault::{FaultInjector, FaultPlan};
