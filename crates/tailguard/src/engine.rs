@@ -156,6 +156,13 @@ pub const FILE_SWEEP_INTERVAL_NS: Nanos = 1_000_000;
 /// promptly under any load (the engine thread, woken, serves the rest).
 const BESIDE_RING_WAIT_TURNS_MAX: u32 = 4;
 
+/// The longest the engine thread waits in the ring at once: a backstop for
+/// a wake that could not be re-armed (its eventfd read refused by a full
+/// submission queue), which no push could then deliver; long enough that
+/// the wake-ups it costs a device with requests in flight (ten a second)
+/// are nothing, short enough that such a stranded message waits no longer.
+const RING_WAIT_MAX: Duration = Duration::from_millis(100);
+
 /// The pause after the first refused submit call; each refusal in a row
 /// doubles it: short enough that a passing refusal (ENOMEM) costs nothing
 /// noticeable, and the doubling reaches the cap within a few tries.
@@ -601,7 +608,10 @@ impl Engine {
         if !self.handoff.prepare_ring_wait() {
             return RingWait::MessagesQueued;
         }
-        RingWait::Go(self.rate_limit_wait())
+        let timeout = self
+            .rate_limit_wait()
+            .map_or(RING_WAIT_MAX, |wait| wait.min(RING_WAIT_MAX));
+        RingWait::Go(timeout)
     }
 
     /// Runs the engine for a thread other than the engine thread, which waits
@@ -1417,13 +1427,13 @@ enum Leave {
     /// Nothing to do, or a helper runs the engine: park.
     Park,
     /// Operations in flight: wait in the ring, at most this long.
-    RingWait(Option<Duration>),
+    RingWait(Duration),
 }
 
 /// What [`Engine::prepare_ring_wait`] found.
 enum RingWait {
     /// Wait, at most this long.
-    Go(Option<Duration>),
+    Go(Duration),
     /// Messages arrived: turn again.
     MessagesQueued,
     /// Pushes left unsubmitted, or the wake cannot be re-armed: sleep in the
@@ -1542,7 +1552,7 @@ impl Shared {
             drop(guard);
             match (leave, &ring_wait) {
                 (Leave::RingWait(timeout), Some(ring_wait)) => {
-                    ring_wait.wait(timeout);
+                    ring_wait.wait(Some(timeout));
                     self.handoff.end_ring_wait();
                 }
                 _ => self.handoff.wait_unparked(),
