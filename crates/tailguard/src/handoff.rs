@@ -826,4 +826,67 @@ pub(crate) mod loom_tests {
             engine_thread.join().unwrap();
         });
     }
+    /// A session is open and its thread does not run the engine again until
+    /// a waiter's request is reaped (a thread holding the engine that then
+    /// waits for the waiter); the engine thread has that request in flight
+    /// and may yield to the session; the waiter found the engine busy and
+    /// blocks (step 4 in the module docs). Under every interleaving the
+    /// engine thread reaps the request: a waiter left blocked with the
+    /// engine thread parked is a deadlock, which loom reports.
+    #[test]
+    fn a_blocked_waiter_is_served_whatever_session_is_open() {
+        loom::model(|| {
+            let handoff = Arc::new(Handoff::<()>::new());
+            let event = Arc::new(Event::new());
+            // The engine's lock, guarding the waiter's operation in flight.
+            let engine = Arc::new(Mutex::new(1_u32));
+            // The waiter's parker: set, and notified, once its request is reaped.
+            let reaped = Arc::new((Mutex::new(false), Condvar::new()));
+            handoff.begin_helping();
+            let engine_thread = {
+                let (handoff, engine, reaped) = (handoff.clone(), engine.clone(), reaped.clone());
+                loom::thread::spawn(move || loop {
+                    {
+                        let mut in_flight = engine.lock().unwrap();
+                        let mut stop = Vec::new();
+                        handoff.take_all(&mut stop);
+                        if !stop.is_empty() {
+                            return;
+                        }
+                        if *in_flight == 0 {
+                            if !handoff.try_park() {
+                                continue;
+                            }
+                        } else if !handoff.try_yield_to_helpers() {
+                            *in_flight = 0;
+                            *reaped.0.lock().unwrap() = true;
+                            reaped.1.notify_one();
+                            continue;
+                        }
+                    }
+                    handoff.wait_unparked();
+                })
+            };
+            let waiter = {
+                let (handoff, reaped) = (handoff.clone(), reaped.clone());
+                loom::thread::spawn(move || {
+                    handoff.begin_blocked_wait();
+                    let mut done = reaped.0.lock().unwrap();
+                    while !*done {
+                        done = reaped.1.wait(done).unwrap();
+                    }
+                    drop(done);
+                    handoff.end_blocked_wait();
+                })
+            };
+            // The session's thread waits for the waiter before it ends.
+            waiter.join().unwrap();
+            handoff.end_helping();
+            assert_eq!(*engine.lock().unwrap(), 0);
+            if handoff.push((), &*event).unwrap() == Pushed::Deferred {
+                handoff.kick();
+            }
+            engine_thread.join().unwrap();
+        });
+    }
 }
