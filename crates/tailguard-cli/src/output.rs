@@ -26,7 +26,11 @@ pub fn check_outputs(outputs: &[(&str, &Path)], allow_overwrite: bool) -> Result
         if path == Path::new("-") {
             continue;
         }
-        if let Some((other, _)) = outputs[..index].iter().find(|(_, other)| *other == path) {
+        let key = same_file_key(path);
+        if let Some((other, _)) = outputs[..index]
+            .iter()
+            .find(|(_, other)| same_file_key(other) == key)
+        {
             return Err(CliError::usage(format!(
                 "{other} and {flag} both name {}; give each its own file",
                 path.display()
@@ -35,6 +39,21 @@ pub fn check_outputs(outputs: &[(&str, &Path)], allow_overwrite: bool) -> Result
         check_output(flag, path, allow_overwrite)?;
     }
     Ok(())
+}
+
+/// What names the file `path` would be, however it is written: its
+/// directory resolved (`.`, `..`, symbolic links) and its own name; the path
+/// as written when the directory cannot be resolved (a missing one, refused
+/// later with its own message).
+fn same_file_key(path: &Path) -> std::path::PathBuf {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    match (std::fs::canonicalize(parent), path.file_name()) {
+        (Ok(directory), Some(name)) => directory.join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// Checks one output path; see [`check_outputs`].
@@ -187,6 +206,35 @@ mod tests {
             check_outputs(&[("--output", &fresh), ("--report", &fresh)], false).unwrap_err();
         assert!(error.message.contains("--output and --report"), "{error}");
         check_outputs(&[("--json", Path::new("-"))], false).unwrap();
+        std::fs::remove_dir_all(&directory).unwrap();
+    }
+
+    #[test]
+    fn two_spellings_of_one_file_are_refused() {
+        let directory = scratch("spellings");
+        let error = check_outputs(
+            &[
+                ("--json", Path::new("a.json")),
+                ("--report", Path::new("./a.json")),
+            ],
+            false,
+        )
+        .unwrap_err();
+        assert!(error.message.contains("--json and --report"), "{error}");
+        let plain = directory.join("out.json");
+        let roundabout = directory.join("sub/../out.json");
+        std::fs::create_dir(directory.join("sub")).unwrap();
+        let error =
+            check_outputs(&[("--json", &plain), ("--report", &roundabout)], false).unwrap_err();
+        assert!(error.message.contains("give each its own file"), "{error}");
+        check_outputs(
+            &[
+                ("--json", &plain),
+                ("--report", &directory.join("out.html")),
+            ],
+            false,
+        )
+        .unwrap();
         std::fs::remove_dir_all(&directory).unwrap();
     }
 
