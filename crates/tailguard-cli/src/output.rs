@@ -8,8 +8,10 @@
 //! (with `O_CREAT | O_EXCL`) and removes it at once, so whatever would stop
 //! the write at the end (a missing or read-only directory, a path naming a
 //! directory, a full inode table, a read-only filesystem) stops the run now,
-//! with the kernel's reason, the path, the flag and the fix. `-` (standard
-//! output) is not a file and is not checked. The write at the end,
+//! with the kernel's reason, the path, the flag and the fix. `-` is
+//! standard output for a flag that says it takes it (frontier's `--json`),
+//! and is then not checked; any other flag refuses it, instead of writing a
+//! file named `-` at the end. The write at the end,
 //! [`write_file`], keeps the rule: without `--allow-overwrite` it creates the
 //! file the same exclusive way, so a file that appeared at the path during
 //! the run (another run's report, with the same default name) is kept and the
@@ -18,18 +20,29 @@
 use crate::error::CliError;
 use std::path::Path;
 
-/// Checks each `(flag, path)` the command will write at the end of its run:
-/// that the paths differ, that none is a directory, that an existing file is
-/// replaced only with `allow_overwrite`, and that the file can be created.
-pub fn check_outputs(outputs: &[(&str, &Path)], allow_overwrite: bool) -> Result<(), CliError> {
-    for (index, &(flag, path)) in outputs.iter().enumerate() {
+/// Checks each `(flag, path, takes_stdout)` the command will write at the
+/// end of its run: that `-` is given only where `takes_stdout` says the flag
+/// reads it as standard output, that the paths differ, that none is a
+/// directory, that an existing file is replaced only with `allow_overwrite`,
+/// and that the file can be created.
+pub fn check_outputs(
+    outputs: &[(&str, &Path, bool)],
+    allow_overwrite: bool,
+) -> Result<(), CliError> {
+    for (index, &(flag, path, takes_stdout)) in outputs.iter().enumerate() {
         if path == Path::new("-") {
-            continue;
+            if takes_stdout {
+                continue;
+            }
+            return Err(CliError::usage(format!(
+                "{flag} - : {flag} writes a file, not standard output; give a file name \
+                 ({flag} ./- for a file named -)"
+            )));
         }
         let key = same_file_key(path);
-        if let Some((other, _)) = outputs[..index]
+        if let Some((other, _, _)) = outputs[..index]
             .iter()
-            .find(|(_, other)| same_file_key(other) == key)
+            .find(|(_, other, _)| same_file_key(other) == key)
         {
             return Err(CliError::usage(format!(
                 "{other} and {flag} both name {}; give each its own file",
@@ -202,10 +215,13 @@ mod tests {
         check_output("--output", &fresh, false).unwrap();
         assert!(!fresh.exists(), "the check leaves nothing behind");
 
-        let error =
-            check_outputs(&[("--output", &fresh), ("--report", &fresh)], false).unwrap_err();
+        let error = check_outputs(
+            &[("--output", &fresh, false), ("--report", &fresh, false)],
+            false,
+        )
+        .unwrap_err();
         assert!(error.message.contains("--output and --report"), "{error}");
-        check_outputs(&[("--json", Path::new("-"))], false).unwrap();
+        check_outputs(&[("--json", Path::new("-"), true)], false).unwrap();
         std::fs::remove_dir_all(&directory).unwrap();
     }
 
@@ -214,8 +230,8 @@ mod tests {
         let directory = scratch("spellings");
         let error = check_outputs(
             &[
-                ("--json", Path::new("a.json")),
-                ("--report", Path::new("./a.json")),
+                ("--json", Path::new("a.json"), false),
+                ("--report", Path::new("./a.json"), false),
             ],
             false,
         )
@@ -224,18 +240,34 @@ mod tests {
         let plain = directory.join("out.json");
         let roundabout = directory.join("sub/../out.json");
         std::fs::create_dir(directory.join("sub")).unwrap();
-        let error =
-            check_outputs(&[("--json", &plain), ("--report", &roundabout)], false).unwrap_err();
+        let error = check_outputs(
+            &[("--json", &plain, false), ("--report", &roundabout, false)],
+            false,
+        )
+        .unwrap_err();
         assert!(error.message.contains("give each its own file"), "{error}");
         check_outputs(
             &[
-                ("--json", &plain),
-                ("--report", &directory.join("out.html")),
+                ("--json", &plain, false),
+                ("--report", &directory.join("out.html"), false),
             ],
             false,
         )
         .unwrap();
         std::fs::remove_dir_all(&directory).unwrap();
+    }
+
+    #[test]
+    fn a_dash_is_standard_output_only_where_the_flag_says_so() {
+        let dash = Path::new("-");
+        check_outputs(&[("--json", dash, true)], false).unwrap();
+        let error =
+            check_outputs(&[("--json", dash, true), ("--report", dash, false)], false).unwrap_err();
+        assert!(
+            error.message.contains("--report") && error.message.contains("./-"),
+            "{error}"
+        );
+        assert!(!dash.exists(), "nothing named - is created");
     }
 
     #[test]

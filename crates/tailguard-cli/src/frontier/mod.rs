@@ -407,11 +407,14 @@ pub fn run(arguments: &FrontierArguments) -> Result<(), CliError> {
             base.display()
         )));
     }
-    let outputs: Vec<(&str, &Path)> =
-        [("--json", &arguments.json), ("--report", &arguments.report)]
-            .into_iter()
-            .filter_map(|(flag, path)| Some((flag, path.as_deref()?)))
-            .collect();
+    // `--json -` prints the JSON; `--report` always writes a file.
+    let outputs: Vec<(&str, &Path, bool)> = [
+        ("--json", &arguments.json, true),
+        ("--report", &arguments.report, false),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path, takes_stdout)| Some((flag, path.as_deref()?, takes_stdout)))
+    .collect();
     crate::output::check_outputs(&outputs, arguments.allow_overwrite)?;
     let grid = arguments.grid();
     let settings = grid.points();

@@ -416,8 +416,14 @@ pub fn run(arguments: &TuneArguments) -> Result<(), CliError> {
             "--output - and --report - both name standard output; give --report a file name",
         ));
     }
-    let mut outputs = vec![("--output", output.as_path())];
-    outputs.extend(arguments.report.as_deref().map(|path| ("--report", path)));
+    // Both print to standard output for `-` (see `emit`).
+    let mut outputs = vec![("--output", output.as_path(), true)];
+    outputs.extend(
+        arguments
+            .report
+            .as_deref()
+            .map(|path| ("--report", path, true)),
+    );
     crate::output::check_outputs(&outputs, arguments.allow_overwrite)?;
     let start = Instant::now();
     let budget = arguments.duration;
