@@ -18,7 +18,9 @@
 //! write fails naming the flag, instead of replacing it.
 
 use crate::error::CliError;
-use std::path::Path;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
 
 /// Checks each `(flag, path, takes_stdout)` the command will write at the
 /// end of its run: that `-` is given only where `takes_stdout` says the flag
@@ -58,12 +60,8 @@ pub fn check_outputs(
 /// directory resolved (`.`, `..`, symbolic links) and its own name; the path
 /// as written when the directory cannot be resolved (a missing one, refused
 /// later with its own message).
-fn same_file_key(path: &Path) -> std::path::PathBuf {
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    match (std::fs::canonicalize(parent), path.file_name()) {
+fn same_file_key(path: &Path) -> PathBuf {
+    match (std::fs::canonicalize(directory_of(path)), path.file_name()) {
         (Ok(directory), Some(name)) => directory.join(name),
         _ => path.to_path_buf(),
     }
@@ -104,10 +102,7 @@ pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<()
         }
         Err(_) => {}
     }
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
+    let parent = directory_of(path);
     if !parent.is_dir() {
         return Err(CliError::usage(format!(
             "{flag} {shown}: the directory {} does not exist; create it first or give a path \
@@ -134,7 +129,7 @@ pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<()
 
 /// Writes `contents` to the output `path` given by `flag`, under the rule
 /// of the module docs: a new file, or, with `allow_overwrite`, whatever is
-/// there replaced.
+/// there replaced; whole or not at all.
 pub fn write_file(
     flag: &str,
     path: &Path,
@@ -142,37 +137,128 @@ pub fn write_file(
     allow_overwrite: bool,
 ) -> Result<(), CliError> {
     use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true);
-    if allow_overwrite {
-        options.create(true).truncate(true);
-    } else {
-        options.create_new(true);
-    }
+    write_with(flag, path, allow_overwrite, |file| file.write_all(contents))
+}
+
+/// [`write_file`], with the contents written by `write`: into a temporary
+/// file beside `path`, synced, then moved into place. On any failure the
+/// temporary file is removed and `path` is as it was.
+fn write_with(
+    flag: &str,
+    path: &Path,
+    allow_overwrite: bool,
+    write: impl FnOnce(&mut File) -> io::Result<()>,
+) -> Result<(), CliError> {
     let shown = path.display();
-    let mut file = options.open(path).map_err(|error| {
-        if error.kind() == std::io::ErrorKind::AlreadyExists {
+    let directory = directory_of(path);
+    let (temporary, mut file) = create_temporary(directory).map_err(|error| {
+        CliError::usage(format!(
+            "{flag} {shown}: cannot create a file in {}: {error}; {}",
+            directory.display(),
+            fix(&error)
+        ))
+    })?;
+    let written = write(&mut file).and_then(|()| file.sync_all());
+    drop(file);
+    let placed = written
+        .map_err(|error| {
+            CliError::usage(format!(
+                "{flag} {shown}: cannot write it: {error}; {}",
+                fix(&error)
+            ))
+        })
+        .and_then(|()| place(flag, &temporary, path, allow_overwrite));
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    } else if let Ok(directory) = File::open(directory) {
+        // The rename itself lasting a crash; a failure here loses nothing.
+        let _ = directory.sync_all();
+    }
+    placed
+}
+
+/// The directory `path` is in (`.` for a bare name).
+fn directory_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    }
+}
+
+/// A new hidden file in `directory`, named after this process.
+fn create_temporary(directory: &Path) -> io::Result<(PathBuf, File)> {
+    let mut attempt = 0;
+    loop {
+        let path = directory.join(format!(
+            ".tailguard-output-{}-{attempt}.tmp",
+            std::process::id()
+        ));
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists && attempt < 100 => {
+                attempt += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Moves the written `temporary` to `path`: over whatever is there with
+/// `allow_overwrite`, else only where nothing is (`RENAME_NOREPLACE`; where
+/// the filesystem lacks it, a hard link, or at last an exclusive copy).
+fn place(flag: &str, temporary: &Path, path: &Path, allow_overwrite: bool) -> Result<(), CliError> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    use rustix::io::Errno;
+    let placed = if allow_overwrite {
+        std::fs::rename(temporary, path)
+    } else {
+        match renameat_with(CWD, temporary, CWD, path, RenameFlags::NOREPLACE) {
+            Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+                match std::fs::hard_link(temporary, path) {
+                    Err(error) if error.kind() != io::ErrorKind::AlreadyExists => {
+                        copy_exclusively(temporary, path)
+                    }
+                    linked => linked.map(|()| {
+                        let _ = std::fs::remove_file(temporary);
+                    }),
+                }
+            }
+            renamed => renamed.map_err(io::Error::from),
+        }
+    };
+    let shown = path.display();
+    placed.map_err(|error| {
+        if error.kind() == io::ErrorKind::AlreadyExists {
             CliError::usage(format!(
                 "{flag} {shown}: a file appeared there during the run and is kept; give \
                  another path, or add --allow-overwrite to replace it"
             ))
         } else {
             CliError::usage(format!(
-                "{flag} {shown}: cannot create it: {error}; {}",
+                "{flag} {shown}: cannot write it: {error}; {}",
                 fix(&error)
             ))
         }
-    })?;
-    file.write_all(contents).map_err(|error| {
-        CliError::usage(format!(
-            "{flag} {shown}: cannot write it: {error}; {}",
-            fix(&error)
-        ))
     })
 }
 
+/// Copies `temporary` to a new file `path` (removed again if the copy
+/// fails), then removes `temporary`.
+fn copy_exclusively(temporary: &Path, path: &Path) -> io::Result<()> {
+    let mut target = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let copied = File::open(temporary)
+        .and_then(|mut source| io::copy(&mut source, &mut target))
+        .and_then(|_| target.sync_all());
+    if copied.is_err() {
+        let _ = std::fs::remove_file(path);
+    } else {
+        let _ = std::fs::remove_file(temporary);
+    }
+    copied
+}
+
 /// The fix for a failed create or open, by its cause.
-fn fix(error: &std::io::Error) -> &'static str {
+fn fix(error: &io::Error) -> &'static str {
     match error.raw_os_error() {
         Some(libc::EACCES | libc::EPERM) => "give a path in a directory you can write to",
         Some(libc::EROFS) => "the filesystem is read-only; give a path on a writable one",
@@ -268,6 +354,31 @@ mod tests {
             "{error}"
         );
         assert!(!dash.exists(), "nothing named - is created");
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_file_and_keeps_the_old_one() {
+        use std::io::Write;
+        let directory = scratch("failed");
+        let failing = |file: &mut File| {
+            file.write_all(b"half a rep")?;
+            Err(io::Error::from_raw_os_error(libc::ENOSPC))
+        };
+        let fresh = directory.join("fresh.json");
+        let error = write_with("--json", &fresh, false, failing).unwrap_err();
+        assert!(error.message.contains("full"), "{error}");
+        assert!(!fresh.exists(), "no partial file");
+
+        let old = directory.join("old.html");
+        std::fs::write(&old, "the old report").unwrap();
+        write_with("--report", &old, true, failing).unwrap_err();
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "the old report");
+        let left: Vec<_> = std::fs::read_dir(&directory)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["old.html"], "no temporary file is left");
+        std::fs::remove_dir_all(&directory).unwrap();
     }
 
     #[test]
