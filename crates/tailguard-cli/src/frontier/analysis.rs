@@ -21,8 +21,13 @@ use serde::Serialize;
 /// How far (a fraction of the tailguard point's write rate) a static point's
 /// write rate may be from it and still count as the same rate.
 pub const MATCH_TOLERANCE: f64 = 0.10;
-/// Differences in the worst 0.5 s rate over solo smaller than this are a tie.
+/// Differences in the worst 0.5 s rate over solo no larger than this are a
+/// tie.
 pub const TIE_TOLERANCE: f64 = 0.05;
+/// Rounding error allowed in comparing differences with the tolerances:
+/// `0.80 - 0.75` is a little over 0.05 in binary floating point, and counts
+/// as 0.05.
+const ROUNDING: f64 = 1e-9;
 
 /// The median, min and max of a measure over rounds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -163,9 +168,9 @@ pub struct Comparison {
 pub fn compare(point: Position, statics: &[Position]) -> Comparison {
     if let Some(index) = best_match(point.write_mb_per_s, statics) {
         let difference = point.worst_ratio - statics[index].worst_ratio;
-        let standing = if difference > TIE_TOLERANCE {
+        let standing = if difference > TIE_TOLERANCE + ROUNDING {
             Standing::Beats
-        } else if difference < -TIE_TOLERANCE {
+        } else if difference < -(TIE_TOLERANCE + ROUNDING) {
             Standing::Loses
         } else {
             Standing::Ties
@@ -282,6 +287,12 @@ mod tests {
         assert!(losing.same_rate);
         assert_eq!(compare(at(834.0, 0.79), &statics).standing, Standing::Ties);
         assert_eq!(compare(at(834.0, 0.90), &statics).standing, Standing::Beats);
+        // Exactly the tolerance apart is a tie, whichever way the binary
+        // fractions round.
+        let tie = [at(100.0, 0.75)];
+        assert_eq!(compare(at(100.0, 0.80), &tie).standing, Standing::Ties);
+        assert_eq!(compare(at(100.0, 0.70), &tie).standing, Standing::Ties);
+        assert_eq!(compare(at(100.0, 0.81), &tie).standing, Standing::Beats);
         // No static point near 1100 MB/s, but 1404/0.71 writes more and reads
         // better: a loss against it.
         let dominated = compare(at(1100.0, 0.60), &statics);
