@@ -21,7 +21,9 @@
 //! through tailguard, in shorter runs with the writer going from the start and
 //! a write file of its own. Its second verdict line says whether tailguard
 //! beats, ties or loses to the best static setting at the same disk write
-//! rate, which is the alternative a storage engineer would try first.
+//! rate, which is the alternative a storage engineer would try first, or
+//! loses to a static setting that writes faster with the readers at least
+//! as high ([`crate::frontier::analysis::compare`]).
 //!
 //! The writer starts a sixth of the way into each run, so the timeline shows the
 //! readers before and after. For writeback to overlap the readers, the written

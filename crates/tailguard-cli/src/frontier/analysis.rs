@@ -5,11 +5,13 @@
 //! max). On the plane of disk write rate against the readers' worst 0.5 s rate
 //! (over solo), a static point is on the frontier when no other static point
 //! writes at least as fast and keeps the readers at least as high, and is
-//! better in one of the two. A tailguard point is compared with the static
-//! point that keeps the readers highest among those writing within
-//! [`MATCH_TOLERANCE`] of its rate; with none in that window, a static point
-//! that writes at least as fast and reads at least as well still beats it
-//! (it dominates), and otherwise the point is unmatched; [`frontier_at`] then
+//! better in one of the two. A tailguard point loses to a static point that
+//! dominates it beyond the noise: writes at least as fast and reads at least
+//! as well, and writes more than [`MATCH_TOLERANCE`] faster or reads more
+//! than [`TIE_TOLERANCE`] better ([`dominates_clearly`]). Otherwise it is
+//! compared with the static point that keeps the readers highest among those
+//! writing within [`MATCH_TOLERANCE`] of its rate (beats, ties or loses), and
+//! with none in that window it is unmatched; [`frontier_at`] then
 //! still places it against the line joining the frontier's points, from the
 //! readers alone (no writer) on (a rate no single static setting gives, but
 //! one a writer that alternates between two settings does). Differences within
@@ -137,12 +139,15 @@ pub fn frontier_at(write_mb_per_s: f64, positions: &[Position]) -> Option<f64> {
 #[serde(rename_all = "lowercase")]
 pub enum Standing {
     /// The readers keep more than [`TIE_TOLERANCE`] of solo more than with the
-    /// best static setting at the same write rate.
+    /// best static setting at the same write rate, and no static setting
+    /// [`dominates_clearly`].
     Beats,
-    /// Within [`TIE_TOLERANCE`] of it.
+    /// Within [`TIE_TOLERANCE`] of it, and no static setting dominates
+    /// clearly.
     Ties,
     /// Below it by more than [`TIE_TOLERANCE`], or a static setting writes at
-    /// least as fast and reads at least as well.
+    /// least as fast and reads at least as well, and is better in one beyond
+    /// the noise ([`dominates_clearly`]).
     Loses,
     /// No static setting writes at its rate, and none dominates it.
     Unmatched,
@@ -164,9 +169,11 @@ pub struct Comparison {
     pub same_rate: bool,
 }
 
-/// Compares `point` with the static positions.
+/// Compares `point` with the static positions: a static position that
+/// [`dominates_clearly`] makes it lose, whatever the same-rate match says;
+/// otherwise the match decides, and with no match it is unmatched.
 pub fn compare(point: Position, statics: &[Position]) -> Comparison {
-    if let Some(index) = best_match(point.write_mb_per_s, statics) {
+    let same_rate = best_match(point.write_mb_per_s, statics).map(|index| {
         let difference = point.worst_ratio - statics[index].worst_ratio;
         let standing = if difference > TIE_TOLERANCE + ROUNDING {
             Standing::Beats
@@ -175,36 +182,55 @@ pub fn compare(point: Position, statics: &[Position]) -> Comparison {
         } else {
             Standing::Ties
         };
-        return Comparison {
+        Comparison {
             standing,
             against: Some(index),
             worst_ratio_difference: Some(difference),
             same_rate: true,
-        };
+        }
+    });
+    if let Some(loss) = same_rate.filter(|match_| match_.standing == Standing::Loses) {
+        return loss;
     }
+    // A clearly dominating position that the match did not already make a
+    // loss writes beyond the same-rate window.
     let dominating = statics
         .iter()
         .enumerate()
-        .filter(|(_, position)| {
-            position.write_mb_per_s >= point.write_mb_per_s
-                && position.worst_ratio >= point.worst_ratio
+        .filter(|(_, position)| dominates_clearly(position, &point))
+        .max_by(|(_, a), (_, b)| {
+            (a.worst_ratio.total_cmp(&b.worst_ratio))
+                .then(a.write_mb_per_s.total_cmp(&b.write_mb_per_s))
         })
-        .max_by(|(_, a), (_, b)| a.worst_ratio.total_cmp(&b.worst_ratio))
         .map(|(index, _)| index);
-    match dominating {
-        Some(index) => Comparison {
+    match (dominating, same_rate) {
+        (Some(index), _) => Comparison {
             standing: Standing::Loses,
             against: Some(index),
             worst_ratio_difference: Some(point.worst_ratio - statics[index].worst_ratio),
             same_rate: false,
         },
-        None => Comparison {
+        (None, Some(match_)) => match_,
+        (None, None) => Comparison {
             standing: Standing::Unmatched,
             against: None,
             worst_ratio_difference: None,
             same_rate: false,
         },
     }
+}
+
+/// Whether the static position `other` dominates `point` beyond the noise:
+/// it writes at least as fast and keeps the readers at least as high, and
+/// writes faster by more than [`MATCH_TOLERANCE`] or keeps the readers higher
+/// by more than [`TIE_TOLERANCE`].
+pub fn dominates_clearly(other: &Position, point: &Position) -> bool {
+    let writes_more = other.write_mb_per_s - point.write_mb_per_s;
+    let reads_more = other.worst_ratio - point.worst_ratio;
+    writes_more >= 0.0
+        && reads_more >= -ROUNDING
+        && (writes_more > MATCH_TOLERANCE * point.write_mb_per_s
+            || reads_more > TIE_TOLERANCE + ROUNDING)
 }
 
 #[cfg(test)]
@@ -302,5 +328,28 @@ mod tests {
         let alone = compare(at(1100.0, 0.80), &statics);
         assert_eq!(alone.standing, Standing::Unmatched);
         assert_eq!(alone.against, None);
+    }
+
+    #[test]
+    fn a_clearly_dominating_static_point_turns_a_win_or_a_tie_into_a_loss() {
+        // 1000/0.70 beats 950/0.55 at its rate, but 1300/0.80 writes 30%
+        // more and keeps the readers 0.10 higher.
+        let statics = [at(950.0, 0.55), at(1300.0, 0.80)];
+        let dominated = compare(at(1000.0, 0.70), &statics);
+        assert_eq!(dominated.standing, Standing::Loses);
+        assert_eq!((dominated.against, dominated.same_rate), (Some(1), false));
+        assert!((dominated.worst_ratio_difference.unwrap() + 0.10).abs() < 1e-9);
+        // A tie at its rate, and a static point writing 30% more with the
+        // readers as high.
+        let faster = [at(1000.0, 0.70), at(1300.0, 0.70)];
+        let tie_lost = compare(at(1000.0, 0.70), &faster);
+        assert_eq!(tie_lost.standing, Standing::Loses);
+        assert_eq!(tie_lost.against, Some(1));
+        // Better on both, but within the noise on both: still a tie.
+        let close = [at(1080.0, 0.73)];
+        assert_eq!(compare(at(1000.0, 0.70), &close).standing, Standing::Ties);
+        // Faster but keeping the readers lower: no dominance, still a win.
+        let lower = [at(950.0, 0.55), at(1300.0, 0.69)];
+        assert_eq!(compare(at(1000.0, 0.70), &lower).standing, Standing::Beats);
     }
 }

@@ -16,8 +16,10 @@
 //! the disk's write rate (its own counters) against the readers' worst 0.5 s
 //! rate and mean rate over solo, p99.99 and max. The static points' Pareto
 //! frontier is marked, and each tailguard point is set against the best
-//! static setting writing at its rate (±10%): that is what tailguard buys, or
-//! costs, on this disk. Over several rounds it is also set against each
+//! static setting writing at its rate (±10%), unless a static setting
+//! dominates it beyond the noise, which it then loses to
+//! ([`analysis::compare`]): that is what tailguard buys, or costs, on this
+//! disk. Over several rounds it is also set against each
 //! round's own static points, which cancels a drift of the disk that moves a
 //! whole round.
 //!

@@ -487,7 +487,7 @@ pub fn render_table(result: &FrontierResult) -> String {
         "read p99.99",
         "read max",
         "",
-        "tailguard vs best static at the same write rate (±10%)",
+        "tailguard vs static: the best at its write rate (±10%), or one dominating",
     ];
     let rows: Vec<[String; 8]> = order
         .iter()
