@@ -124,6 +124,9 @@ fn main() -> ExitCode {
             metrics::linger();
             ExitCode::SUCCESS
         }
+        // Standard output closed under the command (`| head -1`): it stops
+        // there, as the default SIGPIPE would have stopped it.
+        Err(error) if error.status == output::STDOUT_CLOSED_STATUS => ExitCode::from(error.status),
         Err(error) => {
             // Not eprintln!, which panics when standard error is gone (a
             // closed terminal, whose SIGHUP may be why the run stopped).
@@ -154,7 +157,7 @@ fn run_sim(arguments: &SimArguments) -> Result<(), error::CliError> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         if !arguments.json {
-            println!(
+            output::print(&format!(
                 "{} — seed {seed}, {} simulated seconds (reproduce: tailguard sim {} --seed {seed} --policy {})",
                 path.display(),
                 reports[0].duration_s,
@@ -164,8 +167,8 @@ fn run_sim(arguments: &SimArguments) -> Result<(), error::CliError> {
                     .map(|policy| policy.name())
                     .collect::<Vec<_>>()
                     .join(",")
-            );
-            println!("{}", render_table(&reports));
+            ))?;
+            output::print(&render_table(&reports))?;
         }
         all_reports.extend(reports);
     }
@@ -175,10 +178,7 @@ fn run_sim(arguments: &SimArguments) -> Result<(), error::CliError> {
         } else {
             serde_json::to_string_pretty(&all_reports)
         };
-        println!(
-            "{}",
-            text.map_err(|error| error::CliError::usage(error.to_string()))?
-        );
+        output::print(&text.map_err(|error| error::CliError::usage(error.to_string()))?)?;
     }
     Ok(())
 }

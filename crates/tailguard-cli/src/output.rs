@@ -1,5 +1,6 @@
 //! Output files (`--output`, `--report`, `--json FILE`): checked before a run,
-//! with one overwrite rule for every command.
+//! with one overwrite rule for every command; and printing to standard output
+//! and standard error without panicking when either is gone.
 //!
 //! A run can take an hour; a typo in an output path must not cost it. So every
 //! command checks its output paths first, with [`check_outputs`], and the same
@@ -19,7 +20,7 @@
 
 use crate::error::CliError;
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 /// Checks each `(flag, path, takes_stdout)` the command will write at the
@@ -136,7 +137,6 @@ pub fn write_file(
     contents: &[u8],
     allow_overwrite: bool,
 ) -> Result<(), CliError> {
-    use std::io::Write;
     write_with(flag, path, allow_overwrite, |file| file.write_all(contents))
 }
 
@@ -257,6 +257,69 @@ fn copy_exclusively(temporary: &Path, path: &Path) -> io::Result<()> {
     copied
 }
 
+/// The exit status after standard output closed before everything was
+/// printed: 128 + SIGPIPE, what a shell reports for a command that signal
+/// ended. `main` ends on it without a message.
+pub const STDOUT_CLOSED_STATUS: u8 = 141;
+
+/// Prints `text` and a newline to standard output; see [`print_to`].
+pub fn print(text: &str) -> Result<(), CliError> {
+    print_to(&mut io::stdout().lock(), text)
+}
+
+/// Prints `text` and a newline to `out`, standard output in [`print`]. A
+/// closed pipe (its reader gone, as after `| head -1`) is an error with
+/// [`STDOUT_CLOSED_STATUS`], where `println!` would panic: the command stops
+/// printing, and reports any other failure.
+pub fn print_to(out: &mut dyn io::Write, text: &str) -> Result<(), CliError> {
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(|error| {
+            if error.kind() == io::ErrorKind::BrokenPipe {
+                CliError {
+                    message: "standard output closed before everything was printed (its \
+                              reader exited); pipe into a command that reads it all to see \
+                              the rest"
+                        .into(),
+                    status: STDOUT_CLOSED_STATUS,
+                }
+            } else {
+                CliError::usage(format!(
+                    "cannot print to standard output: {error}; redirect it to a writable file"
+                ))
+            }
+        })
+}
+
+/// Prints a note and a newline to standard error, if it is still there
+/// (`eprintln!` panics when it is not).
+pub fn note(text: &str) {
+    let _ = writeln!(io::stderr(), "{text}");
+}
+
+/// `Ok` when every result is; else one error with every failure's message,
+/// a line each, and the first status other than [`STDOUT_CLOSED_STATUS`]
+/// (that one alone when nothing else failed).
+pub fn all(results: impl IntoIterator<Item = Result<(), CliError>>) -> Result<(), CliError> {
+    let failures: Vec<CliError> = results.into_iter().filter_map(Result::err).collect();
+    let status = failures
+        .iter()
+        .map(|failure| failure.status)
+        .find(|&status| status != STDOUT_CLOSED_STATUS)
+        .or(failures.first().map(|failure| failure.status));
+    match status {
+        None => Ok(()),
+        Some(status) => Err(CliError {
+            message: failures
+                .iter()
+                .map(|failure| failure.message.as_str())
+                .collect::<Vec<_>>()
+                .join("\nerror: "),
+            status,
+        }),
+    }
+}
+
 /// The fix for a failed create or open, by its cause.
 fn fix(error: &io::Error) -> &'static str {
     match error.raw_os_error() {
@@ -358,7 +421,6 @@ mod tests {
 
     #[test]
     fn a_failed_write_leaves_no_file_and_keeps_the_old_one() {
-        use std::io::Write;
         let directory = scratch("failed");
         let failing = |file: &mut File| {
             file.write_all(b"half a rep")?;
@@ -379,6 +441,42 @@ mod tests {
             .collect();
         assert_eq!(left, ["old.html"], "no temporary file is left");
         std::fs::remove_dir_all(&directory).unwrap();
+    }
+
+    /// A writer whose reader is gone.
+    struct ClosedPipe;
+
+    impl io::Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from(io::ErrorKind::BrokenPipe))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_is_an_error_not_a_panic_and_every_failure_is_reported() {
+        let closed = print_to(&mut ClosedPipe, "table").unwrap_err();
+        assert_eq!(closed.status, STDOUT_CLOSED_STATUS);
+        let mut printed = Vec::new();
+        print_to(&mut printed, "table").unwrap();
+        assert_eq!(printed, b"table\n");
+
+        assert_eq!(all([Ok(()), Ok(())]), Ok(()));
+        let only_closed = all([Ok(()), print_to(&mut ClosedPipe, "x")]).unwrap_err();
+        assert_eq!(only_closed.status, STDOUT_CLOSED_STATUS);
+        let both = all([
+            print_to(&mut ClosedPipe, "x"),
+            Err(CliError::usage("--report r.html: cannot write it")),
+        ])
+        .unwrap_err();
+        assert_eq!(both.status, 2);
+        assert!(
+            both.message.contains("standard output closed")
+                && both.message.contains("\nerror: --report r.html"),
+            "{both}"
+        );
     }
 
     #[test]

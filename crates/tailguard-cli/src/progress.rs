@@ -36,7 +36,11 @@ impl Progress {
     pub fn start_run(&self, name: &str, duration_ns: Nanos) -> RunProgress {
         let duration_ms = duration_ns / 1_000_000;
         if !self.bars {
-            eprintln!("{}: {name} ({} s)", self.program, duration_ns as f64 / 1e9);
+            crate::output::note(&format!(
+                "{}: {name} ({} s)",
+                self.program,
+                duration_ns as f64 / 1e9
+            ));
             return RunProgress {
                 bar: ProgressBar::hidden(),
             };

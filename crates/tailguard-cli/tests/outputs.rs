@@ -24,3 +24,76 @@ fn frontier_refuses_a_report_on_standard_output_before_the_run() {
     );
     assert!(!scratch.0.join("-").exists(), "no file named - is written");
 }
+
+/// Standard output for a child: a pipe whose read end is already closed, so
+/// its first write fails with EPIPE (Rust programs ignore SIGPIPE).
+fn closed_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors pipe(2) writes.
+    assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+    // SAFETY: pipe(2) succeeded, so both are open descriptors owned by no one
+    // else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    drop(read);
+    Stdio::from(write)
+}
+
+/// Runs the binary with `arguments` and standard output closed; its exit
+/// status and standard error.
+fn with_stdout_closed(arguments: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+        .args(arguments)
+        .stdin(Stdio::null())
+        .stdout(closed_pipe())
+        .output()
+        .expect("the binary runs");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn sim_into_a_closed_pipe_stops_quietly() {
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/seed-000-writeback.toml"
+    );
+    for arguments in [
+        &["sim", scenario, scenario][..],
+        &["sim", scenario, "--json"][..],
+    ] {
+        let (status, stderr) = with_stdout_closed(arguments);
+        assert!(!stderr.contains("panicked"), "{arguments:?}: {stderr}");
+        assert_eq!(status, Some(141), "{arguments:?}: {stderr}");
+    }
+}
+
+#[test]
+fn frontier_into_a_closed_pipe_still_writes_its_files() {
+    let scratch = Scratch::new("outputs", "closed-frontier");
+    let (json, report) = (scratch.0.join("f.json"), scratch.0.join("r.html"));
+    let (status, stderr) = with_stdout_closed(&[
+        "frontier",
+        scratch.text(),
+        "--depths",
+        "1",
+        "--sizes",
+        "1m",
+        "--latency-targets",
+        "none",
+        "--no-adaptive",
+        "--duration",
+        "1s",
+        "--size-mib",
+        "64",
+        "--json",
+        json.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(status, Some(141), "{stderr}");
+    assert!(json.is_file() && report.is_file(), "{stderr}");
+}

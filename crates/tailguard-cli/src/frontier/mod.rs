@@ -423,7 +423,7 @@ pub fn run(arguments: &FrontierArguments) -> Result<(), CliError> {
     let workload = arguments.workload()?;
     let command = arguments.command_line(&grid, &workload);
     let runs = settings.len() * arguments.rounds as usize;
-    eprintln!(
+    crate::output::note(&format!(
         "tailguard frontier: {} points ({} static, {} tailguard, solo) x {} round(s) of {} s: \
          about {:.0} s, after laying out two {} MiB files in {}",
         settings.len(),
@@ -434,7 +434,7 @@ pub fn run(arguments: &FrontierArguments) -> Result<(), CliError> {
         runs as f64 * (workload.duration_s + RUN_OVERHEAD_S),
         workload.read_bytes / MIB,
         base.display()
-    );
+    ));
     let mut layout = target::Layout::default();
     let mut job = workload.job(&Setting::Tailguard(grid::Variant::Default))?;
     let plan = target::prepare(&mut job, &base, false, true, &mut layout)?;
@@ -449,58 +449,73 @@ pub fn run(arguments: &FrontierArguments) -> Result<(), CliError> {
         command,
     )?;
     drop(layout);
-    write_outputs(arguments, &result, &base)
+    write_outputs(arguments, &result, &base, &mut std::io::stdout().lock())
 }
 
-/// The table (unless JSON goes to standard output), the JSON and the page.
+/// The JSON file and the page, then the table (or `--json -`'s JSON) on
+/// `stdout`: files first, so a closed standard output (`| head`) costs
+/// neither; every output is attempted, and every failure reported.
 fn write_outputs(
     arguments: &FrontierArguments,
     result: &FrontierResult,
     base: &Path,
+    stdout: &mut dyn std::io::Write,
 ) -> Result<(), CliError> {
     let json_to_stdout = arguments.json.as_deref() == Some(Path::new("-"));
-    if !json_to_stdout {
-        println!(
-            "tailguard frontier on {} (device {}): {}, {} s per point (reproduce: {})",
-            base.display(),
-            result.device,
-            result.workload.describe(),
-            result.workload.duration_s,
-            result.command
-        );
-        println!("{}", result::render_table(result));
-    }
-    if let Some(path) = &arguments.json {
-        let text = serde_json::to_string_pretty(result)
-            .map_err(|error| CliError::usage(error.to_string()))?;
-        if json_to_stdout {
-            println!("{text}");
-        } else {
-            let text = text + "\n";
-            crate::output::write_file("--json", path, text.as_bytes(), arguments.allow_overwrite)?;
-            eprintln!("tailguard frontier: wrote {}", path.display());
-        }
-    }
-    if let Some(path) = &arguments.report {
-        let notes = [
-            format!("Command: {}", result.command),
-            format!(
-                "Device {}: {}; {} s per point, {} round(s), \
-                 points interleaved. Static points: readers and writer kernel O_DIRECT, the writer \
-                 at the point's queue depth and request size. Tailguard points: both through the \
-                 scheduler, the writer keeping {} requests of 1 MiB queued.",
+    let json = match &arguments.json {
+        Some(_) => serde_json::to_string_pretty(result).map_err(|error| {
+            CliError::usage(format!("cannot write the result as JSON: {error}"))
+        })?,
+        None => String::new(),
+    };
+    let written = |flag: &str, path: &Path, text: &str| {
+        crate::output::write_file(flag, path, text.as_bytes(), arguments.allow_overwrite)
+            .map(|()| crate::output::note(&format!("tailguard frontier: wrote {}", path.display())))
+    };
+    let json_file = match &arguments.json {
+        Some(path) if !json_to_stdout => written("--json", path, &(json.clone() + "\n")),
+        _ => Ok(()),
+    };
+    let report = match &arguments.report {
+        Some(path) => written("--report", path, &report_page(result)),
+        None => Ok(()),
+    };
+    let printed = if json_to_stdout {
+        crate::output::print_to(stdout, &json)
+    } else {
+        crate::output::print_to(
+            stdout,
+            &format!(
+                "tailguard frontier on {} (device {}): {}, {} s per point (reproduce: {})",
+                base.display(),
                 result.device,
                 result.workload.describe(),
                 result.workload.duration_s,
-                result.rounds,
-                measure::TAILGUARD_WRITE_QUEUE_DEPTH
+                result.command
             ),
-        ];
-        let page = crate::html::frontier::page("tailguard frontier", &notes, result);
-        crate::html::write_text(path, &page, arguments.allow_overwrite)?;
-        eprintln!("tailguard frontier: wrote {}", path.display());
-    }
-    Ok(())
+        )
+        .and_then(|()| crate::output::print_to(stdout, &result::render_table(result)))
+    };
+    crate::output::all([json_file, report, printed])
+}
+
+/// The `--report` page: the chart, with the command and the setup.
+fn report_page(result: &FrontierResult) -> String {
+    let notes = [
+        format!("Command: {}", result.command),
+        format!(
+            "Device {}: {}; {} s per point, {} round(s), \
+             points interleaved. Static points: readers and writer kernel O_DIRECT, the writer \
+             at the point's queue depth and request size. Tailguard points: both through the \
+             scheduler, the writer keeping {} requests of 1 MiB queued.",
+            result.device,
+            result.workload.describe(),
+            result.workload.duration_s,
+            result.rounds,
+            measure::TAILGUARD_WRITE_QUEUE_DEPTH
+        ),
+    ];
+    crate::html::frontier::page("tailguard frontier", &notes, result)
 }
 
 #[cfg(test)]
@@ -517,6 +532,53 @@ mod tests {
     fn parse(flags: &[&str]) -> Result<FrontierArguments, clap::Error> {
         Wrapper::try_parse_from(std::iter::once("frontier").chain(flags.iter().copied()))
             .map(|wrapper| wrapper.arguments)
+    }
+
+    /// A standard output whose reader is gone.
+    struct ClosedPipe;
+
+    impl std::io::Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_standard_output_costs_no_file_and_every_failure_is_reported() {
+        let directory =
+            std::env::temp_dir().join(format!("tailguard-frontier-closed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        let json = directory.join("f.json");
+        let report = directory.join("r.html");
+        let result = result::frontier_of(&[
+            (Setting::Solo, &[(1.0, 1000.0, 950.0)]),
+            (result::direct(1, 128), &[(450.0, 950.0, 900.0)]),
+        ]);
+        let (json_text, report_text) = (json.to_str().unwrap(), report.to_str().unwrap());
+        let arguments = parse(&["--json", json_text, "--report", report_text]).unwrap();
+        let error = write_outputs(&arguments, &result, &directory, &mut ClosedPipe).unwrap_err();
+        assert_eq!(error.status, crate::output::STDOUT_CLOSED_STATUS, "{error}");
+        assert!(json.is_file() && report.is_file(), "both files are written");
+
+        // The files exist now: both fail, and so does the table; all three
+        // are reported.
+        let error = write_outputs(&arguments, &result, &directory, &mut ClosedPipe).unwrap_err();
+        assert_eq!(error.status, 2, "{error}");
+        let lines: Vec<&str> = error.message.lines().collect();
+        assert_eq!(lines.len(), 3, "{error}");
+        assert!(
+            lines[0].contains("--json") && lines[1].contains("--report"),
+            "{error}"
+        );
+
+        let to_stdout = parse(&["--json", "-"]).unwrap();
+        let error = write_outputs(&to_stdout, &result, &directory, &mut ClosedPipe).unwrap_err();
+        assert_eq!(error.status, crate::output::STDOUT_CLOSED_STATUS, "{error}");
+        std::fs::remove_dir_all(&directory).unwrap();
     }
 
     #[test]
