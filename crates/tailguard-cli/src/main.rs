@@ -137,10 +137,17 @@ fn main() -> ExitCode {
 }
 
 fn run_sim(arguments: &SimArguments) -> Result<(), error::CliError> {
+    // Every file is read before any runs: a typo in the last one costs no
+    // run and prints no table.
+    let scenarios = arguments
+        .scenarios
+        .iter()
+        .map(|path| {
+            Scenario::from_file(path).map_err(|error| error::CliError::usage(error.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut all_reports: Vec<RunReport> = Vec::new();
-    for path in &arguments.scenarios {
-        let scenario =
-            Scenario::from_file(path).map_err(|error| error::CliError::usage(error.to_string()))?;
+    for (path, scenario) in arguments.scenarios.iter().zip(&scenarios) {
         let seed = arguments.seed.unwrap_or(scenario.seed);
         let policies = if !arguments.policy.is_empty() {
             arguments.policy.clone()
@@ -152,7 +159,7 @@ fn run_sim(arguments: &SimArguments) -> Result<(), error::CliError> {
         let reports = policies
             .iter()
             .map(|policy| {
-                tailguard_sim::engine::run(&scenario, *policy, seed)
+                tailguard_sim::engine::run(scenario, *policy, seed)
                     .map_err(|error| error::CliError::usage(format!("{}: {error}", path.display())))
             })
             .collect::<Result<Vec<_>, _>>()?;

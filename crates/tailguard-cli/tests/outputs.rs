@@ -1,5 +1,6 @@
 //! The binary's output files and streams: which flags read `-` as standard
-//! output, and what happens when standard output is a closed pipe.
+//! output, what happens when standard output is a closed pipe, and that a
+//! bad input file stops a command before it prints anything.
 
 mod common;
 
@@ -96,4 +97,27 @@ fn frontier_into_a_closed_pipe_still_writes_its_files() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(status, Some(141), "{stderr}");
     assert!(json.is_file() && report.is_file(), "{stderr}");
+}
+
+#[test]
+fn sim_reads_every_scenario_before_printing_any_table() {
+    let scratch = Scratch::new("outputs", "bad-scenario");
+    let bad = scratch.0.join("bad.toml");
+    std::fs::write(&bad, "duration_s = \"soon\"\n").unwrap();
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scenarios/seed-000-writeback.toml"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_tailguard"))
+        .args(["sim", scenario, bad.to_str().unwrap()])
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bad.toml"), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "",
+        "no table printed"
+    );
 }
