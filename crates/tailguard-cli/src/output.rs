@@ -90,16 +90,23 @@ pub fn check_output(flag: &str, path: &Path, allow_overwrite: bool) -> Result<()
             )))
         }
         Ok(_) => {
-            return std::fs::OpenOptions::new()
+            // The replacement is a new file moved over it: its directory
+            // must take one.
+            let directory = directory_of(&resolved(path)).to_path_buf();
+            return OpenOptions::new()
                 .write(true)
                 .open(path)
                 .map(drop)
+                .and_then(|()| create_temporary(&directory))
+                .map(|(temporary, _)| {
+                    let _ = std::fs::remove_file(temporary);
+                })
                 .map_err(|error| {
                     CliError::usage(format!(
-                        "{flag} {shown}: cannot write it: {error}; {}",
+                        "{flag} {shown}: cannot replace it: {error}; {}",
                         fix(&error)
                     ))
-                })
+                });
         }
         Err(_) => {}
     }
@@ -150,7 +157,8 @@ fn write_with(
     write: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> Result<(), CliError> {
     let shown = path.display();
-    let directory = directory_of(path);
+    let target = resolved(path);
+    let directory = directory_of(&target);
     let (temporary, mut file) = create_temporary(directory).map_err(|error| {
         CliError::usage(format!(
             "{flag} {shown}: cannot create a file in {}: {error}; {}",
@@ -158,6 +166,10 @@ fn write_with(
             fix(&error)
         ))
     })?;
+    if let Ok(old) = std::fs::metadata(&target) {
+        // A replacement keeps the mode of the file it replaces.
+        let _ = file.set_permissions(old.permissions());
+    }
     let written = write(&mut file).and_then(|()| file.sync_all());
     drop(file);
     let placed = written
@@ -167,7 +179,13 @@ fn write_with(
                 fix(&error)
             ))
         })
-        .and_then(|()| place(flag, &temporary, path, allow_overwrite));
+        .and_then(|()| place(flag, &temporary, &target, allow_overwrite))
+        .map_err(|error| CliError {
+            message: error
+                .message
+                .replace(&target.display().to_string(), &shown.to_string()),
+            status: error.status,
+        });
     if placed.is_err() {
         let _ = std::fs::remove_file(&temporary);
     } else if let Ok(directory) = File::open(directory) {
@@ -175,6 +193,17 @@ fn write_with(
         let _ = directory.sync_all();
     }
     placed
+}
+
+/// The file a write to `path` replaces: the target of a symbolic link (so
+/// the link stays, as when writing through it), else `path`.
+fn resolved(path: &Path) -> PathBuf {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_symlink() => {
+            std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+        }
+        _ => path.to_path_buf(),
+    }
 }
 
 /// The directory `path` is in (`.` for a bare name).
@@ -477,6 +506,52 @@ mod tests {
                 && both.message.contains("\nerror: --report r.html"),
             "{both}"
         );
+    }
+
+    #[test]
+    fn a_replacement_goes_through_a_link_and_keeps_the_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let directory = scratch("link");
+        let real = directory.join("real.html");
+        std::fs::write(&real, "old").unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = directory.join("link.html");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        write_file("--report", &link, b"new", true).unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+        let mode = std::fs::metadata(&real).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::remove_dir_all(&directory).unwrap();
+    }
+
+    #[test]
+    fn replacing_needs_a_directory_that_takes_a_new_file() {
+        use std::os::unix::fs::PermissionsExt;
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root, to check as another user");
+            return;
+        }
+        let directory = scratch("locked");
+        let existing = directory.join("old.html");
+        std::fs::write(&existing, "keep").unwrap();
+        std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o666)).unwrap();
+        std::fs::set_permissions(&directory, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Only this thread becomes `nobody`: it may write the file, not
+        // create one beside it.
+        let checked = std::thread::spawn(move || {
+            // 65534 is `nobody`; only this thread's credentials change.
+            rustix::thread::set_thread_uid(rustix::process::Uid::from_raw(65534)).unwrap();
+            check_output("--report", &existing, true)
+        })
+        .join()
+        .unwrap();
+        let error = checked.unwrap_err();
+        assert!(error.message.contains("cannot replace it"), "{error}");
+        std::fs::remove_dir_all(&directory).unwrap();
     }
 
     #[test]
