@@ -12,11 +12,26 @@
 //! with the kernel's reason, the path, the flag and the fix. `-` is
 //! standard output for a flag that says it takes it (frontier's `--json`),
 //! and is then not checked; any other flag refuses it, instead of writing a
-//! file named `-` at the end. The write at the end,
-//! [`write_file`], keeps the rule: without `--allow-overwrite` it creates the
-//! file the same exclusive way, so a file that appeared at the path during
-//! the run (another run's report, with the same default name) is kept and the
-//! write fails naming the flag, instead of replacing it.
+//! file named `-` at the end. Two spellings of one file (`out.json` and
+//! `./out.json`) are refused as one path given twice.
+//!
+//! The write at the end, [`write_file`], writes a temporary file beside the
+//! target, syncs it, and only then moves it into place, so a write that
+//! fails (a full disk) leaves no partial file and an old file it was to
+//! replace stays whole. It keeps the rule: without `--allow-overwrite` the
+//! move is exclusive (`RENAME_NOREPLACE`), so a file that appeared at the
+//! path during the run (another run's report, with the same default name) is
+//! kept and the write fails naming the flag, instead of replacing it. A
+//! replacement goes through a symbolic link to the file it names and keeps
+//! that file's mode; the check before the run makes sure the directory takes
+//! the new file.
+//!
+//! `println!` and `eprintln!` panic when their stream is a pipe whose reader
+//! exited (`tailguard sim a.toml | head -1`: Rust ignores SIGPIPE, so the
+//! write fails with EPIPE). [`print`] returns that as an error instead, which
+//! `main` ends on quietly with [`STDOUT_CLOSED_STATUS`], and [`note`] drops a
+//! note that standard error cannot take. A command that writes files writes
+//! them before it prints, so a closed pipe costs none of them.
 
 use crate::error::CliError;
 use std::fs::{File, OpenOptions};
