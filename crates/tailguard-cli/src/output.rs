@@ -10,9 +10,9 @@
 //! the write at the end (a missing or read-only directory, a path naming a
 //! directory, a full inode table, a read-only filesystem) stops the run now,
 //! with the kernel's reason, the path, the flag and the fix. `-` is
-//! standard output for a flag that says it takes it (frontier's `--json`),
-//! and is then not checked; any other flag refuses it, instead of writing a
-//! file named `-` at the end. Two spellings of one file (`out.json` and
+//! standard output for a flag that says it takes it (frontier's `--json`,
+//! tune's `--output` and `--report`), and is then not checked; any other
+//! flag refuses it, instead of writing a file named `-` at the end. Two spellings of one file (`out.json` and
 //! `./out.json`) are refused as one path given twice.
 //!
 //! The write at the end, [`write_file`], writes a temporary file beside the
