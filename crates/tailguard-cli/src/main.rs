@@ -118,12 +118,10 @@ fn main() -> ExitCode {
         Command::Frontier(arguments) => frontier::run(&arguments),
         Command::Demo(arguments) => demo::run(&arguments),
         Command::Clean(arguments) => lifecycle::run_clean(&arguments),
-    };
+    }
+    .and_then(|()| metrics::linger());
     match result {
-        Ok(()) => {
-            metrics::linger();
-            ExitCode::SUCCESS
-        }
+        Ok(()) => ExitCode::SUCCESS,
         // Standard output closed under the command (`| head -1`): it stops
         // there, as the default SIGPIPE would have stopped it.
         Err(error) if error.status == output::STDOUT_CLOSED_STATUS => ExitCode::from(error.status),

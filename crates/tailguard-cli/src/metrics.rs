@@ -71,22 +71,19 @@ const LINGER_STEP: Duration = Duration::from_millis(100);
 
 /// After the command's output: keeps serving the last run's metrics for the
 /// `--metrics-linger-s` it asked for. SIGINT, SIGTERM or SIGHUP ends the
-/// wait within [`LINGER_STEP`]: the process then exits as an interrupted run
-/// does, with 128 + the signal.
-pub fn linger() {
+/// wait within [`LINGER_STEP`] with the interrupted error, so the process
+/// exits as an interrupted run does, with 128 + the signal.
+pub fn linger() -> Result<(), CliError> {
     let (url, linger) = match PUBLISHED.lock().expect("lock poisoned").as_ref() {
         Some(published) if !published.linger.is_zero() => (published.url.clone(), published.linger),
-        _ => return,
+        _ => return Ok(()),
     };
-    eprintln!(
+    let _ = writeln!(
+        io::stderr(),
         "metrics: the run is over; serving its final counters at {url} for {} s",
         linger.as_secs()
     );
-    if let Err(error) = wait_unless_interrupted(linger) {
-        // As `main` reports an error; the run's files are gone already.
-        let _ = writeln!(io::stderr(), "error: {}", error.message);
-        std::process::exit(i32::from(error.status));
-    }
+    wait_unless_interrupted(linger)
 }
 
 /// Sleeps `linger` in [`LINGER_STEP`]s; the interrupted error once a stop

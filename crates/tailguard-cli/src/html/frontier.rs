@@ -149,7 +149,7 @@ pub fn section(result: &FrontierResult) -> String {
     out.push_str(
         "<table>\n<tr><th>point</th><th>write MB/s</th><th>worst 0.5 s / solo</th>\
          <th>mean / solo</th><th>read p99.99</th><th>read max</th><th>static frontier</th>\
-         <th>against the best static setting at the same write rate (±10%)</th></tr>\n",
+         <th>against static: the best at its write rate (±10%), or one dominating</th></tr>\n",
     );
     let mut order: Vec<&PointResult> = result.points.iter().collect();
     order.sort_by(|a, b| a.write_mb_per_s.median.total_cmp(&b.write_mb_per_s.median));
