@@ -324,26 +324,6 @@ fn present(
     let table = render_comparison(reports, disk_writes);
     let verdict = verdict(reports, disk_writes);
     let static_verdict = static_verdict(frontier);
-    println!(
-        "tailguard demo on {} (device {}): 16 readers of 4 KiB at queue depth 1 on a {:.0} MiB \
-         file; a 1 MiB sequential writer at queue depth {WRITE_QUEUE_DEPTH} on a {:.1} GiB file from \
-         {:.1} s",
-        base.display(),
-        device,
-        sizing.read_bytes as f64 / MIB as f64,
-        sizing.write_bytes as f64 / GIB,
-        writes_start_s(duration_s)
-    );
-    println!("{table}");
-    println!("{}", crate::render::render_timeline(reports));
-    println!(
-        "against static settings (kernel O_DIRECT, the writer at a fixed queue depth and request \
-         size; readers and writer from the start, {} s per point, one round):",
-        frontier.workload.duration_s
-    );
-    println!("{}", crate::frontier::result::render_table(frontier));
-    println!("verdict: {verdict}");
-    println!("verdict against static settings: {static_verdict}");
     let notes = report_notes(
         arguments,
         base,
@@ -364,9 +344,31 @@ fn present(
         None if report_path.exists() => default_report_path(Path::new(".")),
         _ => report_path.to_path_buf(),
     };
+    // The report first: a closed standard output ends the printing below,
+    // and must not cost the run's page.
     crate::html::write_text(&report_path, &page, arguments.allow_overwrite)?;
-    println!("report: {}", report_path.display());
-    Ok(())
+    let header = format!(
+        "tailguard demo on {} (device {}): 16 readers of 4 KiB at queue depth 1 on a {:.0} MiB \
+         file; a 1 MiB sequential writer at queue depth {WRITE_QUEUE_DEPTH} on a {:.1} GiB file from \
+         {:.1} s",
+        base.display(),
+        device,
+        sizing.read_bytes as f64 / MIB as f64,
+        sizing.write_bytes as f64 / GIB,
+        writes_start_s(duration_s)
+    );
+    let statics = format!(
+        "against static settings (kernel O_DIRECT, the writer at a fixed queue depth and request \
+         size; readers and writer from the start, {} s per point, one round):",
+        frontier.workload.duration_s
+    );
+    crate::output::print(&format!(
+        "{header}\n{table}\n{}\n{statics}\n{}\nverdict: {verdict}\n\
+         verdict against static settings: {static_verdict}\nreport: {}",
+        crate::render::render_timeline(reports),
+        crate::frontier::result::render_table(frontier),
+        report_path.display()
+    ))
 }
 
 /// The HTML report's notes: the command, the setup, the disk's write rates

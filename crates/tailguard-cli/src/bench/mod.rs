@@ -356,10 +356,12 @@ fn write_results(
     };
     if let Some(text) = text {
         let text = text.map_err(|error| CliError::usage(error.to_string()))?;
-        println!("{text}");
+        crate::output::print(&text)?;
         return Ok(());
     }
-    println!("{header}");
+    // One text, printed at once: a closed standard output stops it with
+    // its own status instead of a panic part-way.
+    let mut out = format!("{header}\n");
     let groups = runs.iter().map(|run| run.group).max().unwrap_or(0) + 1;
     for group in 0..groups {
         let of_group: Vec<report::BenchRun> = runs
@@ -368,13 +370,13 @@ fn write_results(
             .cloned()
             .collect();
         if groups > 1 {
-            println!("group {group}:");
+            out.push_str(&format!("group {group}:\n"));
         }
-        println!("{}", report::render_table(&of_group));
+        out.push_str(&format!("{}\n", report::render_table(&of_group)));
     }
-    println!("{}", crate::render::render_histograms(&reports));
-    println!("{}", crate::render::render_timeline(&reports));
-    Ok(())
+    out.push_str(&format!("{}\n", crate::render::render_histograms(&reports)));
+    out.push_str(&crate::render::render_timeline(&reports));
+    crate::output::print(&out)
 }
 
 /// Reads the workload from the job file or, with `--fio`, imports it from a fio

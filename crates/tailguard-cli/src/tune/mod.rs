@@ -38,7 +38,7 @@
 use crate::bench::target::{interrupted, watch_interrupts};
 use crate::error::CliError;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 use tailguard::profile_file::{DeviceEntry, Knee, Metadata, ProfileFile, ProfileFormat, Rates};
@@ -501,17 +501,18 @@ fn is_stdout(path: &Path) -> bool {
 /// standard output carries the profile or the report (`-`).
 fn say(arguments: &TuneArguments, line: &str) {
     let outputs = [arguments.output.as_deref(), arguments.report.as_deref()];
-    if outputs.into_iter().flatten().any(is_stdout) {
-        eprintln!("{line}");
+    // Written, not printed: a closed terminal or pipe costs these lines,
+    // never the measurement or the profile.
+    let _ = if outputs.into_iter().flatten().any(is_stdout) {
+        writeln!(std::io::stderr(), "{line}")
     } else {
-        println!("{line}");
-    }
+        writeln!(std::io::stdout(), "{line}")
+    };
 }
 
 /// Writes `bytes` for `flag` to `path`, or to standard output for `-`.
 fn emit(arguments: &TuneArguments, flag: &str, path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     if is_stdout(path) {
-        use std::io::Write;
         let mut stdout = std::io::stdout().lock();
         return stdout
             .write_all(bytes)
