@@ -194,13 +194,7 @@ fn write_with(
                 fix(&error)
             ))
         })
-        .and_then(|()| place(flag, &temporary, &target, allow_overwrite))
-        .map_err(|error| CliError {
-            message: error
-                .message
-                .replace(&target.display().to_string(), &shown.to_string()),
-            status: error.status,
-        });
+        .and_then(|()| place(flag, path, &temporary, &target, allow_overwrite));
     if placed.is_err() {
         let _ = std::fs::remove_file(&temporary);
     } else if let Ok(directory) = File::open(directory) {
@@ -247,10 +241,17 @@ fn create_temporary(directory: &Path) -> io::Result<(PathBuf, File)> {
     }
 }
 
-/// Moves the written `temporary` to `path`: over whatever is there with
-/// `allow_overwrite`, else only where nothing is (`RENAME_NOREPLACE`; where
-/// the filesystem lacks it, a hard link, or at last an exclusive copy).
-fn place(flag: &str, temporary: &Path, path: &Path, allow_overwrite: bool) -> Result<(), CliError> {
+/// Moves the written `temporary` to `path` (the output `given` names, or the
+/// file its link points to): over whatever is there with `allow_overwrite`,
+/// else only where nothing is (`RENAME_NOREPLACE`; where the filesystem
+/// lacks it, a hard link, or at last an exclusive copy). Errors name `given`.
+fn place(
+    flag: &str,
+    given: &Path,
+    temporary: &Path,
+    path: &Path,
+    allow_overwrite: bool,
+) -> Result<(), CliError> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     use rustix::io::Errno;
     let placed = if allow_overwrite {
@@ -270,7 +271,7 @@ fn place(flag: &str, temporary: &Path, path: &Path, allow_overwrite: bool) -> Re
             renamed => renamed.map_err(io::Error::from),
         }
     };
-    let shown = path.display();
+    let shown = given.display();
     placed.map_err(|error| {
         if error.kind() == io::ErrorKind::AlreadyExists {
             CliError::usage(format!(

@@ -29,13 +29,7 @@ fn frontier_refuses_a_report_on_standard_output_before_the_run() {
 /// Standard output for a child: a pipe whose read end is already closed, so
 /// its first write fails with EPIPE (Rust programs ignore SIGPIPE).
 fn closed_pipe() -> Stdio {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let mut ends = [0; 2];
-    // SAFETY: `ends` has room for the two descriptors pipe(2) writes.
-    assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
-    // SAFETY: pipe(2) succeeded, so both are open descriptors owned by no one
-    // else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    let (read, write) = rustix::pipe::pipe().expect("a pipe");
     drop(read);
     Stdio::from(write)
 }
