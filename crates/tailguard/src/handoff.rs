@@ -196,10 +196,9 @@ impl<T> Handoff<T> {
     pub fn push_to_engine_thread(&self, message: T, waker: &dyn Wake) -> Result<(), Closed<T>> {
         // Deferred or not, the unpark below makes the engine thread look.
         let _ = self.push(message, waker)?;
-        let mut queue = self.queue.lock().expect("handoff lock poisoned");
-        if std::mem::replace(&mut queue.parked, false) {
-            drop(queue);
-            self.unparked.notify_one();
+        let queue = self.queue.lock().expect("handoff lock poisoned");
+        if queue.parked {
+            self.unpark(queue);
         }
         Ok(())
     }
@@ -208,11 +207,9 @@ impl<T> Handoff<T> {
     /// nobody runs the engine. Cheap (one uncontended lock) when there is
     /// nothing to do.
     pub fn kick(&self) {
-        let mut queue = self.queue.lock().expect("handoff lock poisoned");
+        let queue = self.queue.lock().expect("handoff lock poisoned");
         if queue.parked && queue.helpers == 0 && !queue.messages.is_empty() {
-            queue.parked = false;
-            drop(queue);
-            self.unparked.notify_one();
+            self.unpark(queue);
         }
     }
 
@@ -356,9 +353,7 @@ impl<T> Handoff<T> {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
         queue.helpers -= 1;
         if queue.helpers == 0 && queue.parked && (queue.work_left || !queue.messages.is_empty()) {
-            queue.parked = false;
-            drop(queue);
-            self.unparked.notify_one();
+            self.unpark(queue);
         }
     }
 
@@ -372,9 +367,7 @@ impl<T> Handoff<T> {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
         queue.blocked_waiters += 1;
         if queue.parked && (queue.helpers > 0 || !queue.messages.is_empty()) {
-            queue.parked = false;
-            drop(queue);
-            self.unparked.notify_one();
+            self.unpark(queue);
         }
     }
 
@@ -415,6 +408,12 @@ impl<T> Handoff<T> {
         let mut queue = self.queue.lock().expect("handoff lock poisoned");
         queue.crashed |= crashed;
         queue.closed = true;
+        self.unpark(queue);
+    }
+
+    /// Unparks the engine thread: clears `parked` under the lock `queue`
+    /// holds, and notifies once it is released.
+    fn unpark(&self, mut queue: impl std::ops::DerefMut<Target = Queue<T>>) {
         queue.parked = false;
         drop(queue);
         self.unparked.notify_one();
