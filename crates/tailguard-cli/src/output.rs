@@ -48,7 +48,7 @@ pub fn check_outputs(
     allow_overwrite: bool,
 ) -> Result<(), CliError> {
     for (index, &(flag, path, takes_stdout)) in outputs.iter().enumerate() {
-        if path == Path::new("-") {
+        if is_stdout(path) {
             if takes_stdout {
                 continue;
             }
@@ -70,6 +70,11 @@ pub fn check_outputs(
         check_output(flag, path, allow_overwrite)?;
     }
     Ok(())
+}
+
+/// Whether an output path is `-`: standard output, for a flag that takes it.
+pub fn is_stdout(path: &Path) -> bool {
+    path == Path::new("-")
 }
 
 /// What names the file `path` would be, however it is written: its

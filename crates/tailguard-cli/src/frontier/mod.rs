@@ -461,7 +461,10 @@ fn write_outputs(
     base: &Path,
     stdout: &mut dyn std::io::Write,
 ) -> Result<(), CliError> {
-    let json_to_stdout = arguments.json.as_deref() == Some(Path::new("-"));
+    let json_to_stdout = arguments
+        .json
+        .as_deref()
+        .is_some_and(crate::output::is_stdout);
     let json = match &arguments.json {
         Some(_) => serde_json::to_string_pretty(result).map_err(|error| {
             CliError::usage(format!("cannot write the result as JSON: {error}"))

@@ -37,6 +37,7 @@
 
 use crate::bench::target::{interrupted, watch_interrupts};
 use crate::error::CliError;
+use crate::output::is_stdout;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -490,11 +491,6 @@ fn write_profile(
         }
     }
     Ok(())
-}
-
-/// Whether `path` is `-`, standard output.
-fn is_stdout(path: &Path) -> bool {
-    path == Path::new("-")
 }
 
 /// Prints a line for people: to standard output, or to standard error when
