@@ -387,6 +387,11 @@ pub fn owner_of(name: &str) -> Option<u32> {
         rest.split('-').next()?
     } else if let Some(rest) = name.strip_prefix(".tailguard-tune-") {
         rest.strip_suffix(".data")?
+    } else if let Some(rest) = name.strip_prefix(".tailguard-output-") {
+        // An output file's replacement, written beside it and renamed over
+        // it at the end (`output::write_file`): a run killed in between
+        // leaves it.
+        rest.strip_suffix(".tmp")?.split('-').next()?
     } else {
         name.strip_prefix("tailguard-demo-")?
     };
@@ -631,7 +636,12 @@ mod tests {
         assert_eq!(owner_of(".tailguard-bench-42-probe"), Some(42));
         assert_eq!(owner_of(".tailguard-tune-7.data"), Some(7));
         assert_eq!(owner_of("tailguard-demo-99"), Some(99));
+        assert_eq!(owner_of(".tailguard-output-31-0.tmp"), Some(31));
+        assert_eq!(owner_of(".tailguard-output-31-12.tmp"), Some(31));
         for name in [
+            ".tailguard-output-31-0",
+            ".tailguard-output--0.tmp",
+            ".tailguard-output-x1-0.tmp",
             "tailguard-demo-",
             "tailguard-demo-9x",
             ".tailguard-tune-7",
@@ -650,6 +660,8 @@ mod tests {
         let data = directory.join(format!(".tailguard-bench-{dead}-0.data"));
         let tune = directory.join(format!(".tailguard-tune-{dead}.data"));
         let demo = directory.join(format!("tailguard-demo-{dead}"));
+        let output = directory.join(format!(".tailguard-output-{dead}-0.tmp"));
+        std::fs::write(&output, b"{}").unwrap();
         std::fs::write(&data, b"x").unwrap();
         std::fs::write(&tune, b"x").unwrap();
         std::fs::create_dir_all(demo.join("frontier")).unwrap();
@@ -668,9 +680,9 @@ mod tests {
         std::os::unix::fs::symlink(&user, &link).unwrap();
 
         let cleanup = remove_leftovers(&directory);
-        assert_eq!(cleanup.removed.len(), 3, "{cleanup:?}");
+        assert_eq!(cleanup.removed.len(), 4, "{cleanup:?}");
         assert!(cleanup.failed.is_empty(), "{cleanup:?}");
-        assert!(!data.exists() && !tune.exists() && !demo.exists());
+        assert!(!data.exists() && !tune.exists() && !demo.exists() && !output.exists());
         assert!(held.exists(), "a held file stays");
         assert_eq!(cleanup.live, vec![(held.clone(), dead)]);
         assert!(user.exists(), "other files are not touched");
