@@ -21,6 +21,8 @@
 //!   latency controller** that resizes it
 //!   from completions: the smallest budget that sustains throughput while reads
 //!   meet the latency target, found without a profile.
+//! - [`streams`]: on a device that seeks, which pieces continue a sequential
+//!   stream and so cost only their transfer.
 //! - [`dispatcher`]: one per device; splits oversize requests, queues them in the
 //!   fair queue, dispatches while the budget allows, and rejoins pieces on
 //!   completion. It is the only type an engine needs.
@@ -42,6 +44,7 @@ pub mod profile;
 pub mod quiet_reads;
 pub mod rate_limit;
 pub mod request;
+pub mod streams;
 
 pub use budget::Budget;
 pub use controller::{

@@ -162,10 +162,14 @@ impl DirectionCost {
     }
 
     fn cost_ns(&self, length_bytes: u64) -> Nanos {
+        self.per_request_ns.max(self.transfer_ns(length_bytes))
+    }
+
+    /// The transfer term alone, never zero.
+    fn transfer_ns(&self, length_bytes: u64) -> Nanos {
         let transfer_fs = u128::from(length_bytes) * u128::from(self.per_byte_fs);
         let transfer_ns = transfer_fs.div_ceil(FEMTOSECONDS_PER_NANOSECOND);
-        let transfer_ns = Nanos::try_from(transfer_ns).unwrap_or(Nanos::MAX);
-        self.per_request_ns.max(transfer_ns)
+        Nanos::try_from(transfer_ns).unwrap_or(Nanos::MAX).max(1)
     }
 }
 
@@ -192,6 +196,16 @@ impl CostModel {
         match direction {
             Direction::Read => self.read.cost_ns(length_bytes),
             Direction::Write => self.write.cost_ns(length_bytes),
+        }
+    }
+
+    /// Device time, in nanoseconds, that a request of this size costs when
+    /// it pays no command cost: on a device that seeks, one that continues
+    /// a sequential stream (see [`crate::streams`]). Never zero.
+    pub fn transfer_ns(&self, direction: Direction, length_bytes: u64) -> Nanos {
+        match direction {
+            Direction::Read => self.read.transfer_ns(length_bytes),
+            Direction::Write => self.write.transfer_ns(length_bytes),
         }
     }
 

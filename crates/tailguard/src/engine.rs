@@ -770,6 +770,7 @@ impl Engine {
                     slice_ns: seeks.then(|| DispatcherConfig::default_slice_ns(profile)),
                     pipeline_pieces: self.controller.pipeline_pieces(seeks, through_a_file),
                     piece_alignment_bytes,
+                    seeks,
                     ..DispatcherConfig::new(profile.clone())
                 },
                 self.controller.build(profile),

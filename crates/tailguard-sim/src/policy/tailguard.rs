@@ -161,6 +161,7 @@ impl TailguardPolicy {
                         slice_ns.unwrap_or(DispatcherConfig::default_slice_ns(&config.profile))
                     })
                     .filter(|&slice_ns| slice_ns > 0);
+                config.seeks = device.rotational;
                 config.quiet_reads = parameters
                     .controller
                     .quiet_reads(parameters.quiet_reads.then(QuietReads::default));
