@@ -3,7 +3,7 @@
 
 For every device model: one class alone (4 KiB random and 128 KiB sequential,
 reads and writes, 2 x 32 outstanding), then two saturating classes with shares
-100 and 300 (several mixes). Each scenario runs under fifo and the default
+100 and 300 (several mixes), then three with shares 100, 200 and 400. Each scenario runs under fifo and the default
 tailguard policy on the same seed. Prints, per case, tailguard's bytes over
 fifo's (one class) or the device's busy fraction and class b's part of it (two
 classes: each class's rate over the same pattern's rate alone under fifo,
@@ -26,6 +26,9 @@ MODELS = ["nvme", "sata-ssd", "hdd", "usb-flash"]
 PATTERNS = {"randread": "4k", "randwrite": "4k", "seqread": "128k", "seqwrite": "128k"}
 MIXES = [("randread", "randread"), ("randread", "seqwrite"), ("seqwrite", "seqwrite"),
          ("randread", "randwrite"), ("seqread", "seqwrite")]
+# Three saturating classes, shares 100, 200 and 400, regions 16 GiB apart.
+TRIPLES = [("randread",) * 3, ("seqwrite",) * 3, ("randread", "randread", "seqwrite")]
+TRIPLE_SHARES = (100, 200, 400)
 
 
 def job(name, shares, pattern, offset):
@@ -78,6 +81,22 @@ def main():
                 b = rates[policy]["b"] / alone[model, second]
                 cells.append(f"{policy} busy {a + b:.3f} b {b / (a + b):.2f}")
             print(f"  {model:10} {first}+{second:10} " + " | ".join(cells))
+    print("three classes (shares 100:200:400): busy, and each class's part")
+    for model in MODELS:
+        for patterns in TRIPLES:
+            names = ("a", "b", "c")
+            jobs = "".join(job(name, shares, pattern, f"{16 * index}g")
+                           for index, (name, shares, pattern)
+                           in enumerate(zip(names, TRIPLE_SHARES, patterns)))
+            rates = simulate(model, jobs)
+            cells = []
+            for policy in ("fifo", "tailguard"):
+                parts = [rates[policy][name] / alone[model, pattern]
+                         for name, pattern in zip(names, patterns)]
+                busy = sum(parts)
+                cells.append(f"{policy} busy {busy:.3f} parts "
+                             + " ".join(f"{part / busy:.2f}" for part in parts))
+            print(f"  {model:10} {'+'.join(patterns):28} " + " | ".join(cells))
 
 
 if __name__ == "__main__":
