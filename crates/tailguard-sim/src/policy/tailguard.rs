@@ -10,6 +10,11 @@
 //! by its cap is woken through [`Policy::next_timer_at`]: the earliest
 //! [`Dispatcher::next_eligible_at`] over the devices.
 //!
+//! A rotational model (`hdd`) is a device that seeks
+//! ([`DispatcherConfig::seeks`]), as the engine takes a rotational disk: its
+//! dispatcher serves backlogged classes in slices and charges a piece that
+//! continues a sequential stream its transfer alone.
+//!
 //! Each call to `dispatch` drains, for every device, everything its budget admits
 //! in one batch, which is what the engine does per loop iteration (seed 003: the
 //! submission path takes the whole queue at once).
