@@ -310,6 +310,9 @@ struct RequestSlot {
     pieces_remaining: u32,
     /// Whether a piece of it was dispatched (its operation is charged then).
     started: bool,
+    /// Where it ends (offset + length): its stream's end while it is
+    /// outstanding (see [`crate::streams`]).
+    end_bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -909,12 +912,15 @@ impl<C: LatencyController> Dispatcher<C> {
             pieces,
             pieces_remaining: pieces,
             started: false,
+            end_bytes: request.offset_bytes + request.length_bytes,
         });
         let mut offset_bytes = request.offset_bytes;
         let mut remaining_bytes = request.length_bytes;
-        // On a device that seeks, the pieces after the first continue it,
-        // and the first continues a stream if it starts where one ended.
-        let mut continues = self.seeks
+        // On a device that streams, the pieces after the first continue it,
+        // and the first continues a stream if it starts where an outstanding
+        // request of its class ends.
+        let streams = self.streams_pipelined(request.direction);
+        let mut continues = streams
             && self.classes.slots[request.class.index()].streams.record(
                 request.offset_bytes,
                 request.offset_bytes + request.length_bytes,
@@ -928,7 +934,7 @@ impl<C: LatencyController> Dispatcher<C> {
                 length_bytes,
                 continues,
             };
-            continues = self.seeks;
+            continues = streams;
             self.queue.push(request.class.index(), cost_ns, piece);
             offset_bytes += length_bytes;
             remaining_bytes -= length_bytes;
@@ -942,6 +948,25 @@ impl<C: LatencyController> Dispatcher<C> {
     /// What a piece of `length_bytes` costs here (see [`piece_cost_ns`]).
     fn piece_cost_ns(&self, direction: Direction, length_bytes: u64, continues: bool) -> Nanos {
         piece_cost_ns(&self.cost_model, direction, length_bytes, continues)
+    }
+
+    /// Whether pieces of `direction` that continue a stream go to the device
+    /// while the one before is still there, so pay no seek (see
+    /// [`crate::streams`]): on a device that seeks, while the budget holds
+    /// two pieces of the split size at their transfer cost.
+    fn streams_pipelined(&self, direction: Direction) -> bool {
+        let transfer_ns = self
+            .cost_model
+            .transfer_ns(direction, self.split_bytes(direction));
+        self.seeks && transfer_ns.saturating_mul(budget::PIPELINE_PIECES) <= self.budget.limit_ns()
+    }
+
+    /// A request ending at `end_bytes` of class `class_index` is done: a
+    /// request starting there no longer continues its stream.
+    fn stream_finished(&mut self, class_index: usize, end_bytes: u64) {
+        if self.seeks {
+            self.classes.slots[class_index].streams.finished(end_bytes);
+        }
     }
 
     /// Moves every piece the budget admits now into `out`, in fair-queue order,
@@ -1124,7 +1149,7 @@ impl<C: LatencyController> Dispatcher<C> {
         if piece.length_bytes <= split_bytes {
             return;
         }
-        let (cost_model, seeks) = (self.cost_model, self.seeks);
+        let (cost_model, streams) = (self.cost_model, self.streams_pipelined(direction));
         self.queue.split_front(class_index, |_, piece| {
             let first = QueuedPiece {
                 length_bytes: split_bytes,
@@ -1133,7 +1158,7 @@ impl<C: LatencyController> Dispatcher<C> {
             let rest = QueuedPiece {
                 offset_bytes: piece.offset_bytes + split_bytes,
                 length_bytes: piece.length_bytes - split_bytes,
-                continues: seeks,
+                continues: streams,
                 ..piece
             };
             let cost = |piece: &QueuedPiece| {
@@ -1390,7 +1415,9 @@ impl<C: LatencyController> Dispatcher<C> {
                 pieces: request.pieces,
                 dispatched: true,
             };
+            let end_bytes = request.end_bytes;
             self.requests.release(request_slot);
+            self.stream_finished(class_index, end_bytes);
             self.classes.slots[class_index].completed_requests += 1;
             Some(completion)
         } else {
@@ -1429,7 +1456,9 @@ impl<C: LatencyController> Dispatcher<C> {
                     dispatched: request.started,
                 });
                 if finished.is_some() {
+                    let end_bytes = request.end_bytes;
                     self.requests.release(piece.request_slot);
+                    self.stream_finished(class_index, end_bytes);
                     self.classes.slots[class_index].completed_requests += 1;
                 }
                 out.push(CancelledPiece {
@@ -1495,9 +1524,12 @@ mod tests {
     use crate::profile::sata_ssd as profile;
 
     /// The cost of each piece dispatched for a 4 KiB random read, then a
-    /// sequential stream of three 128 KiB writes (the first split in two),
-    /// then a write behind the stream, on a disk-like profile (200 IOPS,
-    /// 150 MB/s: a command costs 5 ms, 128 KiB of transfer 0.87 ms).
+    /// sequential stream of three 128 KiB writes queued together (the second
+    /// split in two), then a write behind the stream, then one that starts
+    /// where the stream ended but only after it completed, on a disk-like
+    /// profile (200 IOPS, 150 MB/s: a command costs 5 ms, 128 KiB of
+    /// transfer 0.87 ms). Each group is dispatched and completed before the
+    /// next is queued.
     fn stream_costs(seeks: bool) -> Vec<(u64, Nanos)> {
         let mut config = DispatcherConfig::new(DeviceProfile {
             read_iops: 200.0,
@@ -1509,28 +1541,32 @@ mod tests {
         });
         config.seeks = seeks;
         let mut dispatcher = Dispatcher::new(config).unwrap();
+        dispatcher.split_bytes[direction_index(Direction::Write)] = 128 << 10;
         let class = dispatcher.add_class(100).unwrap();
-        let mut out = Vec::new();
-        let requests = [
-            (Direction::Read, 7 << 30, 4096),
-            (Direction::Write, 1 << 30, 128 << 10),
-            (Direction::Write, (1 << 30) + (128 << 10), 256 << 10),
-            (Direction::Write, (1 << 30) + (384 << 10), 128 << 10),
-            (Direction::Write, 1 << 30, 128 << 10),
+        let stream = 1 << 30;
+        let groups: [&[(Direction, u64, u64)]; 4] = [
+            &[(Direction::Read, 7 << 30, 4096)],
+            &[
+                (Direction::Write, stream, 128 << 10),
+                (Direction::Write, stream + (128 << 10), 256 << 10),
+                (Direction::Write, stream + (384 << 10), 128 << 10),
+            ],
+            &[(Direction::Write, stream, 128 << 10)],
+            &[(Direction::Write, stream + (512 << 10), 128 << 10)],
         ];
-        for (id, (direction, offset_bytes, length_bytes)) in requests.into_iter().enumerate() {
-            let request = IoRequest {
-                id: RequestId(id as u64),
-                class,
-                direction,
-                offset_bytes,
-                length_bytes,
-            };
-            if length_bytes == 256 << 10 {
-                dispatcher.split_bytes[direction_index(direction)] = 128 << 10;
+        let (mut out, mut id) = (Vec::new(), 0);
+        for group in groups {
+            for &(direction, offset_bytes, length_bytes) in group {
+                id += 1;
+                let request = IoRequest {
+                    id: RequestId(id),
+                    class,
+                    direction,
+                    offset_bytes,
+                    length_bytes,
+                };
+                dispatcher.enqueue(0, request).unwrap();
             }
-            dispatcher.enqueue(0, request).unwrap();
-            // One at a time, so each is dispatched (and split) on its own.
             let done = out.len();
             while dispatcher.dispatch(0, &mut out) > 0 {}
             for piece in &out[done..] {
@@ -1554,15 +1590,50 @@ mod tests {
                 (128 << 10, transfer_ns),
                 (128 << 10, transfer_ns),
                 (128 << 10, command_ns),
+                (128 << 10, command_ns),
             ],
             "a random read and a stream's first write pay the command; the rest of the \
-             stream, split pieces included, its transfer; a write behind the stream seeks"
+             stream, split pieces included, its transfer; a write behind the stream seeks, \
+             and so does one that reaches the disk after its predecessor completed"
         );
         assert!(
             stream_costs(false)
                 .iter()
                 .all(|&(_, cost_ns)| cost_ns == command_ns),
             "without seeks every piece pays the command"
+        );
+    }
+
+    #[test]
+    fn a_budget_too_small_to_pipeline_two_pieces_charges_streams_the_command() {
+        let mut config = DispatcherConfig::new(DeviceProfile {
+            read_iops: 200.0,
+            write_iops: 200.0,
+            read_bandwidth: 150e6,
+            write_bandwidth: 150e6,
+            max_request_bytes: 1 << 20,
+            latency_target_us: 50_000,
+        });
+        config.seeks = true;
+        config.budget_ns = Some(1_000);
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let class = dispatcher.add_class(100).unwrap();
+        dispatcher
+            .enqueue(0, request(1, class, Direction::Write, 64 << 10))
+            .unwrap();
+        let mut costs = Vec::new();
+        let mut out = Vec::new();
+        while !dispatcher.is_idle() {
+            dispatcher.dispatch(0, &mut out);
+            for piece in out.drain(..) {
+                costs.push(piece.cost_ns);
+                dispatcher.complete(0, piece.token).unwrap();
+            }
+        }
+        assert_eq!(costs.len(), 16, "split to the smallest pieces");
+        assert!(
+            costs.iter().all(|&cost_ns| cost_ns == 5_000_000),
+            "{costs:?}"
         );
     }
 

@@ -10,17 +10,24 @@
 //! device time, and a class of them beside a class of random reads gets a
 //! fifth of what its shares give it.
 //!
-//! So on a device that seeks ([`crate::DispatcherConfig::seeks`]) the
-//! dispatcher charges transfer only for a piece that *continues a stream*:
-//! the second and later pieces of a split request (contiguous with the one
-//! before by construction), and the first piece of a request that starts
-//! where one of its class's last [`STREAM_ENDS`] requests ended. Several ends
-//! are kept because a class often holds several sequential streams at once
-//! (a job with several writers, a log and its index), whose requests
-//! interleave in its queue. Offsets are those the caller gives, which the
-//! engine takes from files: a request in one file that happens to start
-//! where another file's last request ended is taken for a continuation,
-//! which only makes that one request cheaper.
+//! A disk streams only while the next piece reaches it before the current
+//! one ends, though: one written after the previous completed loses a
+//! revolution (seed 003), which costs as much as a seek. So on a device that
+//! seeks ([`crate::DispatcherConfig::seeks`]), and while the budget holds two
+//! pieces of the split size at their transfer cost (so that the next is
+//! queued behind the current), the dispatcher charges transfer only for a
+//! piece that *continues a stream*: the second and later pieces of a split
+//! request (contiguous with the one before by construction), and the first
+//! piece of a request that starts where one of its class's last
+//! [`STREAM_ENDS`] requests ended *while that request is still queued or in
+//! flight*; a request that completes takes its end out
+//! (`StreamEnds::finished`). Several ends are kept because a class often
+//! holds several sequential streams at once (a job with several writers, a
+//! log and its index), whose requests interleave in its queue. Offsets are
+//! those the caller gives, which the engine takes from files: a request in
+//! one file that happens to start where another file's outstanding request
+//! ends is taken for a continuation, which only makes that one request
+//! cheaper.
 //!
 //! A device without seeks (an SSD) keeps the command term for every piece:
 //! its per-command work is paid whatever the offset.
@@ -50,6 +57,15 @@ impl StreamEnds {
         self.ends[self.next] = Some(end_bytes);
         self.next = (self.next + 1) % STREAM_ENDS;
         false
+    }
+
+    /// A request ending at `end_bytes` completed: a request starting there
+    /// now reaches a disk that has moved on, so it no longer continues a
+    /// stream (unless a later request moved that stream's end already).
+    pub(crate) fn finished(&mut self, end_bytes: u64) {
+        if let Some(slot) = self.ends.iter_mut().find(|end| **end == Some(end_bytes)) {
+            *slot = None;
+        }
     }
 }
 
@@ -89,6 +105,22 @@ mod tests {
         // One stream more than remembered evicts the oldest one's end.
         assert!(!ends.record(start(streams), start(streams) + 4096));
         assert!(!ends.record(start(0) + 4 * 4096, start(0) + 5 * 4096));
+    }
+
+    #[test]
+    fn a_request_after_its_predecessor_completed_starts_a_stream() {
+        let mut ends = StreamEnds::default();
+        ends.record(0, 4096);
+        ends.finished(4096);
+        assert!(
+            !ends.record(4096, 8192),
+            "the predecessor is done: the disk moved on"
+        );
+        // Queued behind an outstanding predecessor, the next continues; the
+        // predecessor's completion then finds its end moved and takes nothing.
+        assert!(ends.record(8192, 12288));
+        ends.finished(8192);
+        assert!(ends.record(12288, 16384));
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //! requests of 0 bytes to 4 × `max_request_bytes` (exact multiples and one byte
 //! over included), arriving back to back or after idle periods of up to 40 × the
 //! largest piece cost; and, mid-run, share changes, class removals and new
-//! classes.
+//! classes; on a device that seeks or not (`DispatcherConfig::seeks`, under
+//! which a split request's later pieces cost only their transfer).
 //!
 //! ## The properties
 //!
@@ -212,6 +213,9 @@ struct Scenario {
     profile: DeviceProfile,
     shares: Vec<u32>,
     ops: Vec<Op>,
+    /// Whether the device seeks (`DispatcherConfig::seeks`): pieces after a
+    /// request's first then cost only their transfer.
+    seeks: bool,
 }
 
 fn scenario_strategy(churn: bool, share_changes: bool) -> impl Strategy<Value = Scenario> {
@@ -219,11 +223,13 @@ fn scenario_strategy(churn: bool, share_changes: bool) -> impl Strategy<Value = 
         profile_strategy(),
         prop::collection::vec(shares_strategy(), 1..=16),
         prop::collection::vec(op_strategy(churn, share_changes), 1..=MAX_OPS),
+        any::<bool>(),
     )
-        .prop_map(|(profile, shares, ops)| Scenario {
+        .prop_map(|(profile, shares, ops, seeks)| Scenario {
             profile,
             shares,
             ops,
+            seeks,
         })
 }
 
@@ -351,8 +357,11 @@ struct Harness {
 
 impl Harness {
     fn new(scenario: &Scenario, device: Device) -> Self {
-        let dispatcher = Dispatcher::new(DispatcherConfig::new(scenario.profile.clone()))
-            .expect("generated profiles are valid");
+        let config = DispatcherConfig {
+            seeks: scenario.seeks,
+            ..DispatcherConfig::new(scenario.profile.clone())
+        };
+        let dispatcher = Dispatcher::new(config).expect("generated profiles are valid");
         let budget_ns = dispatcher.budget().limit_ns();
         let max_cost_ns = dispatcher.max_piece_cost_ns();
         let split_bytes = [

@@ -275,7 +275,8 @@ impl ReadsVerdict {
 /// than both means reads are left waiting, which p99 over the finished ones
 /// cannot show.
 fn outstanding_reads_max(read_iops: f64, allowed_us: f64, samples: usize) -> u64 {
-    let in_flight_on_time = (2.0 * read_iops * allowed_us / 1e6).ceil() as u64 + 2;
+    // Saturating: a run whose reads never finish has an infinite floor.
+    let in_flight_on_time = ((2.0 * read_iops * allowed_us / 1e6).ceil() as u64).saturating_add(2);
     in_flight_on_time.max(samples as u64 / 100)
 }
 
