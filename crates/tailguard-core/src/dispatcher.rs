@@ -955,10 +955,13 @@ impl<C: LatencyController> Dispatcher<C> {
     /// [`crate::streams`]): on a device that seeks, while the budget holds
     /// two pieces of the split size at their transfer cost.
     fn streams_pipelined(&self, direction: Direction) -> bool {
+        if !self.seeks {
+            return false;
+        }
         let transfer_ns = self
             .cost_model
             .transfer_ns(direction, self.split_bytes(direction));
-        self.seeks && transfer_ns.saturating_mul(budget::PIPELINE_PIECES) <= self.budget.limit_ns()
+        transfer_ns.saturating_mul(budget::PIPELINE_PIECES) <= self.budget.limit_ns()
     }
 
     /// A request ending at `end_bytes` of class `class_index` is done: a
