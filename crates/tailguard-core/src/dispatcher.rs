@@ -1526,22 +1526,27 @@ mod tests {
 
     use crate::profile::sata_ssd as profile;
 
-    /// The cost of each piece dispatched for a 4 KiB random read, then a
-    /// sequential stream of three 128 KiB writes queued together (the second
-    /// split in two), then a write behind the stream, then one that starts
-    /// where the stream ended but only after it completed, on a disk-like
-    /// profile (200 IOPS, 150 MB/s: a command costs 5 ms, 128 KiB of
-    /// transfer 0.87 ms). Each group is dispatched and completed before the
-    /// next is queued.
-    fn stream_costs(seeks: bool) -> Vec<(u64, Nanos)> {
-        let mut config = DispatcherConfig::new(DeviceProfile {
+    /// A disk-like profile: 200 IOPS and 150 MB/s each way (a command costs
+    /// 5 ms, 128 KiB of transfer 0.87 ms), a 50 ms target.
+    fn disk_profile() -> DeviceProfile {
+        DeviceProfile {
             read_iops: 200.0,
             write_iops: 200.0,
             read_bandwidth: 150e6,
             write_bandwidth: 150e6,
             max_request_bytes: 1 << 20,
             latency_target_us: 50_000,
-        });
+        }
+    }
+
+    /// The cost of each piece dispatched for a 4 KiB random read, then a
+    /// sequential stream of three 128 KiB writes queued together (the second
+    /// split in two), then a write behind the stream, then one that starts
+    /// where the stream ended but only after it completed, on
+    /// [`disk_profile`]. Each group is dispatched and completed before the
+    /// next is queued.
+    fn stream_costs(seeks: bool) -> Vec<(u64, Nanos)> {
+        let mut config = DispatcherConfig::new(disk_profile());
         config.seeks = seeks;
         let mut dispatcher = Dispatcher::new(config).unwrap();
         dispatcher.split_bytes[direction_index(Direction::Write)] = 128 << 10;
@@ -1609,14 +1614,7 @@ mod tests {
 
     #[test]
     fn a_budget_too_small_to_pipeline_two_pieces_charges_streams_the_command() {
-        let mut config = DispatcherConfig::new(DeviceProfile {
-            read_iops: 200.0,
-            write_iops: 200.0,
-            read_bandwidth: 150e6,
-            write_bandwidth: 150e6,
-            max_request_bytes: 1 << 20,
-            latency_target_us: 50_000,
-        });
+        let mut config = DispatcherConfig::new(disk_profile());
         config.seeks = true;
         config.budget_ns = Some(1_000);
         let mut dispatcher = Dispatcher::new(config).unwrap();
