@@ -613,6 +613,12 @@ impl<C: LatencyController> Dispatcher<C> {
         self.slice_ns
     }
 
+    /// Whether the device seeks, so that pieces continuing a stream cost
+    /// only their transfer ([`DispatcherConfig::seeks`]).
+    pub fn seeks(&self) -> bool {
+        self.seeks
+    }
+
     /// The cost model in use.
     pub fn cost_model(&self) -> &CostModel {
         &self.cost_model

@@ -1934,7 +1934,7 @@ mod tests {
     }
 
     #[test]
-    fn a_device_that_seeks_is_served_in_slices_and_others_are_not() {
+    fn a_device_that_seeks_is_served_in_slices_and_streams_and_others_are_not() {
         let mut engine = engine();
         let profile = crate::DEFAULT_DISK_PROFILE.clone();
         let kind = |seeks| DeviceKind {
@@ -1950,5 +1950,15 @@ mod tests {
         );
         assert!(devices[0].slice_ns.unwrap() > 0);
         assert_eq!(devices[1].slice_ns, None);
+        let seeks: Vec<bool> = engine
+            .devices
+            .iter()
+            .map(|device| device.dispatcher.seeks())
+            .collect();
+        assert_eq!(
+            seeks,
+            [true, false],
+            "streams are charged their transfer on the disk only"
+        );
     }
 }
