@@ -150,11 +150,11 @@ pub struct DispatcherConfig {
     /// smallest pieces of small budgets larger.
     pub piece_alignment_bytes: u64,
     /// Whether the device seeks (a rotational disk): a piece that continues
-    /// a sequential stream of its class then costs only its transfer, since
-    /// the command term of the cost model is mostly the seek it does not pay
-    /// (see [`crate::streams`]); `false` (the default, right for an SSD,
-    /// whose per-command work is paid whatever the offset) charges every
-    /// piece the full cost.
+    /// a sequential stream of its class then costs only its transfer, while
+    /// the budget holds two such pieces, since the command term of the cost
+    /// model is mostly the seek it does not pay (see [`crate::streams`]);
+    /// `false` (the default, right for an SSD, whose per-command work is
+    /// paid whatever the offset) charges every piece the full cost.
     pub seeks: bool,
 }
 
@@ -295,8 +295,9 @@ struct ClassSlot {
     dispatched_pieces: u64,
     /// The class's token buckets, if it has a rate limit.
     limiter: Option<ClassLimiter>,
-    /// Where its recent requests ended, on a device that seeks.
-    streams: StreamEnds,
+    /// Where its outstanding streams end, reads then writes, on a device
+    /// that seeks.
+    streams: [StreamEnds; 2],
 }
 
 #[derive(Debug)]
@@ -310,9 +311,9 @@ struct RequestSlot {
     pieces_remaining: u32,
     /// Whether a piece of it was dispatched (its operation is charged then).
     started: bool,
-    /// Where it ends (offset + length): its stream's end while it is
-    /// outstanding (see [`crate::streams`]).
-    end_bytes: u64,
+    /// Where it ends, if it is recorded as a stream's end (on a device that
+    /// streams, with bytes to move; see [`crate::streams`]).
+    stream_end: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -720,7 +721,7 @@ impl<C: LatencyController> Dispatcher<C> {
             completed_requests: 0,
             dispatched_pieces: 0,
             limiter: None,
-            streams: StreamEnds::default(),
+            streams: [StreamEnds::default(); 2],
         });
         self.queue.add_class(index as usize, shares);
         Ok(ClassId {
@@ -918,19 +919,15 @@ impl<C: LatencyController> Dispatcher<C> {
             pieces,
             pieces_remaining: pieces,
             started: false,
-            end_bytes: request.offset_bytes + request.length_bytes,
+            stream_end: None,
         });
         let mut offset_bytes = request.offset_bytes;
         let mut remaining_bytes = request.length_bytes;
         // On a device that streams, the pieces after the first continue it,
         // and the first continues a stream if it starts where an outstanding
         // request of its class ends.
-        let streams = self.streams_pipelined(request.direction);
-        let mut continues = streams
-            && self.classes.slots[request.class.index()].streams.record(
-                request.offset_bytes,
-                request.offset_bytes + request.length_bytes,
-            );
+        let streams = self.streams_pipelined(request.direction) && request.length_bytes > 0;
+        let mut continues = streams && self.record_stream(request_slot, &request);
         for _ in 0..pieces {
             let length_bytes = remaining_bytes.min(max_bytes);
             let cost_ns = self.piece_cost_ns(request.direction, length_bytes, continues);
@@ -970,11 +967,22 @@ impl<C: LatencyController> Dispatcher<C> {
         transfer_ns.saturating_mul(budget::PIPELINE_PIECES) <= self.budget.limit_ns()
     }
 
-    /// A request ending at `end_bytes` of class `class_index` is done: a
-    /// request starting there no longer continues its stream.
-    fn stream_finished(&mut self, class_index: usize, end_bytes: u64) {
-        if self.seeks {
-            self.classes.slots[class_index].streams.finished(end_bytes);
+    /// Records `request` (in `request_slot`) as its class's stream end in
+    /// its direction; returns whether it continues a stream.
+    fn record_stream(&mut self, request_slot: u32, request: &IoRequest) -> bool {
+        let end_bytes = request.offset_bytes + request.length_bytes;
+        self.requests.slots[request_slot as usize].stream_end = Some(end_bytes);
+        self.classes.slots[request.class.index()].streams[direction_index(request.direction)]
+            .record(request.offset_bytes, end_bytes)
+    }
+
+    /// The request in `request_slot`, about to be released, is done: a
+    /// request starting where it ends no longer continues its stream.
+    fn stream_finished(&mut self, request_slot: u32) {
+        let request = &self.requests.slots[request_slot as usize];
+        if let Some(end_bytes) = request.stream_end {
+            let direction = direction_index(request.direction);
+            self.classes.slots[request.class.index()].streams[direction].finished(end_bytes);
         }
     }
 
@@ -1424,9 +1432,8 @@ impl<C: LatencyController> Dispatcher<C> {
                 pieces: request.pieces,
                 dispatched: true,
             };
-            let end_bytes = request.end_bytes;
+            self.stream_finished(request_slot);
             self.requests.release(request_slot);
-            self.stream_finished(class_index, end_bytes);
             self.classes.slots[class_index].completed_requests += 1;
             Some(completion)
         } else {
@@ -1465,9 +1472,8 @@ impl<C: LatencyController> Dispatcher<C> {
                     dispatched: request.started,
                 });
                 if finished.is_some() {
-                    let end_bytes = request.end_bytes;
+                    self.stream_finished(piece.request_slot);
                     self.requests.release(piece.request_slot);
-                    self.stream_finished(class_index, end_bytes);
                     self.classes.slots[class_index].completed_requests += 1;
                 }
                 out.push(CancelledPiece {
@@ -1615,6 +1621,40 @@ mod tests {
                 .iter()
                 .all(|&(_, cost_ns)| cost_ns == command_ns),
             "without seeks every piece pays the command"
+        );
+    }
+
+    #[test]
+    fn flushes_and_the_other_direction_continue_no_stream() {
+        let mut config = DispatcherConfig::new(disk_profile());
+        config.seeks = true;
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let class = dispatcher.add_class(100).unwrap();
+        let requests = [
+            (Direction::Write, 0, 0),
+            (Direction::Write, 0, 0),
+            (Direction::Write, 0, 128 << 10),
+            (Direction::Read, 128 << 10, 4096),
+            (Direction::Write, 128 << 10, 128 << 10),
+        ];
+        for (id, (direction, offset_bytes, length_bytes)) in requests.into_iter().enumerate() {
+            let request = IoRequest {
+                id: RequestId(id as u64),
+                class,
+                direction,
+                offset_bytes,
+                length_bytes,
+            };
+            dispatcher.enqueue(0, request).unwrap();
+        }
+        let mut out = Vec::new();
+        while dispatcher.dispatch(0, &mut out) > 0 {}
+        let costs: Vec<Nanos> = out.iter().map(|piece| piece.cost_ns).collect();
+        assert_eq!(
+            costs,
+            [5_000_000, 5_000_000, 5_000_000, 5_000_000, 873_814],
+            "two flushes at 0, a write from 0 and a read at its end pay the command; \
+             only the write that continues the write is charged its transfer"
         );
     }
 

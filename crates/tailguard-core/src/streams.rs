@@ -18,16 +18,21 @@
 //! queued behind the current), the dispatcher charges transfer only for a
 //! piece that *continues a stream*: the second and later pieces of a split
 //! request (contiguous with the one before by construction), and the first
-//! piece of a request that starts where one of its class's last
-//! [`STREAM_ENDS`] requests ended *while that request is still queued or in
-//! flight*; a request that completes takes its end out
-//! (`StreamEnds::finished`). Several ends are kept because a class often
-//! holds several sequential streams at once (a job with several writers, a
-//! log and its index), whose requests interleave in its queue. Offsets are
-//! those the caller gives, which the engine takes from files: a request in
-//! one file that happens to start where another file's outstanding request
-//! ends is taken for a continuation, which only makes that one request
-//! cheaper.
+//! piece of a request that starts where an outstanding (queued or in
+//! flight) request of its class and direction ends. Each class keeps, per
+//! direction, the newest end of up to [`STREAM_ENDS`] streams: a
+//! continuation moves its stream's end, a request that completes takes its
+//! end out (`StreamEnds::finished`), and a new stream replaces the oldest.
+//! Several are kept because a class often holds several sequential streams
+//! at once (a job with several writers, a log and its index), whose requests
+//! interleave in its queue; that the disk may serve two of them alternately,
+//! seeking between them, is not seen. A request without bytes (a flush) is
+//! never a stream, nor continues one. The budget is looked at when a
+//! request is queued: pieces queued as continuations keep their cost if it
+//! shrinks later. Offsets are those the caller gives, which the engine takes
+//! from files: a request in one file that happens to start where another
+//! file's outstanding request ends is taken for a continuation (and takes
+//! that stream's end, so the other file's next request pays the command).
 //!
 //! A device without seeks (an SSD) keeps the command term for every piece:
 //! its per-command work is paid whatever the offset.
@@ -50,6 +55,7 @@ impl StreamEnds {
     /// continuation moves that stream's end; anything else starts a stream,
     /// in place of the oldest.
     pub(crate) fn record(&mut self, offset_bytes: u64, end_bytes: u64) -> bool {
+        debug_assert!(offset_bytes < end_bytes, "an empty request is no stream");
         if let Some(slot) = self.ends.iter_mut().find(|end| **end == Some(offset_bytes)) {
             *slot = Some(end_bytes);
             return true;
@@ -121,13 +127,5 @@ mod tests {
         assert!(ends.record(8192, 12288));
         ends.finished(8192);
         assert!(ends.record(12288, 16384));
-    }
-
-    #[test]
-    fn an_empty_request_at_an_end_keeps_the_stream_where_it_was() {
-        let mut ends = StreamEnds::default();
-        ends.record(0, 4096);
-        assert!(ends.record(4096, 4096));
-        assert!(ends.record(4096, 8192));
     }
 }

@@ -23,7 +23,8 @@
 //! over included), arriving back to back or after idle periods of up to 40 × the
 //! largest piece cost; and, mid-run, share changes, class removals and new
 //! classes; on a device that seeks or not (`DispatcherConfig::seeks`, under
-//! which a split request's later pieces cost only their transfer).
+//! which pieces that continue a stream, such as a split request's later
+//! pieces, cost only their transfer).
 //!
 //! ## The properties
 //!
