@@ -22,7 +22,8 @@
 //! flight) request of its class and direction ends. Each class keeps, per
 //! direction, the newest end of up to [`STREAM_ENDS`] streams: a
 //! continuation moves its stream's end, a request that completes takes its
-//! end out (`StreamEnds::finished`), and a new stream replaces the oldest.
+//! end out (`StreamEnds::finished`), and a new stream takes a free entry or
+//! else the oldest stream's.
 //! Several are kept because a class often holds several sequential streams
 //! at once (a job with several writers, a log and its index), whose requests
 //! interleave in its queue; that the disk may serve two of them alternately,
@@ -37,15 +38,16 @@
 //! A device without seeks (an SSD) keeps the command term for every piece:
 //! its per-command work is paid whatever the offset.
 
-/// How many recent request ends a class remembers: the sequential streams it
-/// may interleave and still have each recognised.
+/// How many stream ends a class remembers per direction: the sequential
+/// streams it may interleave and still have each recognised.
 pub const STREAM_ENDS: usize = 8;
 
-/// The ends of a class's most recent requests, newest replacing oldest.
+/// The ends of a class's outstanding streams in one direction.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct StreamEnds {
     ends: [Option<u64>; STREAM_ENDS],
-    /// Where the next new stream's end goes (the oldest entry).
+    /// Where a new stream's end goes when no entry is free (the oldest
+    /// stream started).
     next: usize,
 }
 
@@ -53,15 +55,19 @@ impl StreamEnds {
     /// Records a request of `offset_bytes`..`end_bytes`; returns whether it
     /// continues a remembered stream (it starts where one ended). A
     /// continuation moves that stream's end; anything else starts a stream,
-    /// in place of the oldest.
+    /// in a free entry or else in place of the oldest.
     pub(crate) fn record(&mut self, offset_bytes: u64, end_bytes: u64) -> bool {
         debug_assert!(offset_bytes < end_bytes, "an empty request is no stream");
         if let Some(slot) = self.ends.iter_mut().find(|end| **end == Some(offset_bytes)) {
             *slot = Some(end_bytes);
             return true;
         }
-        self.ends[self.next] = Some(end_bytes);
-        self.next = (self.next + 1) % STREAM_ENDS;
+        if let Some(free) = self.ends.iter_mut().find(|end| end.is_none()) {
+            *free = Some(end_bytes);
+        } else {
+            self.ends[self.next] = Some(end_bytes);
+            self.next = (self.next + 1) % STREAM_ENDS;
+        }
         false
     }
 
@@ -111,6 +117,24 @@ mod tests {
         // One stream more than remembered evicts the oldest one's end.
         assert!(!ends.record(start(streams), start(streams) + 4096));
         assert!(!ends.record(start(0) + 4 * 4096, start(0) + 5 * 4096));
+    }
+
+    #[test]
+    fn a_new_stream_takes_a_finished_streams_entry_before_evicting_one() {
+        let mut ends = StreamEnds::default();
+        for stream in 0..STREAM_ENDS as u64 {
+            ends.record(stream << 30, (stream << 30) + 4096);
+        }
+        ends.finished((5 << 30) + 4096);
+        assert!(!ends.record(9 << 30, (9 << 30) + 4096));
+        for stream in 0..STREAM_ENDS as u64 {
+            let offset = (stream << 30) + 4096;
+            assert_eq!(
+                ends.record(offset, offset + 4096),
+                stream != 5,
+                "stream {stream}"
+            );
+        }
     }
 
     #[test]
