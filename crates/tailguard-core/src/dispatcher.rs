@@ -30,11 +30,15 @@
 //!    stream) runs out of newer work and serves it.
 //!    On a rotational device ([`DispatcherConfig::slice_ns`] set), two
 //!    classes that both have a backlog are served in *slices*: the class
-//!    served last goes on while it is at most the slice of its own device
-//!    time ahead of the head in virtual time, then the head class takes over
-//!    and runs its own slice. A disk then serves one class's region at a
+//!    served last goes on while it is at most one *turn* ahead of the head
+//!    in virtual time, then the head class takes over and runs its own turn.
+//!    A turn is the same virtual time for every class: its shares' part of
+//!    a round of one slice of device time per class with a backlog, so a
+//!    round lasts the slice times the classes, whatever the ratio of their
+//!    shares, and a class with few shares gets short turns rather than long
+//!    waits. A disk then serves one class's region at a
 //!    time instead of seeking between two regions per piece, and shares hold
-//!    over a few slices. A class has a backlog when its work queued and in
+//!    over a few rounds. A class has a backlog when its work queued and in
 //!    flight reaches the budget, or [`SLICE_BACKLOG_FRACTION`] of the slice
 //!    when the budget is larger (a budget no class can fill alone must not
 //!    end the slices); a class asking for less (a latency class) is never
@@ -122,12 +126,12 @@ pub struct DispatcherConfig {
     pub profile: DeviceProfile,
     /// Overrides the budget derived from the profile (nanoseconds of cost).
     pub budget_ns: Option<Nanos>,
-    /// On a rotational device, how much of its own device time the class
-    /// served last may run ahead of the next class in virtual time while that
-    /// class has a backlog (the *slice*): longer slices save the seeks between
-    /// two classes' regions and lengthen the wait of the class not served;
-    /// `None` (the default, right for any device without seeks) serves
-    /// strictly by virtual time.
+    /// On a rotational device, the device time per class with a backlog in
+    /// a round of turns, each class's turn being its shares' part of the
+    /// round (the *slice*; see [`crate::dispatcher`]): longer slices save
+    /// the seeks between classes' regions and lengthen the wait of the
+    /// classes not served; `None` (the default, right for any device without
+    /// seeks) serves strictly by virtual time.
     pub slice_ns: Option<Nanos>,
     /// Whether, and how far, the budget deepens while no one reads (the
     /// quiet-reads rule, [`crate::quiet_reads`]): `None` (the default) keeps
@@ -692,12 +696,12 @@ impl<C: LatencyController> Dispatcher<C> {
             .filter(|other| *other != class)
             .map(|other| self.queue.shares(other.index()))
             .collect();
-        // A slice lets each other class run ahead by up to `slice_ns` more,
-        // as the wake credit does.
+        // A turn in a slice lets a class run ahead by up to its turn of its
+        // own device time more, as the wake credit does.
         let credit = self
             .budget
             .limit_ns()
-            .saturating_add(self.slice_ns.unwrap_or(0));
+            .saturating_add(self.longest_turn_ns());
         Ok(fair_queue::gap_bound_ns(
             shares,
             &others,
@@ -705,6 +709,34 @@ impl<C: LatencyController> Dispatcher<C> {
             self.max_piece_cost_ns(),
             credit,
         ))
+    }
+
+    /// The longest turn of a slice ([`Dispatcher::slice_turn_ns`]) any class
+    /// that exists now could get, whichever of them have a backlog: a class
+    /// beside those with the fewest shares (0 without slices).
+    fn longest_turn_ns(&self) -> Nanos {
+        let Some(slice_ns) = self.slice_ns else {
+            return 0;
+        };
+        let mut shares: Vec<u128> = self
+            .live_classes()
+            .map(|class| u128::from(self.queue.shares(class.index())))
+            .collect();
+        shares.sort_unstable();
+        let mut longest = 0;
+        for (index, &own) in shares.iter().enumerate() {
+            let others = shares
+                .iter()
+                .enumerate()
+                .filter(|&(other, _)| other != index);
+            let mut sum = own;
+            for (count, (_, &other)) in others.enumerate() {
+                sum += other;
+                let turn = u128::from(slice_ns) * (count as u128 + 2) * own / sum;
+                longest = longest.max(turn);
+            }
+        }
+        Nanos::try_from(longest).unwrap_or(Nanos::MAX).max(slice_ns)
     }
 
     /// Adds a class with `shares` (1..=10000).
@@ -1002,9 +1034,9 @@ impl<C: LatencyController> Dispatcher<C> {
         };
         while let Some((class_index, cost_ns)) = self.queue.peek() {
             let in_slice = match self.running_slice(class_index) {
-                Some((slice_class, slice_ns)) => {
+                Some((slice_class, turn_ns)) => {
                     self.cut_front_to_split_size(slice_class, limit_factor);
-                    self.pop_in_slice(slice_class, slice_ns, admission)
+                    self.pop_in_slice(slice_class, turn_ns, admission)
                 }
                 None => SlicePop::InOrder,
             };
@@ -1058,23 +1090,26 @@ impl<C: LatencyController> Dispatcher<C> {
         })
     }
 
-    /// The next piece while `slice_class` runs a slice of `slice_ns` beside
+    /// The next piece while `slice_class` runs its turn of `turn_ns` beside
     /// the backlogged head (see [`DispatcherConfig::slice_ns`]). A latency
-    /// class (less than a slice backlog queued and in flight) goes first, as
-    /// far ahead of the waiting head as the slice's class may run plus its
-    /// wake credit, so a slice never delays it; then the slice's class, if
-    /// its next piece lies within the slice (else the queue's order). While
+    /// class (less than a slice backlog queued and in flight) goes first, up
+    /// to the whole slice plus its wake credit of its own device time ahead
+    /// of the waiting head, so a slice never delays it; then the slice's
+    /// class, if its next piece lies within its turn (else the queue's order). While
     /// the slice's class has all of its work at the device, or no room for
     /// its next piece, nothing else goes: its completions bring the next,
     /// which the other backlog's region must not get ahead of.
     fn pop_in_slice(
         &mut self,
         slice_class: usize,
-        slice_ns: Nanos,
+        turn_ns: Nanos,
         admission: Admission,
     ) -> SlicePop {
         let threshold_ns = self.slice_backlog_threshold_ns();
-        let lead_ns = slice_ns.saturating_add(self.budget.limit_ns());
+        let lead_ns = self
+            .slice_ns
+            .unwrap_or(0)
+            .saturating_add(self.budget.limit_ns());
         let (classes, budget) = (&self.classes, &self.budget);
         let latency = self
             .queue
@@ -1095,7 +1130,7 @@ impl<C: LatencyController> Dispatcher<C> {
         if !self.may_go(slice_class, slice_cost_ns, admission) {
             return SlicePop::Stop;
         }
-        match self.queue.pop_class_within(slice_class, slice_ns) {
+        match self.queue.pop_class_within(slice_class, turn_ns) {
             Some(popped) => SlicePop::Piece(popped),
             None => SlicePop::InOrder,
         }
@@ -1117,15 +1152,40 @@ impl<C: LatencyController> Dispatcher<C> {
     /// more queued and in flight), the class served last and the head class;
     /// a class asking for less is a latency class, which a slice never
     /// delays and which never holds the device for itself. The
-    /// slice runs while the class served last has work queued within its
-    /// lead over the head class. Returns the slice's class and lead.
+    /// slice runs while the class served last is within its turn
+    /// ([`Dispatcher::slice_turn_ns`]) of the head class. Returns the
+    /// slice's class and its turn, in its own device time.
     fn running_slice(&self, head_class: usize) -> Option<(usize, Nanos)> {
         let (slice_ns, slice_class) = (self.slice_ns?, self.slice_class?);
-        let running = slice_class != head_class
-            && self.has_slice_backlog(head_class, 0)
-            && self.has_slice_backlog(slice_class, 0)
-            && self.queue.is_within_lead(slice_class, slice_ns);
-        running.then_some((slice_class, slice_ns))
+        if slice_class == head_class
+            || !self.has_slice_backlog(head_class, 0)
+            || !self.has_slice_backlog(slice_class, 0)
+        {
+            return None;
+        }
+        let turn_ns = self.slice_turn_ns(slice_class, slice_ns);
+        self.queue
+            .is_within_lead(slice_class, turn_ns)
+            .then_some((slice_class, turn_ns))
+    }
+
+    /// How much of its own device time `class_index` may run ahead of the
+    /// head in a slice (its *turn*): its shares' part of a round of one
+    /// slice per class with a backlog. Every backlogged class then runs
+    /// ahead by the same virtual time, so turns take device time in
+    /// proportion to shares and a round lasts the slice times the classes
+    /// with a backlog, whatever the ratio of their shares: a class with few
+    /// shares gets short turns, not long waits, and the disk seeks between
+    /// regions once per slice on average, as with equal shares.
+    fn slice_turn_ns(&self, class_index: usize, slice_ns: Nanos) -> Nanos {
+        let (classes, shares_sum) = (0..self.classes.slots.len())
+            .filter(|&index| self.has_slice_backlog(index, 0))
+            .fold((0u128, 0u128), |(classes, sum), index| {
+                (classes + 1, sum + u128::from(self.queue.shares(index)))
+            });
+        let shares = u128::from(self.queue.shares(class_index));
+        let turn = u128::from(slice_ns) * classes.max(1) * shares / shares_sum.max(shares).max(1);
+        Nanos::try_from(turn).unwrap_or(Nanos::MAX)
     }
 
     /// Whether `class_index`, with `extra_ns` more of its work, has a backlog
@@ -2001,14 +2061,26 @@ mod tests {
     }
 
     /// Two closed-loop classes (shares 100 and 300) of `outstanding` 4 KiB
-    /// reads each, on a device that serves one piece at a time in dispatch
-    /// order, with a budget of `budget_pieces` reads and a slice of
-    /// `slice_pieces` reads. Returns the classes in dispatch order and
-    /// whether each completed piece's class counted as backlogged.
+    /// reads each, as [`serve_closed_loops`] serves them for 8000 dispatches.
     fn serve_two_closed_loops(
         outstanding: u64,
         budget_pieces: u64,
         slice_pieces: u64,
+    ) -> (Vec<usize>, Vec<bool>) {
+        serve_closed_loops(&[100, 300], outstanding, budget_pieces, slice_pieces, 8000)
+    }
+
+    /// Closed-loop classes with `shares` of `outstanding` 4 KiB reads each,
+    /// on a device that serves one piece at a time in dispatch order, with a
+    /// budget of `budget_pieces` reads and a slice of `slice_pieces` reads,
+    /// for `dispatches` pieces. Returns the classes in dispatch order and
+    /// whether each completed piece's class counted as backlogged.
+    fn serve_closed_loops(
+        shares: &[u32],
+        outstanding: u64,
+        budget_pieces: u64,
+        slice_pieces: u64,
+        dispatches: usize,
     ) -> (Vec<usize>, Vec<bool>) {
         let read_ns = CostModel::new(&profile()).cost_ns(Direction::Read, 4096);
         let mut config = DispatcherConfig::new(profile());
@@ -2017,9 +2089,9 @@ mod tests {
         let samples = std::sync::Arc::default();
         let recorder = BacklogRecorder(std::sync::Arc::clone(&samples));
         let mut dispatcher = Dispatcher::with_controller(config, recorder).unwrap();
-        let classes = [100, 300].map(|shares| dispatcher.add_class(shares).unwrap());
         let mut next_id = 0;
-        for class in classes {
+        for &shares in shares {
+            let class = dispatcher.add_class(shares).unwrap();
             for _ in 0..outstanding {
                 dispatcher
                     .enqueue(0, request(next_id, class, Direction::Read, 4096))
@@ -2029,7 +2101,7 @@ mod tests {
         }
         let (mut order, mut in_flight) = (Vec::new(), VecDeque::new());
         let (mut now, mut out) = (0, Vec::new());
-        for _ in 0..8000 {
+        while order.len() < dispatches {
             dispatcher.dispatch(now, &mut out);
             for piece in out.drain(..) {
                 order.push(piece.class.index());
@@ -2046,6 +2118,64 @@ mod tests {
         }
         let backlogged = samples.lock().unwrap().clone();
         (order, backlogged)
+    }
+
+    /// The longest run of consecutive dispatches of `class` in `order`, and
+    /// the most dispatches of other classes between two of its own.
+    fn longest_turn_and_wait(order: &[usize], class: usize) -> (usize, usize) {
+        let (mut turn, mut wait, mut run, mut since) = (0, 0, 0, 0);
+        for &served in order {
+            if served == class {
+                (run, since) = (run + 1, 0);
+            } else {
+                (run, since) = (0, since + 1);
+            }
+            (turn, wait) = (turn.max(run), wait.max(since));
+        }
+        (turn, wait)
+    }
+
+    #[test]
+    fn slice_turns_follow_shares_so_few_shares_mean_short_turns_not_long_waits() {
+        // Backlogs deeper than the budget, a slice of 80 reads: a round of
+        // turns is the slice per class, each class's turn its shares' part
+        // of the round, and a turn that starts behind the next class may
+        // run one turn past it, so at most twice that part, and what one read
+        // of the class with the fewest shares is worth in its own reads.
+        let slice_pieces = 80;
+        for shares in [&[100, 200, 400][..], &[100, 10_000]] {
+            let (order, _) = serve_closed_loops(shares, 80, 64, slice_pieces, 20_000);
+            let round = slice_pieces as usize * shares.len();
+            let total: u32 = shares.iter().sum();
+            for (class, &class_shares) in shares.iter().enumerate() {
+                let part =
+                    order.iter().filter(|&&c| c == class).count() as f64 / order.len() as f64;
+                let expected = f64::from(class_shares) / f64::from(total);
+                assert!(
+                    (part - expected).abs() < 0.1 * expected,
+                    "{shares:?}: class {class}'s part {part}"
+                );
+                let (turn, wait) = longest_turn_and_wait(&order, class);
+                let fewest = *shares.iter().min().unwrap();
+                let turn_max = 2 * round * class_shares as usize / total as usize
+                    + (class_shares / fewest) as usize
+                    + 2;
+                assert!(
+                    turn <= turn_max,
+                    "{shares:?}: class {class}'s turn of {turn}"
+                );
+                // Whatever the shares, a class waits at most two rounds and
+                // what one of its reads is worth in the others' reads (a turn
+                // of the whole slice of its own device time would have made
+                // the 100-share class wait a hundred slices beside the
+                // 10000-share one).
+                let read_worth = ((total - class_shares) / class_shares) as usize;
+                assert!(
+                    wait <= 2 * round + read_worth,
+                    "{shares:?}: class {class} waited {wait}"
+                );
+            }
+        }
     }
 
     #[test]

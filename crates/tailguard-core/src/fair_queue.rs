@@ -34,7 +34,7 @@
 //! class *j* can be served only while its key is at most *i*'s. *i*'s key is at
 //! most one of its own charges above `virtual_now`, plus up to `credit` of its own
 //! device time when *i* itself was last served ahead of the head (by a bypass, or
-//! in a running slice, whose length the dispatcher counts in `credit`), while
+//! in a running slice, whose longest turn the dispatcher counts in `credit`), while
 //! *j*'s is at most `credit` below `virtual_now`. So *j* is served at most
 //! `(c_max + credit) × s_j / s_i + credit + c_max` of device time (the last
 //! `c_max` for the item that crosses, and for ties). Before the head

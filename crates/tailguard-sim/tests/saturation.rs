@@ -238,11 +238,10 @@ fn two_saturating_classes_keep_the_device_busy_and_split_it_by_shares() {
 
 /// Three saturating classes of one pattern (shares 100, 200 and 400, regions
 /// 16 GiB apart) keep the device at least 90% busy and split it by their
-/// shares, each class's part within 0.05 of its share. The hdd's random
-/// readers seek between three regions, so there the device must only be
-/// busier than with no scheduler; its sequential writers are left out (see
-/// the saturation section of BENCHMARKS.md: under the adaptive budget the
-/// disk orders their pieces itself).
+/// shares, each class's part within 0.05 of its share. On the hdd, whose
+/// slices serve one region at a time in turns by shares, the device must
+/// only be busier than with no scheduler: its random readers seek between
+/// three regions.
 #[test]
 fn three_saturating_classes_split_the_device_by_their_shares() {
     const SHARES: [u32; 3] = [100, 200, 400];
@@ -253,6 +252,7 @@ fn three_saturating_classes_split_the_device_by_their_shares() {
         ("sata-ssd", "randread"),
         ("sata-ssd", "seqwrite"),
         ("hdd", "randread"),
+        ("hdd", "seqwrite"),
         ("usb-flash", "randread"),
         ("usb-flash", "seqwrite"),
     ] {
