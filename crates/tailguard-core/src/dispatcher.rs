@@ -43,8 +43,8 @@
 //!    when the budget is larger (a budget no class can fill alone must not
 //!    end the slices); a class asking for less (a latency class) is never
 //!    held back by a slice: while one runs, a latency class's piece that may
-//!    go goes first, up to the slice plus its wake credit ahead of the
-//!    waiting head in virtual time. While the slice's class has all of its work at
+//!    go goes first, up to the slice plus its wake credit of its own device
+//!    time ahead of the waiting head. While the slice's class has all of its work at
 //!    the device, the other class still waits: the slice's class's next
 //!    piece comes with its next completion, and the room it leaves in the
 //!    budget is not given to another region. On a rotational device a class
@@ -712,8 +712,9 @@ impl<C: LatencyController> Dispatcher<C> {
     }
 
     /// The longest turn of a slice ([`Dispatcher::slice_turn_ns`]) any class
-    /// that exists now could get, whichever of them have a backlog: a class
-    /// beside those with the fewest shares (0 without slices).
+    /// that exists now could get, whichever of them have a backlog: the
+    /// class with the most shares beside some number of those with the
+    /// fewest (at least the slice; 0 without slices).
     fn longest_turn_ns(&self) -> Nanos {
         let Some(slice_ns) = self.slice_ns else {
             return 0;
@@ -723,18 +724,13 @@ impl<C: LatencyController> Dispatcher<C> {
             .map(|class| u128::from(self.queue.shares(class.index())))
             .collect();
         shares.sort_unstable();
-        let mut longest = 0;
-        for (index, &own) in shares.iter().enumerate() {
-            let others = shares
-                .iter()
-                .enumerate()
-                .filter(|&(other, _)| other != index);
-            let mut sum = own;
-            for (count, (_, &other)) in others.enumerate() {
-                sum += other;
-                let turn = u128::from(slice_ns) * (count as u128 + 2) * own / sum;
-                longest = longest.max(turn);
-            }
+        let Some((&most, fewest_first)) = shares.split_last() else {
+            return slice_ns;
+        };
+        let (mut longest, mut sum) = (0, most);
+        for (others, &other) in fewest_first.iter().enumerate() {
+            sum += other;
+            longest = longest.max(u128::from(slice_ns) * (others as u128 + 2) * most / sum);
         }
         Nanos::try_from(longest).unwrap_or(Nanos::MAX).max(slice_ns)
     }
@@ -1176,10 +1172,11 @@ impl<C: LatencyController> Dispatcher<C> {
     /// proportion to shares and a round lasts the slice times the classes
     /// with a backlog, whatever the ratio of their shares: a class with few
     /// shares gets short turns, not long waits, and the disk seeks between
-    /// regions once per slice on average, as with equal shares.
+    /// regions once per slice on average, as with equal shares. A class held
+    /// by its rate limit takes no turns, so it does not count.
     fn slice_turn_ns(&self, class_index: usize, slice_ns: Nanos) -> Nanos {
         let (classes, shares_sum) = (0..self.classes.slots.len())
-            .filter(|&index| self.has_slice_backlog(index, 0))
+            .filter(|&index| !self.queue.is_held(index) && self.has_slice_backlog(index, 0))
             .fold((0u128, 0u128), |(classes, sum), index| {
                 (classes + 1, sum + u128::from(self.queue.shares(index)))
             });
@@ -2156,6 +2153,13 @@ mod tests {
                     "{shares:?}: class {class}'s part {part}"
                 );
                 let (turn, wait) = longest_turn_and_wait(&order, class);
+                // The class does run in turns of its part: not piece by
+                // piece, nor in whole slices.
+                let turn_min = round * class_shares as usize / total as usize;
+                assert!(
+                    turn >= turn_min,
+                    "{shares:?}: class {class}'s turn of {turn}"
+                );
                 let fewest = *shares.iter().min().unwrap();
                 let turn_max = 2 * round * class_shares as usize / total as usize
                     + (class_shares / fewest) as usize

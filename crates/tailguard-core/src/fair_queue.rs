@@ -360,7 +360,7 @@ impl<T> FairQueue<T> {
     /// [`FairQueue::pop_bypassing`] with `lead_ns` in place of the queue's
     /// wake credit: a class up to `lead_ns` of its own device time above the
     /// head may go (the dispatcher's latency classes beside a running slice,
-    /// which may lead as far as the slice's class plus the credit).
+    /// which may lead by the whole slice plus the credit).
     pub fn pop_bypassing_within(
         &mut self,
         lead_ns: u64,

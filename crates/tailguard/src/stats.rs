@@ -279,10 +279,10 @@ pub struct DeviceStats {
     pub in_flight_ns: u64,
     /// The in-flight budget (nanoseconds of device time).
     pub budget_ns: u64,
-    /// On a device that seeks (a rotational disk), the slice of its own
-    /// device time a class with a backlog is served in before another's turn
-    /// (nanoseconds); `None` on devices without seeks, served strictly by
-    /// virtual time.
+    /// On a device that seeks (a rotational disk), the device time per class
+    /// with a backlog in a round of turns, each class's turn being its
+    /// shares' part of the round (nanoseconds); `None` on devices without
+    /// seeks, served strictly by virtual time.
     pub slice_ns: Option<u64>,
     /// Pieces waiting in the fair queue.
     pub queued_pieces: usize,
