@@ -24,7 +24,8 @@
 //! largest piece cost; and, mid-run, share changes, class removals and new
 //! classes; on a device that seeks or not (`DispatcherConfig::seeks`, under
 //! which pieces that continue a stream, such as a split request's later
-//! pieces, cost only their transfer).
+//! pieces, cost only their transfer, and backlogged classes are served in
+//! turns of a slice of 0 to twice the default, `DispatcherConfig::slice_ns`).
 //!
 //! ## The properties
 //!
@@ -217,6 +218,9 @@ struct Scenario {
     /// Whether the device seeks (`DispatcherConfig::seeks`): pieces after a
     /// request's first then cost only their transfer.
     seeks: bool,
+    /// On a device that seeks, its slice (`DispatcherConfig::slice_ns`) in
+    /// tenths of the default one (0: none).
+    slice_tenths: u64,
 }
 
 fn scenario_strategy(churn: bool, share_changes: bool) -> impl Strategy<Value = Scenario> {
@@ -225,12 +229,14 @@ fn scenario_strategy(churn: bool, share_changes: bool) -> impl Strategy<Value = 
         prop::collection::vec(shares_strategy(), 1..=16),
         prop::collection::vec(op_strategy(churn, share_changes), 1..=MAX_OPS),
         any::<bool>(),
+        0..=20u64,
     )
-        .prop_map(|(profile, shares, ops, seeks)| Scenario {
+        .prop_map(|(profile, shares, ops, seeks, slice_tenths)| Scenario {
             profile,
             shares,
             ops,
             seeks,
+            slice_tenths: if seeks { slice_tenths } else { 0 },
         })
 }
 
@@ -346,6 +352,8 @@ struct Harness {
     device: Device,
     budget_ns: Nanos,
     max_cost_ns: Nanos,
+    /// The device's slice, if it has one.
+    slice_ns: Option<Nanos>,
     classes: Vec<ClassLife>,
     class_index: HashMap<ClassId, usize>,
     /// Pieces at the device with their dispatch time, in dispatch order.
@@ -356,10 +364,34 @@ struct Harness {
     trace: Trace,
 }
 
+/// The longest turn of a slice of `slice_ns` any of the classes with
+/// `shares` could get, whichever of them have a backlog: a class's turn is
+/// its shares' part of a round of one slice per backlogged class, so each
+/// class's longest is beside the others with the fewest shares (at least the
+/// slice: a latency class leads by the whole slice).
+fn longest_turn_ns(slice_ns: Nanos, shares: &[u32]) -> Nanos {
+    let mut longest = u128::from(slice_ns);
+    for (index, &own) in shares.iter().enumerate() {
+        let mut others: Vec<u32> = shares.to_vec();
+        others.remove(index);
+        others.sort_unstable();
+        let mut sum = u128::from(own);
+        for (count, &other) in others.iter().enumerate() {
+            sum += u128::from(other);
+            let turn = u128::from(slice_ns) * (count as u128 + 2) * u128::from(own) / sum;
+            longest = longest.max(turn);
+        }
+    }
+    Nanos::try_from(longest).unwrap_or(Nanos::MAX)
+}
+
 impl Harness {
     fn new(scenario: &Scenario, device: Device) -> Self {
+        let slice_ns =
+            DispatcherConfig::default_slice_ns(&scenario.profile) * scenario.slice_tenths / 10;
         let config = DispatcherConfig {
             seeks: scenario.seeks,
+            slice_ns: (slice_ns > 0).then_some(slice_ns),
             ..DispatcherConfig::new(scenario.profile.clone())
         };
         let dispatcher = Dispatcher::new(config).expect("generated profiles are valid");
@@ -373,6 +405,7 @@ impl Harness {
             dispatcher,
             device,
             budget_ns,
+            slice_ns: (slice_ns > 0).then_some(slice_ns),
             max_cost_ns,
             classes: Vec::new(),
             class_index: HashMap::new(),
@@ -427,12 +460,20 @@ impl Harness {
         // In flight ahead of the class: the budget plus one piece per other
         // class that went by the progress rule.
         let in_flight_bound = self.budget_ns + others.len() as Nanos * self.max_cost_ns;
+        // A class leads the head by at most the wake credit (a budget) plus,
+        // with slices, the longest turn it could get.
+        let mut all = others.clone();
+        all.push(me.shares);
+        let credit = self.budget_ns
+            + self
+                .slice_ns
+                .map_or(0, |slice| longest_turn_ns(slice, &all));
         fair_queue::gap_bound_ns(
             me.shares,
             &others,
             in_flight_bound,
             self.max_cost_ns,
-            self.budget_ns,
+            credit,
         )
     }
 
