@@ -12,35 +12,24 @@ class's own device time it grew with the ratio.
 Usage: benchmarks/hdd-slice-turns.py [TAILGUARD_BINARY] [SECONDS] [SEED]
 (default: target/release/tailguard, 20 simulated seconds, seed 1).
 """
-import json
+import importlib.util
 import os
-import subprocess
 import sys
-import tempfile
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPOSITORY, "target/release/tailguard")
 SECONDS = sys.argv[2] if len(sys.argv) > 2 else "20"
 SEED = sys.argv[3] if len(sys.argv) > 3 else "1"
-BLOCK = {"randread": "4k", "seqwrite": "128k"}
+
+# The saturating job (2 x 32 outstanding) is the saturation script's.
+_SPEC = importlib.util.spec_from_file_location(
+    "sim_saturation", os.path.join(REPOSITORY, "benchmarks/sim-saturation.py"))
+_SATURATION = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_SATURATION)
 
 
 def job(name, shares, pattern, index):
-    return f"""
-[[class]]
-name = "{name}"
-shares = {shares}
-[[job]]
-name = "{name}"
-class = "{name}"
-device = "d"
-pattern = "{pattern}"
-block_size = "{BLOCK[pattern]}"
-queue_depth = 32
-numjobs = 2
-offset = "{16 * index}g"
-size = "16g"
-"""
+    return _SATURATION.job(name, shares, pattern, f"{16 * index}g")
 
 
 CASES = [
@@ -57,14 +46,7 @@ def simulate(classes):
     text += '[[device]]\nname = "d"\nmodel = "hdd"\n'
     text += "".join(job(chr(ord("a") + index), shares, pattern, index)
                     for index, (shares, pattern) in enumerate(classes))
-    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as scenario:
-        scenario.write(text)
-    try:
-        output = subprocess.run([BINARY, "sim", scenario.name, "--json"],
-                                capture_output=True, text=True, check=True).stdout
-    finally:
-        os.unlink(scenario.name)
-    return json.loads(output)["classes"]
+    return _SATURATION.run_scenario(text, BINARY)["classes"]
 
 
 def main():

@@ -49,18 +49,23 @@ size = "16g"
 """
 
 
-def simulate(model, jobs):
-    text = f'duration_s = {SECONDS}\nseed = {SEED}\npolicies = ["fifo", "tailguard"]\n'
-    text += f'[[device]]\nname = "d"\nmodel = "{model}"\n' + jobs
+def run_scenario(text, binary=BINARY):
+    """Runs the scenario `text` in the simulator; returns its JSON report."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as scenario:
         scenario.write(text)
     try:
-        output = subprocess.run([BINARY, "sim", scenario.name, "--json"],
+        output = subprocess.run([binary, "sim", scenario.name, "--json"],
                                 capture_output=True, text=True, check=True).stdout
     finally:
         os.unlink(scenario.name)
+    return json.loads(output)
+
+
+def simulate(model, jobs):
+    text = f'duration_s = {SECONDS}\nseed = {SEED}\npolicies = ["fifo", "tailguard"]\n'
+    text += f'[[device]]\nname = "d"\nmodel = "{model}"\n' + jobs
     return {run["policy"]: {c["name"]: c["mb_per_s"] for c in run["classes"]}
-            for run in json.loads(output)}
+            for run in run_scenario(text)}
 
 
 def main():
