@@ -418,6 +418,32 @@ struct Admission {
     limit_factor: u64,
 }
 
+/// The classes that take turns in a slice ([`Dispatcher::slice_round`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct SliceRound {
+    /// How many classes take turns.
+    classes: u128,
+    /// Their shares, summed.
+    shares_sum: u128,
+}
+
+impl SliceRound {
+    /// How much of its own device time a class with `shares` may run ahead
+    /// of the head in a slice of `slice_ns` (its *turn*): its shares' part
+    /// of a round of one slice per class in the round. Every class in the
+    /// round then runs ahead by the same virtual time, so turns take device
+    /// time in proportion to shares and a round lasts the slice times the
+    /// classes, whatever the ratio of their shares: a class with few shares
+    /// gets short turns, not long waits, and the disk seeks between regions
+    /// once per slice on average, as with equal shares.
+    fn turn_ns(self, slice_ns: Nanos, shares: u32) -> Nanos {
+        let shares = u128::from(shares);
+        let turn = u128::from(slice_ns) * self.classes.max(1) * shares
+            / self.shares_sum.max(shares).max(1);
+        Nanos::try_from(turn).unwrap_or(Nanos::MAX)
+    }
+}
+
 /// What a running slice gives [`Dispatcher::dispatch`] next.
 enum SlicePop {
     /// A piece (its class, cost and piece).
@@ -711,7 +737,7 @@ impl<C: LatencyController> Dispatcher<C> {
         ))
     }
 
-    /// The longest turn of a slice ([`Dispatcher::slice_turn_ns`]) any class
+    /// The longest turn of a slice ([`SliceRound::turn_ns`]) any class
     /// that exists now could get, whichever of them have a backlog: the
     /// class with the most shares beside some number of those with the
     /// fewest (at least the slice; 0 without slices).
@@ -1028,8 +1054,11 @@ impl<C: LatencyController> Dispatcher<C> {
             overdue,
             limit_factor,
         };
+        // The round of turns, once it is needed: a dispatch moves work from
+        // queued to in flight, which leaves each class's backlog as it was.
+        let mut round = None;
         while let Some((class_index, cost_ns)) = self.queue.peek() {
-            let in_slice = match self.running_slice(class_index) {
+            let in_slice = match self.running_slice(class_index, &mut round) {
                 Some((slice_class, turn_ns)) => {
                     self.cut_front_to_split_size(slice_class, limit_factor);
                     self.pop_in_slice(slice_class, turn_ns, admission)
@@ -1149,9 +1178,14 @@ impl<C: LatencyController> Dispatcher<C> {
     /// a class asking for less is a latency class, which a slice never
     /// delays and which never holds the device for itself. The
     /// slice runs while the class served last is within its turn
-    /// ([`Dispatcher::slice_turn_ns`]) of the head class. Returns the
-    /// slice's class and its turn, in its own device time.
-    fn running_slice(&self, head_class: usize) -> Option<(usize, Nanos)> {
+    /// ([`SliceRound::turn_ns`]) of the head class; `round` holds the round
+    /// once worked out. Returns the slice's class and its turn, in its own
+    /// device time.
+    fn running_slice(
+        &self,
+        head_class: usize,
+        round: &mut Option<SliceRound>,
+    ) -> Option<(usize, Nanos)> {
         let (slice_ns, slice_class) = (self.slice_ns?, self.slice_class?);
         if slice_class == head_class
             || !self.has_slice_backlog(head_class, 0)
@@ -1159,30 +1193,22 @@ impl<C: LatencyController> Dispatcher<C> {
         {
             return None;
         }
-        let turn_ns = self.slice_turn_ns(slice_class, slice_ns);
+        let round = round.get_or_insert_with(|| self.slice_round());
+        let turn_ns = round.turn_ns(slice_ns, self.queue.shares(slice_class));
         self.queue
             .is_within_lead(slice_class, turn_ns)
             .then_some((slice_class, turn_ns))
     }
 
-    /// How much of its own device time `class_index` may run ahead of the
-    /// head in a slice (its *turn*): its shares' part of a round of one
-    /// slice per class with a backlog. Every backlogged class then runs
-    /// ahead by the same virtual time, so turns take device time in
-    /// proportion to shares and a round lasts the slice times the classes
-    /// with a backlog, whatever the ratio of their shares: a class with few
-    /// shares gets short turns, not long waits, and the disk seeks between
-    /// regions once per slice on average, as with equal shares. A class held
-    /// by its rate limit takes no turns, so it does not count.
-    fn slice_turn_ns(&self, class_index: usize, slice_ns: Nanos) -> Nanos {
-        let (classes, shares_sum) = (0..self.classes.slots.len())
+    /// The classes that take turns in a slice now: those with a backlog,
+    /// less any held by its rate limit (it takes no turns).
+    fn slice_round(&self) -> SliceRound {
+        (0..self.classes.slots.len())
             .filter(|&index| !self.queue.is_held(index) && self.has_slice_backlog(index, 0))
-            .fold((0u128, 0u128), |(classes, sum), index| {
-                (classes + 1, sum + u128::from(self.queue.shares(index)))
-            });
-        let shares = u128::from(self.queue.shares(class_index));
-        let turn = u128::from(slice_ns) * classes.max(1) * shares / shares_sum.max(shares).max(1);
-        Nanos::try_from(turn).unwrap_or(Nanos::MAX)
+            .fold(SliceRound::default(), |round, index| SliceRound {
+                classes: round.classes + 1,
+                shares_sum: round.shares_sum + u128::from(self.queue.shares(index)),
+            })
     }
 
     /// Whether `class_index`, with `extra_ns` more of its work, has a backlog
