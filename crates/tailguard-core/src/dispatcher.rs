@@ -745,20 +745,25 @@ impl<C: LatencyController> Dispatcher<C> {
         let Some(slice_ns) = self.slice_ns else {
             return 0;
         };
-        let mut shares: Vec<u128> = self
+        let mut shares: Vec<u32> = self
             .live_classes()
-            .map(|class| u128::from(self.queue.shares(class.index())))
+            .map(|class| self.queue.shares(class.index()))
             .collect();
         shares.sort_unstable();
         let Some((&most, fewest_first)) = shares.split_last() else {
             return slice_ns;
         };
-        let (mut longest, mut sum) = (0, most);
-        for (others, &other) in fewest_first.iter().enumerate() {
-            sum += other;
-            longest = longest.max(u128::from(slice_ns) * (others as u128 + 2) * most / sum);
+        let mut round = SliceRound {
+            classes: 1,
+            shares_sum: u128::from(most),
+        };
+        let mut longest = slice_ns;
+        for &other in fewest_first {
+            round.classes += 1;
+            round.shares_sum += u128::from(other);
+            longest = longest.max(round.turn_ns(slice_ns, most));
         }
-        Nanos::try_from(longest).unwrap_or(Nanos::MAX).max(slice_ns)
+        longest
     }
 
     /// Adds a class with `shares` (1..=10000).
