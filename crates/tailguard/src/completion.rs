@@ -722,6 +722,13 @@ impl<T> IoFuture<T> {
         }
     }
 
+    /// Whether this request's push found the engine thread parked and
+    /// nobody has kicked it since.
+    #[cfg(test)]
+    pub(crate) fn owes_kick(&self) -> bool {
+        self.kick_owed
+    }
+
     pub(crate) fn ready(value: T) -> Self {
         Self {
             inner: Inner::Immediate(Some(value)),

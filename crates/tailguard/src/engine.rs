@@ -63,6 +63,30 @@
 //! thread pool, a single-issuer ring) the engine thread sleeps in the backend
 //! holding the engine, woken by submitters.
 //!
+//! # Lingering
+//!
+//! With nothing left in flight, the engine thread does not park at once: it
+//! keeps looking at the handoff for up to the linger
+//! (`SchedulerBuilder::engine_linger`) after its last turn that made
+//! progress, a few spin-loop hints between looks, each look a lock attempt
+//! ([`Handoff::maybe_queued`]) and, where messages may be queued, a turn. A
+//! closed loop awaited on another runtime (a request's completion wakes
+//! its task, which submits the next) usually hands over its next requests
+//! within that time, so the engine thread takes them without having parked
+//! and without the wake-up a parked thread needs, and each push finds it
+//! running and owes no kick. On a virtual machine a wake-up of a thread on
+//! an idle CPU costs tens of microseconds, as much as a fast device takes
+//! to answer. While it lingers the engine thread is running by the rules of
+//! [`crate::handoff`]: a submitter's push is seen, and a waiter that wants
+//! the engine finds it busy and is served by this thread, as it would be by
+//! any running engine thread. The spin ends at the first message, at the
+//! end of the linger, and never starts with operations in flight (the
+//! thread then waits in the ring, where a completion wakes it). A spell
+//! whose next message came later than the linger halves the next spell,
+//! down to an eighth of the linger, and a gap shorter than the linger
+//! restores it (`Linger`): requests sparser than the linger cost little
+//! spinning each.
+//!
 //! Helping needs a backend any thread may drive: an io_uring ring set up without
 //! `SINGLE_ISSUER`/`DEFER_TASKRUN` (see [`crate::backend::uring`]). With
 //! helpers off (`SchedulerBuilder::waiters_run_engine(false)`), the engine
@@ -135,7 +159,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tailguard_core::{
     CancelledPiece, ClassId, DeviceProfile, Direction, DispatchedPiece, Dispatcher,
     DispatcherConfig, IoRequest, LatencyController, Nanos, QuietReads, RateLimit, RequestId,
@@ -162,6 +186,81 @@ const BESIDE_RING_WAIT_TURNS_MAX: u32 = 4;
 /// the wake-ups it costs a device with requests in flight (ten a second)
 /// are nothing, short enough that such a stranded message waits no longer.
 const RING_WAIT_MAX: Duration = Duration::from_millis(100);
+
+/// Spin-loop hints between two looks of a lingering engine thread (see
+/// "Lingering"): a look costs a lock attempt and a load of the completion
+/// queue, the pause keeps those off the submitters' cache lines most of
+/// the time, and a few hints (well under a microsecond) add nothing
+/// measurable to how soon the engine sees a request.
+const LINGER_PAUSES_PER_LOOK: u32 = 8;
+
+/// The engine thread's spin before it parks: with nothing in flight, it
+/// keeps looking for messages after its last turn that made progress, for
+/// the whole linger where the last idle spell ended within it (its next
+/// message came that soon), and for half as long as the last spell could
+/// otherwise, down to a [`LINGER_PROBE_DIVISOR`]th of it (see "Lingering").
+struct Linger {
+    /// The longest spell: how long a spell whose successor is likely to
+    /// end soon may last; zero: the thread parks at once.
+    most: Duration,
+    /// How long the current spell may last.
+    limit: Duration,
+    /// When the current idle spell began (`None`: the last turn made
+    /// progress).
+    idle_since: Option<Instant>,
+}
+
+impl Linger {
+    fn new(most: Duration) -> Self {
+        Self {
+            most,
+            limit: most,
+            idle_since: None,
+        }
+    }
+
+    /// A turn made progress: an idle spell, if one ran, is over.
+    fn progressed(&mut self) {
+        if self.idle_since.is_some() {
+            self.progressed_at(Instant::now());
+        }
+    }
+
+    /// [`Linger::progressed`] at `now`: the next spell may last the whole
+    /// linger if this one ended within it, half as long as this one could
+    /// (a probe's length at least) otherwise.
+    fn progressed_at(&mut self, now: Instant) {
+        let Some(since) = self.idle_since.take() else {
+            return;
+        };
+        self.limit = if now.saturating_duration_since(since) < self.most {
+            self.most
+        } else {
+            (self.limit / 2).max(self.most / LINGER_PROBE_DIVISOR)
+        };
+    }
+
+    /// Whether the thread should look again instead of parking.
+    fn goes_on(&mut self) -> bool {
+        !self.most.is_zero() && self.goes_on_at(Instant::now())
+    }
+
+    /// Whether the idle spell is shorter than its limit at `now`: starts
+    /// the spell if none runs.
+    fn goes_on_at(&mut self, now: Instant) -> bool {
+        let since = *self.idle_since.get_or_insert(now);
+        now.saturating_duration_since(since) < self.limit
+    }
+}
+
+/// The least part of the linger an idle spell lasts, after gaps that
+/// outlasted it (each halves the next spell): requests whose gaps exceed the
+/// linger cost an eighth of it in spinning per gap instead of all of it,
+/// one late answer in a closed loop costs its next spell only half, and the
+/// whole linger comes back with the first gap shorter than it (measured from
+/// the spell's start to the next progress, whether the thread parked
+/// meanwhile or not).
+const LINGER_PROBE_DIVISOR: u32 = 8;
 
 /// The pause after the first refused submit call; each refusal in a row
 /// doubles it: short enough that a passing refusal (ENOMEM) costs nothing
@@ -442,10 +541,22 @@ impl FileRegistry {
     }
 }
 
+/// How the engine hands ops to the kernel and how long its thread spins
+/// (the [`crate::SchedulerBuilder`] settings of the same names).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EngineTuning {
+    /// Submit each op as it is pushed instead of once per turn.
+    pub(crate) eager_submit: bool,
+    /// How long the engine thread spins before it parks.
+    pub(crate) linger: Duration,
+}
+
 /// The engine's state; runs on its own thread.
 pub(crate) struct Engine {
     /// Submit each op as it is pushed instead of once per turn.
     eager_submit: bool,
+    /// The engine thread's spin before it sleeps (see "Lingering").
+    linger: Linger,
     /// Whether an op was pushed since the last submit.
     unsubmitted: bool,
     /// Submit calls refused in a row (see "submit" in the module docs).
@@ -492,10 +603,11 @@ impl Engine {
         handoff: Arc<Handoff<Message>>,
         controller: ControllerChoice,
         quiet_reads: Option<QuietReads>,
-        eager_submit: bool,
+        tuning: EngineTuning,
     ) -> Self {
         Self {
-            eager_submit,
+            eager_submit: tuning.eager_submit,
+            linger: Linger::new(tuning.linger),
             unsubmitted: false,
             submit_refusals: 0,
             backend_kind: backend.kind(),
@@ -571,6 +683,16 @@ impl Engine {
         }
         let reaped = self.reap();
         taken_at.is_some() || reaped
+    }
+
+    /// One look of the engine thread while it lingers (see "Lingering"):
+    /// a turn if messages may be queued, else nothing but a pause of the
+    /// spin. Returns whether it made progress.
+    fn linger_turn(&mut self) -> bool {
+        for _ in 0..LINGER_PAUSES_PER_LOOK {
+            std::hint::spin_loop();
+        }
+        self.handoff.maybe_queued() && self.turn_awake()
     }
 
     /// Whether a submit call was refused outright. The ops it held have not
@@ -1566,13 +1688,20 @@ impl Shared {
     /// turn that found nothing to do, the thread leaves to wait in the ring,
     /// so that a submitter may run the engine meanwhile.
     fn run_until_leaving(&self, engine: &mut Engine, waits_in_ring: bool) -> Leave {
+        let mut lingering = false;
         loop {
-            let progress = if waits_in_ring {
+            let progress = if lingering {
+                engine.linger_turn()
+            } else if waits_in_ring {
                 engine.turn_awake()
             } else {
                 engine.turn(&|| false);
                 true
             };
+            lingering = false;
+            if progress {
+                engine.linger.progressed();
+            }
             if engine.finished() {
                 return Leave::Exit;
             }
@@ -1580,7 +1709,8 @@ impl Shared {
                 // Parked, the engine would not see files closed meanwhile
                 // until its next request: release those closed already.
                 engine.sweep_closed_files(engine.now());
-                if self.handoff.try_park() {
+                lingering = engine.linger.goes_on();
+                if !lingering && self.handoff.try_park() {
                     return Leave::Park;
                 }
             } else if self.handoff.try_yield_to_helpers() {
@@ -1806,8 +1936,55 @@ mod tests {
             Arc::new(Handoff::new()),
             ControllerChoice::Fixed,
             None,
-            true,
+            EngineTuning {
+                eager_submit: true,
+                linger: Duration::ZERO,
+            },
         )
+    }
+
+    #[test]
+    fn a_linger_runs_from_the_first_idle_look_and_halves_after_each_long_gap() {
+        let micros = Duration::from_micros;
+        let mut linger = Linger::new(micros(80));
+        let start = Instant::now();
+        assert!(linger.goes_on_at(start));
+        assert!(linger.goes_on_at(start + micros(79)));
+        assert!(!linger.goes_on_at(start + micros(80)));
+        assert!(
+            !linger.goes_on_at(start + micros(90)),
+            "an ended spell stays ended"
+        );
+        // The next message came 200 µs after the spell began: the next
+        // spell lasts half as long, and so on down to an eighth.
+        let mut spell = start;
+        for limit in [40, 20, 10, 10] {
+            linger.progressed_at(spell + micros(200));
+            spell += micros(300);
+            assert!(linger.goes_on_at(spell));
+            assert!(linger.goes_on_at(spell + micros(limit - 1)), "{limit}");
+            assert!(!linger.goes_on_at(spell + micros(limit)), "{limit}");
+        }
+        // Parked after the probe, the thread got a message 50 µs after the
+        // spell began: within the linger, so the whole of it comes back.
+        let second = spell;
+        linger.progressed_at(second + micros(50));
+        let third = second + micros(100);
+        assert!(linger.goes_on_at(third));
+        assert!(linger.goes_on_at(third + micros(79)));
+        assert!(!linger.goes_on_at(third + micros(80)));
+        // A long gap again, then progress with no spell running, which
+        // changes nothing: the next spell lasts half the linger.
+        linger.progressed_at(third + micros(500));
+        linger.progressed_at(third + micros(600));
+        let fourth = third + micros(1000);
+        assert!(linger.goes_on_at(fourth));
+        assert!(linger.goes_on_at(fourth + micros(39)));
+        assert!(!linger.goes_on_at(fourth + micros(40)));
+        assert!(
+            !Linger::new(Duration::ZERO).goes_on(),
+            "no linger: park at once"
+        );
     }
 
     #[test]

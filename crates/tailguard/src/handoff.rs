@@ -225,6 +225,16 @@ impl<T> Handoff<T> {
         }
     }
 
+    /// Whether messages may be queued, for a runner that spins: a lock held
+    /// by someone else (a submitter pushing, most likely) counts as yes. A
+    /// cheap hint, never a decision: sleeping and parking look again under
+    /// the lock.
+    pub fn maybe_queued(&self) -> bool {
+        self.queue
+            .try_lock()
+            .map_or(true, |queue| !queue.messages.is_empty())
+    }
+
     /// Takes every queued message at once, leaving `spare` (emptied) in its place.
     pub fn take_all(&self, spare: &mut Vec<T>) {
         spare.clear();
@@ -377,6 +387,12 @@ impl<T> Handoff<T> {
             .lock()
             .expect("handoff lock poisoned")
             .blocked_waiters -= 1;
+    }
+
+    /// Whether the engine thread is parked (or about to park).
+    #[cfg(test)]
+    pub(crate) fn is_parked(&self) -> bool {
+        self.queue.lock().expect("handoff lock poisoned").parked
     }
 
     /// Whether a message waits with the engine thread parked and nobody helping:

@@ -82,7 +82,9 @@ pub use engine::{BufResult, ControllerChoice, CONTROLLER_TARGET};
 pub use error::{os_error_code, Error, ErrorKind, Operation};
 pub use metrics::{render_openmetrics, MetricsServer};
 pub use profile_file::ProfileFile;
-pub use scheduler::{ClassOptions, File, IoClass, OpenOptions, Scheduler, SchedulerBuilder};
+pub use scheduler::{
+    ClassOptions, File, IoClass, OpenOptions, Scheduler, SchedulerBuilder, DEFAULT_ENGINE_LINGER,
+};
 pub use stats::{ClassStats, ControllerCounters, DeviceStats, LatencyHistogram, StatsSnapshot};
 pub use tailguard_core::DeviceProfile as Profile;
 pub use tailguard_core::QuietReads;

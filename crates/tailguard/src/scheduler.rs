@@ -26,8 +26,8 @@ use crate::buffer::{check_alignment, AlignedBuffer};
 use crate::completion::{Driver, EngineHold, IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
 use crate::engine::{
-    self, BufResult, ClassNumber, ControllerChoice, DeviceKind, Engine, IoKind, IoMessage, Message,
-    Reply, Shared,
+    self, BufResult, ClassNumber, ControllerChoice, DeviceKind, Engine, EngineTuning, IoKind,
+    IoMessage, Message, Reply, Shared,
 };
 use crate::handoff::{Closed, Handoff, Pushed};
 use crate::stats::StatsSnapshot;
@@ -47,6 +47,14 @@ use tailguard_core::{DeviceProfile, QuietReads, RateLimit};
 /// The device that [`Scheduler::nop`] requests go to: it does nothing.
 const NULL_DEVICE: DeviceId = DeviceId(u64::MAX);
 
+/// How long the engine thread spins for work before it sleeps, by default
+/// ([`SchedulerBuilder::engine_linger`]): longer than a waiting thread takes
+/// to wake and hand over its next request on a virtual machine (tens of
+/// microseconds), so a closed loop's next request finds the engine awake;
+/// short enough that an engine falling idle between sparse requests spends
+/// little CPU on it.
+pub const DEFAULT_ENGINE_LINGER: Duration = Duration::from_micros(50);
+
 /// How to build a [`Scheduler`].
 #[derive(Clone, Debug)]
 pub struct SchedulerBuilder {
@@ -60,6 +68,7 @@ pub struct SchedulerBuilder {
     quiet_reads: Option<QuietReads>,
     waiters_run_engine: bool,
     eager_submit: bool,
+    engine_linger: Duration,
     registered_files: u32,
     #[cfg(feature = "fault-injection")]
     faults: Option<backend::fault::FaultInjector>,
@@ -78,6 +87,7 @@ impl Default for SchedulerBuilder {
             quiet_reads: Some(QuietReads::default()),
             waiters_run_engine: true,
             eager_submit: true,
+            engine_linger: DEFAULT_ENGINE_LINGER,
             registered_files: backend::DEFAULT_FILE_SLOTS,
             #[cfg(feature = "fault-injection")]
             faults: None,
@@ -176,6 +186,20 @@ impl SchedulerBuilder {
         self
     }
 
+    /// How long the engine thread keeps looking for work after it last found
+    /// some, spinning, before it sleeps (default
+    /// [`DEFAULT_ENGINE_LINGER`]; zero: it sleeps at once). A request
+    /// submitted or completed within that time is seen without a wake-up of
+    /// the engine thread, which on a fast device or a virtual machine costs
+    /// more than the request; the price is up to that much CPU time each
+    /// time the engine falls idle. It spins before parking with nothing in
+    /// flight, and where it waits in the ring (the default shared ring),
+    /// also before that wait. See "Lingering" in the engine's design.
+    pub fn engine_linger(mut self, linger: Duration) -> Self {
+        self.engine_linger = linger;
+        self
+    }
+
     /// How many files the engine registers with the io_uring ring (default
     /// [`crate::DEFAULT_REGISTERED_FILES`]; 0 turns registered files off, as does
     /// `TAILGUARD_REGISTERED_FILES=off`). Ops on a registered file skip the
@@ -262,7 +286,10 @@ impl SchedulerBuilder {
         };
         let controller = self.controller;
         let quiet_reads = self.quiet_reads;
-        let eager_submit = self.eager_submit;
+        let tuning = EngineTuning {
+            eager_submit: self.eager_submit,
+            linger: self.engine_linger,
+        };
         #[cfg(feature = "fault-injection")]
         let faults = self.faults.clone();
         let open = move || {
@@ -282,7 +309,7 @@ impl SchedulerBuilder {
                 match open() {
                     Ok(backend) => {
                         let shared = Shared::new(
-                            Engine::new(backend, handoff, controller, quiet_reads, eager_submit),
+                            Engine::new(backend, handoff, controller, quiet_reads, tuning),
                             helpers,
                         );
                         let _ = sender.send(Ok(shared.clone()));
@@ -1385,6 +1412,102 @@ mod tests {
         assert_eq!(engine_panics.load(Ordering::SeqCst), 0);
         let done = std::pin::Pin::new(&mut nop).poll(&mut context);
         assert!(matches!(done, std::task::Poll::Ready(Ok(()))), "{done:?}");
+    }
+
+    /// Polls `future` from this thread, as another runtime would, until it
+    /// is ready (a hang detector fails the test after a minute).
+    fn await_elsewhere<T>(mut future: IoFuture<T>) -> T {
+        let (sender, woken) = std::sync::mpsc::channel();
+        let waker = std::task::Waker::from(Arc::new(SendOnWake(Mutex::new(sender))));
+        let mut context = std::task::Context::from_waker(&waker);
+        loop {
+            if let std::task::Poll::Ready(value) =
+                std::pin::Pin::new(&mut future).poll(&mut context)
+            {
+                return value;
+            }
+            woken
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the request was answered");
+        }
+    }
+
+    struct SendOnWake(Mutex<std::sync::mpsc::Sender<()>>);
+
+    impl std::task::Wake for SendOnWake {
+        fn wake(self: Arc<Self>) {
+            let _ = self.0.lock().unwrap().send(());
+        }
+    }
+
+    /// Waits until the engine thread parks (a hang detector fails the test
+    /// after a minute).
+    fn wait_until_parked(scheduler: &Scheduler) {
+        let give_up = std::time::Instant::now() + Duration::from_secs(60);
+        while !scheduler.inner.shared.handoff.is_parked() {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "the engine thread never parks"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn the_engine_thread_lingers_after_its_last_answer_so_the_next_request_needs_no_kick() {
+        // A linger far longer than the test: the thread is still looking
+        // when the second request arrives, however slow this machine.
+        let scheduler = Scheduler::builder()
+            .backend(BackendChoice::Threads)
+            .engine_linger(Duration::from_secs(600))
+            .build()
+            .unwrap();
+        let class = scheduler.add_class("c", 1).unwrap();
+        await_elsewhere(scheduler.nop(&class)).unwrap();
+        // Time enough for a thread that does not linger to park (the other
+        // test waits for that), none for this one to stop lingering.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!scheduler.inner.shared.handoff.is_parked());
+        let second = scheduler.nop(&class);
+        assert!(
+            !second.owes_kick(),
+            "the push found the engine thread parked"
+        );
+        // Answered without a kick: the lingering thread took it.
+        await_elsewhere(second).unwrap();
+        // The shutdown's message ends the spin too: dropping the last
+        // handle joins the engine thread.
+        drop(class);
+        let dropped = std::thread::spawn(move || drop(scheduler));
+        let give_up = std::time::Instant::now() + Duration::from_secs(60);
+        while !dropped.is_finished() {
+            assert!(
+                std::time::Instant::now() < give_up,
+                "the shutdown waits out the linger"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        dropped.join().unwrap();
+    }
+
+    #[test]
+    fn the_engine_thread_parks_once_its_linger_ends_and_the_next_push_owes_a_kick() {
+        for linger in [Duration::ZERO, Duration::from_millis(1)] {
+            let scheduler = Scheduler::builder()
+                .backend(BackendChoice::Threads)
+                .engine_linger(linger)
+                .build()
+                .unwrap();
+            let class = scheduler.add_class("c", 1).unwrap();
+            await_elsewhere(scheduler.nop(&class)).unwrap();
+            wait_until_parked(&scheduler);
+            let second = scheduler.nop(&class);
+            assert!(
+                second.owes_kick(),
+                "linger {linger:?}: the push found the engine running"
+            );
+            await_elsewhere(second).unwrap();
+        }
     }
 
     /// On a thread named `name`: holds a new scheduler's engine, hands its

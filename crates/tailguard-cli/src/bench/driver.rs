@@ -185,6 +185,12 @@ pub struct SchedulerSettings {
     /// woken for each completion, as a future awaited on another runtime is).
     #[arg(long, value_name = "WHO", value_enum, default_value_t = DriverChoice::BlockOn)]
     pub driver: DriverChoice,
+    /// How long `tailguard` mode's engine thread keeps looking for requests,
+    /// spinning, after it answered its last one and before it parks, in
+    /// microseconds (0: it parks at once). Default: the library's
+    /// (`tailguard::DEFAULT_ENGINE_LINGER`).
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub engine_linger_us: Option<u64>,
     /// Serve `tailguard` mode's scheduler metrics (OpenMetrics text) over HTTP
     /// at http://ADDRESS/metrics while the command runs; loopback addresses
     /// only (127.0.0.1:9464; port 0 picks a free one, printed on stderr).
@@ -210,6 +216,7 @@ impl Default for SchedulerSettings {
             quiet_reads: QuietReadsChoice::On,
             submit: SubmitChoice::Each,
             driver: DriverChoice::BlockOn,
+            engine_linger_us: None,
             metrics_listen: None,
             metrics_linger_s: 0,
         }
@@ -250,6 +257,9 @@ impl SchedulerSettings {
         }
         if let Some(target_us) = self.latency_target_us {
             builder = builder.latency_target(Duration::from_micros(target_us));
+        }
+        if let Some(linger_us) = self.engine_linger_us {
+            builder = builder.engine_linger(Duration::from_micros(linger_us));
         }
         Ok(builder)
     }
