@@ -81,6 +81,10 @@
 // `tg_scheduler_options.registered_files`: the library's default.
 #define TG_REGISTERED_FILES_DEFAULT UINT32_MAX
 
+// `tg_scheduler_options.engine_linger_us`: the engine thread parks as soon
+// as nothing is in flight, without lingering.
+#define TG_ENGINE_LINGER_OFF UINT64_MAX
+
 // Memory aligned for O_DIRECT. One thread at a time.
 typedef struct tg_buffer tg_buffer;
 
@@ -134,6 +138,11 @@ typedef struct tg_scheduler_options {
   // io_properties.yaml), or NULL for the built-in guesses. Read during
   // `tg_scheduler_new` only.
   const char *profile_file;
+  // How long the engine thread keeps looking for requests, spinning,
+  // once nothing is in flight, before it parks, in microseconds: a
+  // request submitted meanwhile needs no wake-up of that thread. 0 keeps
+  // the default (50 µs); `TG_ENGINE_LINGER_OFF` parks at once.
+  uint64_t engine_linger_us;
 } tg_scheduler_options;
 
 // One class's counters, from `tg_class_stats`.

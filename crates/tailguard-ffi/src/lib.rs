@@ -74,6 +74,10 @@ pub const TG_OPEN_BUFFERED: u32 = 16;
 /// `tg_scheduler_options.registered_files`: the library's default.
 pub const TG_REGISTERED_FILES_DEFAULT: u32 = u32::MAX;
 
+/// `tg_scheduler_options.engine_linger_us`: the engine thread parks as soon
+/// as nothing is in flight, without lingering.
+pub const TG_ENGINE_LINGER_OFF: u64 = u64::MAX;
+
 /// How to build a scheduler. Fill it with
 /// `tg_scheduler_options_init(&options, sizeof options)` first, then change
 /// the fields you need. The size makes the struct versioned: a library newer
@@ -112,6 +116,11 @@ pub struct tg_scheduler_options {
     /// io_properties.yaml), or NULL for the built-in guesses. Read during
     /// `tg_scheduler_new` only.
     pub profile_file: *const c_char,
+    /// How long the engine thread keeps looking for requests, spinning,
+    /// once nothing is in flight, before it parks, in microseconds: a
+    /// request submitted meanwhile needs no wake-up of that thread. 0 keeps
+    /// the default (50 µs); `TG_ENGINE_LINGER_OFF` parks at once.
+    pub engine_linger_us: u64,
 }
 
 /// A scheduler: an engine thread, and a completion thread for asynchronous
@@ -431,12 +440,13 @@ fn default_options(size: usize) -> tg_scheduler_options {
         eager_submit: true,
         registered_files: TG_REGISTERED_FILES_DEFAULT,
         profile_file: std::ptr::null(),
+        engine_linger_us: 0,
     }
 }
 
 /// Where each field of `tg_scheduler_options` ends: the sizes an older
 /// version of the struct can have (versions only ever add fields at the end).
-const OPTIONS_FIELD_ENDS: [usize; 10] = {
+const OPTIONS_FIELD_ENDS: [usize; 11] = {
     use std::mem::{offset_of, size_of};
     type Options = tg_scheduler_options;
     [
@@ -450,6 +460,7 @@ const OPTIONS_FIELD_ENDS: [usize; 10] = {
         offset_of!(Options, eager_submit) + size_of::<bool>(),
         offset_of!(Options, registered_files) + size_of::<u32>(),
         offset_of!(Options, profile_file) + size_of::<*const c_char>(),
+        offset_of!(Options, engine_linger_us) + size_of::<u64>(),
     ]
 };
 
@@ -550,6 +561,11 @@ fn builder_from(options: &tg_scheduler_options) -> io::Result<tailguard::Schedul
     if options.registered_files != TG_REGISTERED_FILES_DEFAULT {
         builder = builder.registered_files(options.registered_files);
     }
+    builder = match options.engine_linger_us {
+        0 => builder,
+        TG_ENGINE_LINGER_OFF => builder.engine_linger(Duration::ZERO),
+        linger_us => builder.engine_linger(Duration::from_micros(linger_us)),
+    };
     if !options.profile_file.is_null() {
         // SAFETY: non-NULL; a NUL-terminated string by the header's contract.
         let path = unsafe { string(options.profile_file, "profile_file") }?;
@@ -1535,5 +1551,24 @@ pub unsafe extern "C" fn tg_string_free(text: *mut c_char) {
     if !text.is_null() {
         // SAFETY: made by `CString::into_raw` above, given back once.
         drop(unsafe { CString::from_raw(text) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_linger_field_reaches_the_builder() {
+        let built_with = |linger_us| {
+            let mut options = default_options(std::mem::size_of::<tg_scheduler_options>());
+            options.engine_linger_us = linger_us;
+            format!("{:?}", builder_from(&options).unwrap())
+        };
+        assert_eq!(built_with(0), format!("{:?}", Scheduler::builder()));
+        let off = built_with(TG_ENGINE_LINGER_OFF);
+        assert!(off.contains("engine_linger: 0ns"), "{off}");
+        let set = built_with(120);
+        assert!(set.contains("engine_linger: 120µs"), "{set}");
     }
 }

@@ -172,6 +172,13 @@ static int test_options_of_another_header_version(void) {
     CHECK(tg_scheduler_new(&storage.options, &scheduler) == -EINVAL, "an unknown field set");
     CHECK(strstr(tg_last_error(), "does not know") != NULL, "says why: %s", tg_last_error());
 
+    /* This header's newest field: the engine thread parking at once. */
+    CHECK(tg_scheduler_options_init(&storage.options, sizeof(tg_scheduler_options)) == 0, "init");
+    CHECK(storage.options.engine_linger_us == 0, "the default linger reads 0");
+    storage.options.engine_linger_us = TG_ENGINE_LINGER_OFF;
+    CHECK(tg_scheduler_new(&storage.options, &scheduler) == 0, "linger off");
+    tg_scheduler_free(scheduler);
+
     /* A size no version has, or garbage where init never ran. */
     CHECK(tg_scheduler_options_init(&storage.options, 3) == -EINVAL, "size 3");
     CHECK(tg_scheduler_options_init(&storage.options, (size_t)1 << 40) == -EINVAL,
