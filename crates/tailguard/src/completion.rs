@@ -39,6 +39,21 @@
 //! in the backend, under every interleaving (`loom_tests` below, run by
 //! `.ci/run`).
 //!
+//! # Submitting under a hold
+//!
+//! A thread that holds the engine ([`EngineHold`], with its session open)
+//! runs one turn of the engine right after it pushes a request, if the
+//! engine is free and submits eagerly ([`Driver::submit_held`]): the
+//! request goes to the kernel at once, as a program driving its own ring
+//! submits, instead of at the thread's next wait. A loop that looks at a
+//! batch of results and submits a request after each (a closed loop) then
+//! overlaps each request's device time with the rest of its look, where it
+//! used to submit the whole batch together after it. The turn runs inside
+//! the session, so the protocol is that of a helping waiter's run: the
+//! engine thread stays parked, and what the turn leaves in flight is reaped
+//! by the thread's next wait. Without eager submission the request waits
+//! for that wait, so that a turn submits a batch.
+//!
 //! # Batched wakes
 //!
 //! The engine answers a batch of completions (one reap) before it calls any
@@ -101,6 +116,19 @@ pub(crate) trait Driver: Send + Sync {
     /// Calls the wakers of answered requests that the engine's runner has
     /// not called yet ([`PendingWakes::wake_pending`]).
     fn wake_pending(&self);
+
+    /// Runs one turn of the engine on this thread without waiting (take
+    /// the queue, dispatch, submit, reap), if the engine is free and submits
+    /// eagerly: for a thread that holds the engine's helping session (see
+    /// "Submitting under a hold"), which runs the engine again at its next
+    /// wait.
+    fn submit_held(&self);
+}
+
+/// Whether this thread holds `driver`'s engine with its session open: a
+/// request it submits may go to the backend at once, on this thread.
+pub(crate) fn holds_open(driver: &Arc<dyn Driver>) -> bool {
+    HOLD_OPEN.get() && holding() == driver_id(driver)
 }
 
 /// The body of [`Driver::drive_until_notified`] for a driver whose waiters may
@@ -985,6 +1013,8 @@ mod loom_tests {
         }
 
         fn wake_pending(&self) {}
+
+        fn submit_held(&self) {}
     }
 
     /// A parker owned by the calling thread, on a fresh model engine.

@@ -1846,6 +1846,40 @@ impl Driver for Shared {
     fn wake_pending(&self) {
         self.pending_wakes.wake_pending();
     }
+
+    fn submit_held(&self) {
+        let Ok(mut guard) = self.engine.try_lock() else {
+            return;
+        };
+        let Some(engine) = guard.as_mut().filter(|engine| engine.eager_submit) else {
+            return;
+        };
+        let running = RunningMark::new(self);
+        // A panic in the engine's code crashes the engine, as in `help`.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            engine.turn_awake();
+            !engine.drained() || engine.shutting_down
+        }));
+        let must_look = match outcome {
+            Ok(work_left) => {
+                self.handoff.leave_engine(work_left);
+                self.waits_in_ring && guard.as_mut().is_some_and(Engine::ready_to_leave)
+            }
+            Err(_) => {
+                if let Some(mut engine) = guard.take() {
+                    engine.crash();
+                }
+                self.handoff.leave_engine(false);
+                true
+            }
+        };
+        drop(guard);
+        drop(running);
+        if self.waits_in_ring {
+            self.handoff
+                .leave_engine_beside_ring_wait(must_look, &self.waker);
+        }
+    }
 }
 
 /// Nanoseconds on the monotonic clock (`CLOCK_MONOTONIC`, the clock behind

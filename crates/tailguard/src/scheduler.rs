@@ -23,7 +23,7 @@
 
 use crate::backend::{self, BackendChoice, BackendConfig, BackendKind, BackendOptions};
 use crate::buffer::{check_alignment, AlignedBuffer};
-use crate::completion::{Driver, EngineHold, IoFuture, Responder};
+use crate::completion::{holds_open, Driver, EngineHold, IoFuture, Responder};
 use crate::device::{self, DeviceId, DeviceInfo, DirectIoAlignment};
 use crate::engine::{
     self, BufResult, ClassNumber, ControllerChoice, DeviceKind, Engine, EngineTuning, IoKind,
@@ -412,6 +412,11 @@ impl Inner {
         {
             Ok(pushed) => {
                 future.attach(self.driver.clone(), pushed == Pushed::Deferred);
+                // A thread holding the engine hands its request to the
+                // kernel now instead of at its next wait.
+                if holds_open(&self.driver) {
+                    self.driver.submit_held();
+                }
                 Ok(())
             }
             Err(Closed(Message::Io(message))) => Err(message),
@@ -602,7 +607,11 @@ impl Scheduler {
     /// wait finds the engine busy: it then blocks while the engine thread
     /// reaps its completions and wakes it, a thread hop per completion.
     /// With it, the engine thread stays parked and the holding thread runs
-    /// the engine in each of its waits.
+    /// the engine in each of its waits, and each request it submits goes to
+    /// the kernel at once, on this thread, where the engine is free and
+    /// submits eagerly ([`SchedulerBuilder::eager_submit`]), instead of at
+    /// its next wait: a closed loop's next request does not wait for the
+    /// loop to finish looking at the other results.
     ///
     /// The price: while the guard lives, requests whose futures are awaited
     /// elsewhere without a `block_on` (another runtime) are served only when
@@ -1507,6 +1516,28 @@ mod tests {
                 "linger {linger:?}: the push found the engine running"
             );
             await_elsewhere(second).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_thread_holding_the_engine_submits_at_once_unless_submission_is_batched() {
+        for eager in [true, false] {
+            let scheduler = Scheduler::builder()
+                .backend(BackendChoice::Threads)
+                .eager_submit(eager)
+                .engine_linger(Duration::ZERO)
+                .build()
+                .unwrap();
+            let class = scheduler.add_class("c", 1).unwrap();
+            // The engine is free once its thread has parked.
+            wait_until_parked(&scheduler);
+            let hold = scheduler.hold_engine();
+            let nop = scheduler.nop(&class);
+            // Taken from the queue by a turn on this thread, before any wait.
+            let queued = scheduler.inner.shared.handoff.maybe_queued();
+            assert_eq!(queued, !eager, "eager submission {eager}");
+            nop.wait().unwrap();
+            drop(hold);
         }
     }
 
