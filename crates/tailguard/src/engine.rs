@@ -1793,6 +1793,20 @@ impl Shared {
             !engine.drained() || engine.shutting_down
         }));
         parker.set_running_engine(false);
+        self.leave_after_run(guard, running, outcome);
+        true
+    }
+
+    /// Leaves the engine after a run on a thread other than the engine
+    /// thread (a helper's, or a turn under a hold): `outcome` says whether
+    /// the run left work, or is the panic of the engine's code, which
+    /// crashes the engine (every pending request fails).
+    fn leave_after_run(
+        &self,
+        mut guard: MutexGuard<'_, Option<Engine>>,
+        running: RunningMark,
+        outcome: std::thread::Result<bool>,
+    ) {
         let must_look = match outcome {
             Ok(work_left) => {
                 self.handoff.leave_engine(work_left);
@@ -1816,7 +1830,6 @@ impl Shared {
             self.handoff
                 .leave_engine_beside_ring_wait(must_look, &self.waker);
         }
-        true
     }
 }
 
@@ -1860,25 +1873,7 @@ impl Driver for Shared {
             engine.turn_awake();
             !engine.drained() || engine.shutting_down
         }));
-        let must_look = match outcome {
-            Ok(work_left) => {
-                self.handoff.leave_engine(work_left);
-                self.waits_in_ring && guard.as_mut().is_some_and(Engine::ready_to_leave)
-            }
-            Err(_) => {
-                if let Some(mut engine) = guard.take() {
-                    engine.crash();
-                }
-                self.handoff.leave_engine(false);
-                true
-            }
-        };
-        drop(guard);
-        drop(running);
-        if self.waits_in_ring {
-            self.handoff
-                .leave_engine_beside_ring_wait(must_look, &self.waker);
-        }
+        self.leave_after_run(guard, running, outcome);
     }
 }
 
