@@ -47,8 +47,8 @@
 //! request goes to the kernel at once, as a program driving its own ring
 //! submits, instead of at the thread's next wait. A loop that looks at a
 //! batch of results and submits a request after each (a closed loop) then
-//! overlaps each request's device time with the rest of its look, where it
-//! used to submit the whole batch together after it. The turn runs inside
+//! overlaps each request's device time with the rest of its look, instead
+//! of submitting the whole batch together after it. The turn runs inside
 //! the session, so the protocol is that of a helping waiter's run: the
 //! engine thread stays parked, and what the turn leaves in flight is reaped
 //! by the thread's next wait. Without eager submission the request waits
