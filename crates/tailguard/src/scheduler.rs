@@ -1465,7 +1465,7 @@ mod tests {
     #[test]
     fn the_engine_thread_lingers_after_its_last_answer_so_the_next_request_needs_no_kick() {
         // A linger far longer than the test: the thread is still looking
-        // when the second request arrives, however slow this machine.
+        // when the second request arrives, however slow the host running it.
         let scheduler = Scheduler::builder()
             .backend(BackendChoice::Threads)
             .engine_linger(Duration::from_secs(600))
