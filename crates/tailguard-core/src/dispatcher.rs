@@ -38,7 +38,10 @@
 //!    shares, and a class with few shares gets short turns rather than long
 //!    waits. A disk then serves one class's region at a
 //!    time instead of seeking between two regions per piece, and shares hold
-//!    over a few rounds. A class has a backlog when its work queued and in
+//!    over a few rounds. There each class is charged at its *pace* (see
+//!    [`crate::pace`]): its cost over how many times faster than charged
+//!    the disk has been serving it, so virtual time, turns and shares count
+//!    the disk's own time, not the cost model's average of it. A class has a backlog when its work queued and in
 //!    flight reaches the budget, or [`SLICE_BACKLOG_FRACTION`] of the slice
 //!    when the budget is larger (a budget no class can fill alone must not
 //!    end the slices); a class asking for less (a latency class) is never
@@ -78,6 +81,7 @@ use crate::budget::{self, Budget};
 use crate::controller::{CompletionSample, ControllerStats, FixedBudget, LatencyController};
 use crate::error::CoreError;
 use crate::fair_queue::{self, FairQueue, SHARES_MAX, SHARES_MIN};
+use crate::pace::{Pace, ServiceClock};
 use crate::profile::{CostModel, DeviceProfile};
 use crate::quiet_reads::{QuietReads, ReadWatch};
 use crate::rate_limit::{ClassLimiter, RateLimit};
@@ -269,6 +273,11 @@ pub struct ClassStats {
     pub rate_limit: Option<RateLimit>,
     /// Whether the class is held now by its rate limit (in debt).
     pub rate_limited: bool,
+    /// How many times faster than charged the device serves the class, in
+    /// thousandths, on a device with slices (see [`crate::pace`]);
+    /// [`fair_queue::PACE_UNIT`] (one) elsewhere and until a tenth of a
+    /// slice is seen.
+    pub pace_per_mille: u64,
 }
 
 /// Counters of the whole device.
@@ -302,6 +311,9 @@ struct ClassSlot {
     /// Where its outstanding streams end, reads then writes, on a device
     /// that seeks.
     streams: [StreamEnds; 2],
+    /// How fast the device serves its charged cost, on a device with
+    /// slices (see [`crate::pace`]).
+    pace: Pace,
 }
 
 #[derive(Debug)]
@@ -537,6 +549,9 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     seeks: bool,
     /// The class served last: the one whose slice runs.
     slice_class: Option<usize>,
+    /// Where the service time of the next completion starts, for each
+    /// class's pace (see [`crate::pace`]).
+    service_clock: ServiceClock,
     /// Read requests outstanding and the last read's time, for the
     /// quiet-reads rule.
     reads: ReadWatch,
@@ -593,6 +608,7 @@ impl<C: LatencyController> Dispatcher<C> {
             piece_alignment_bytes: config.piece_alignment_bytes,
             seeks: config.seeks,
             slice_class: None,
+            service_clock: ServiceClock::default(),
             reads: ReadWatch::new(config.quiet_reads),
         };
         dispatcher.derive_split_bytes();
@@ -781,6 +797,7 @@ impl<C: LatencyController> Dispatcher<C> {
             dispatched_pieces: 0,
             limiter: None,
             streams: [StreamEnds::default(); 2],
+            pace: Pace::default(),
         });
         self.queue.add_class(index as usize, shares);
         Ok(ClassId {
@@ -1387,6 +1404,8 @@ impl<C: LatencyController> Dispatcher<C> {
         let alone =
             direction == Direction::Read && ahead_other_ns == 0 && overdue_after_ns.is_some();
         let overdue_at = self.watch_overdue(now, class_index, alone, overdue_after_ns);
+        self.service_clock
+            .dispatched(now, self.in_flight.live_count() == 0);
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
         request.last_dispatched_at = now;
@@ -1442,6 +1461,16 @@ impl<C: LatencyController> Dispatcher<C> {
         };
         self.in_flight.slots[slot_index as usize].occupied = false;
         self.in_flight.release(slot_index);
+        let served_ns = self.service_clock.completed(now);
+        if let Some(slice_ns) = self.slice_ns {
+            let index = self.requests.slots[piece.request_slot as usize]
+                .class
+                .index();
+            let pace = &mut self.classes.slots[index].pace;
+            pace.record(piece.cost_ns, served_ns, slice_ns);
+            self.queue
+                .set_pace_per_mille(index, pace.per_mille(slice_ns));
+        }
         if piece.alone {
             self.alone_pieces -= 1;
         }
@@ -1591,6 +1620,7 @@ impl<C: LatencyController> Dispatcher<C> {
             retiring: slot.retiring,
             rate_limit: slot.limiter.map(|limiter| limiter.limit()),
             rate_limited: self.queue.is_held(class.index()),
+            pace_per_mille: self.queue.pace_per_mille(class.index()),
         })
     }
 
@@ -1622,7 +1652,7 @@ impl<C: LatencyController> Dispatcher<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::NANOS_PER_MICROSECOND;
+    use crate::request::{NANOS_PER_MICROSECOND, NANOS_PER_MILLISECOND, NANOS_PER_SECOND};
 
     use crate::profile::sata_ssd as profile;
 
@@ -1709,6 +1739,66 @@ mod tests {
                 .iter()
                 .all(|&(_, cost_ns)| cost_ns == command_ns),
             "without seeks every piece pays the command"
+        );
+    }
+
+    /// Two classes of equal shares with deep queues of 4 KiB random reads
+    /// on [`disk_profile`], on a device that serves one piece at a time in
+    /// dispatch order, the first class's pieces in a third of their cost
+    /// (a region the disk reorders well), the second's in their cost, for
+    /// 20 s. Returns the first class's part of the device's time and its
+    /// pace in thousandths.
+    fn time_split_by_pace(slice_ns: Option<Nanos>) -> (f64, u64) {
+        let mut config = DispatcherConfig::new(disk_profile());
+        config.seeks = true;
+        config.slice_ns = slice_ns;
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let classes = [100, 100].map(|shares| dispatcher.add_class(shares).unwrap());
+        for id in 0..30_000 {
+            let class = classes[(id % 2) as usize];
+            dispatcher
+                .enqueue(0, request(id, class, Direction::Read, 4096))
+                .unwrap();
+        }
+        let (mut now, mut out, mut in_flight) = (0, Vec::new(), VecDeque::new());
+        let mut device_ns = [0; 2];
+        while now < 20 * NANOS_PER_SECOND {
+            dispatcher.dispatch(now, &mut out);
+            in_flight.extend(out.drain(..));
+            let piece: DispatchedPiece = in_flight.pop_front().expect("backlogs keep it busy");
+            let index = usize::from(piece.class != classes[0]);
+            let served_ns = if index == 0 {
+                piece.cost_ns / 3
+            } else {
+                piece.cost_ns
+            };
+            device_ns[index] += served_ns;
+            now += served_ns;
+            dispatcher.complete(now, piece.token).unwrap();
+        }
+        let pace = dispatcher.class_stats(classes[0]).unwrap().pace_per_mille;
+        (
+            device_ns[0] as f64 / (device_ns[0] + device_ns[1]) as f64,
+            pace,
+        )
+    }
+
+    #[test]
+    fn on_a_disk_shares_split_the_time_the_disk_takes_not_the_cost_charged() {
+        let (part, pace) = time_split_by_pace(Some(500 * NANOS_PER_MILLISECOND));
+        assert!(
+            (2_900..=3_100).contains(&pace),
+            "the pace of a class served in a third of its cost: {pace}"
+        );
+        assert!(
+            (part - 0.5).abs() < 0.05,
+            "equal shares, equal time: {part:.3}"
+        );
+        let (part, pace) = time_split_by_pace(None);
+        assert_eq!(pace, fair_queue::PACE_UNIT, "no pace without slices");
+        assert!(
+            (part - 0.25).abs() < 0.05,
+            "by the cost charged, the faster class gets a quarter of the time: {part:.3}"
         );
     }
 

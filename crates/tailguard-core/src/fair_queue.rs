@@ -88,6 +88,20 @@
 //! time it spent held is not banked as credit that would let it monopolise the
 //! device afterwards. Items pushed to a held class wait with it.
 //!
+//! ## Paced charges
+//!
+//! A class may carry a *pace* ([`FairQueue::set_pace_per_mille`]): how many
+//! nanoseconds of cost the device serves per nanosecond of its own time for
+//! that class, in thousandths ([`PACE_UNIT`], the default, charges the cost
+//! as it is). The class is then charged `cost / pace`: the device time the
+//! item takes as the device showed it, not as the cost model guessed it. The
+//! dispatcher sets a pace only on a disk, where the cost model's seek and
+//! rotation are averages that a class's own pattern can beat or miss by
+//! several times (see [`crate::pace`]); shares then split the disk's time.
+//! The queued cost and the cost returned with an item stay unpaced (the
+//! budget counts them). A paced class's charge is its device time only as
+//! far as its pace is right, and the wait bound above holds in that time.
+//!
 //! Virtual times are `u64`. Long runs would eventually overflow them, so when
 //! `virtual_now` passes [`REBASE_THRESHOLD`] every key is shifted down by the same
 //! amount, which preserves all comparisons.
@@ -106,6 +120,9 @@ pub const SHARES_MAX: u32 = 10_000;
 /// class with 1 share charged 10 ms per request could take 4.6 × 10^7 requests
 /// first, so rebases are rare; they cost one pass over the classes.
 pub const REBASE_THRESHOLD: u64 = 1 << 62;
+/// A pace of one ([`FairQueue::set_pace_per_mille`]): the class is charged
+/// its cost.
+pub const PACE_UNIT: u64 = 1_000;
 /// The most classes [`FairQueue::pop_bypassing`] looks at past the head: it
 /// bounds the cost of one dispatch whatever the number of classes.
 pub const BYPASS_SCAN_MAX: usize = 8;
@@ -143,6 +160,8 @@ struct ClassQueue<T> {
     queued_ns: u64,
     /// Device time charged to this class since it was created.
     charged_ns: u64,
+    /// Cost served per unit of device time, in [`PACE_UNIT`]s.
+    pace_per_mille: u64,
     live: bool,
     /// Skipped by pop and peek until released; see the module docs.
     held: bool,
@@ -198,6 +217,7 @@ impl<T> FairQueue<T> {
                 items: VecDeque::new(),
                 queued_ns: 0,
                 charged_ns: 0,
+                pace_per_mille: PACE_UNIT,
                 live: false,
                 held: false,
             });
@@ -210,6 +230,7 @@ impl<T> FairQueue<T> {
             items: VecDeque::new(),
             queued_ns: 0,
             charged_ns: 0,
+            pace_per_mille: PACE_UNIT,
             live: true,
             held: false,
         };
@@ -239,6 +260,18 @@ impl<T> FairQueue<T> {
             self.backlogged
                 .push(Reverse((self.classes[index].vtime, index)));
         }
+    }
+
+    /// Sets a class's pace: from its next dispatch it is charged
+    /// `cost × PACE_UNIT / pace_per_mille` (see the module docs). A pace of
+    /// 0 counts as one thousandth.
+    pub fn set_pace_per_mille(&mut self, index: usize, pace_per_mille: u64) {
+        self.classes[index].pace_per_mille = pace_per_mille.max(1);
+    }
+
+    /// A class's pace, in thousandths ([`PACE_UNIT`] unless set).
+    pub fn pace_per_mille(&self, index: usize) -> u64 {
+        self.classes[index].pace_per_mille
     }
 
     /// Removes an empty class.
@@ -444,7 +477,10 @@ impl<T> FairQueue<T> {
         class.queued_ns -= cost_ns;
         debug_assert_eq!(key, class.vtime);
         self.virtual_now = self.virtual_now.max(served_key);
-        class.vtime = key + virtual_ns(cost_ns, class.shares);
+        let paced_ns =
+            u128::from(cost_ns) * u128::from(PACE_UNIT) / u128::from(class.pace_per_mille);
+        let paced_ns = u64::try_from(paced_ns).unwrap_or(u64::MAX);
+        class.vtime = key.saturating_add(virtual_ns(paced_ns, class.shares));
         class.charged_ns += cost_ns;
         if !class.items.is_empty() {
             self.backlogged.push(Reverse((class.vtime, index)));

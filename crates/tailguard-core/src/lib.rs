@@ -23,6 +23,8 @@
 //!   meet the latency target, found without a profile.
 //! - [`streams`]: on a device that seeks, which pieces continue a sequential
 //!   stream and so cost only their transfer.
+//! - [`pace`]: on a device that seeks, how fast it serves each class's charged
+//!   cost, so that a slice lasts the disk's time it names.
 //! - [`dispatcher`]: one per device; splits oversize requests, queues them in the
 //!   fair queue, dispatches while the budget allows, and rejoins pieces on
 //!   completion. It is the only type an engine needs.
@@ -40,6 +42,7 @@ pub mod dispatcher;
 pub mod error;
 pub mod fair_queue;
 pub mod histogram;
+pub mod pace;
 pub mod profile;
 pub mod quiet_reads;
 pub mod rate_limit;
