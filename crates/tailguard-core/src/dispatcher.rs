@@ -43,8 +43,9 @@
 //!    the disk has been serving it, so virtual time, turns and shares count
 //!    the disk's own time, not the cost model's average of it. A class has a backlog when its work queued and in
 //!    flight reaches the budget, or [`SLICE_BACKLOG_FRACTION`] of the slice
-//!    when the budget is larger (a budget no class can fill alone must not
-//!    end the slices); a class asking for less (a latency class) is never
+//!    (a latency target, with the default slice) when the budget is larger
+//!    (a budget no class can fill alone must not end the slices; a
+//!    sequential writer's deep queue costs only its transfers); a class asking for less (a latency class) is never
 //!    held back by a slice: while one runs, a latency class's piece that may
 //!    go goes first, up to the slice plus its wake credit of its own device
 //!    time ahead of the waiting head. While the slice's class has all of its work at
@@ -97,12 +98,16 @@ use std::fmt;
 pub const BYPASS_COST_RATIO: u64 = 4;
 
 /// On a rotational device, a class whose work queued and in flight reaches
-/// this fraction of the slice has a backlog even when the budget is larger:
-/// such a class waits for its own work for several latency targets, so it is
-/// not a latency class, and the budget growing past what it can fill must
-/// not end the slices (which would mix two classes' regions at the disk).
-/// Higher counts fewer classes as backlogged when the budget is large.
-pub const SLICE_BACKLOG_FRACTION: f64 = 0.5;
+/// this fraction of the slice (one latency target, with the default slice)
+/// has a backlog even when the budget is larger: such a class waits for its
+/// own work for a latency target or more, so it is not a latency class, and
+/// the budget growing past what it can fill must not end the slices (which
+/// would mix two classes' regions at the disk). A sequential writer with 64
+/// pieces of 128 KiB outstanding holds only about 55 ms of transfers on a
+/// 150 MB/s disk, since a piece that continues a stream costs its transfer
+/// alone. Higher counts fewer classes as backlogged when the budget is
+/// large; lower holds classes with fewer requests outstanding to slices.
+pub const SLICE_BACKLOG_FRACTION: f64 = 0.1;
 
 /// Completed entries the dispatch order may hold beyond twice the pieces in
 /// flight before it drops them all at once: the pass is then paid once per
