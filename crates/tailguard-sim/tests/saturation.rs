@@ -14,8 +14,9 @@
 //! Three classes of one pattern are checked the same way (shares 100, 200
 //! and 400). Every model and pattern alone is checked. On `hdd` the two classes'
 //! regions lie 16 GiB apart and the dispatcher's slices serve one region at
-//! a time, which keeps even the mixes of two random classes over 90% busy
-//! where fifo, seeking between the regions, stays under it. On `usb-flash`
+//! a time, each class charged at the pace the disk serves it, which keeps
+//! even the mixes of two or three random classes over 90% busy where fifo,
+//! seeking between the regions, stays under it. On `usb-flash`
 //! two random readers, whose 128 reads fit the stick's budget, are split by
 //! shares only because the controller shrinks a budget that binds nothing
 //! while several classes share the device (its rule 14).
