@@ -41,11 +41,12 @@
 //!    over a few rounds. There each class is charged at its *pace* (see
 //!    [`crate::pace`]): its cost over how many times faster than charged
 //!    the disk has been serving it, so virtual time, turns and shares count
-//!    the disk's own time, not the cost model's average of it. A class has a backlog when its work queued and in
-//!    flight reaches the budget, or [`SLICE_BACKLOG_FRACTION`] of the slice
-//!    (a latency target, with the default slice) when the budget is larger
-//!    (a budget no class can fill alone must not end the slices; a
-//!    sequential writer's deep queue costs only its transfers); a class asking for less (a latency class) is never
+//!    the disk's own time, not the cost model's average of it. A class has
+//!    a backlog when its work queued and in flight reaches the budget, or
+//!    [`SLICE_BACKLOG_FRACTION`] of the slice (a latency target, with the
+//!    default slice) when the budget is larger (a budget no class can fill
+//!    alone must not end the slices; a sequential writer's deep queue costs
+//!    only its transfers); a class asking for less (a latency class) is never
 //!    held back by a slice: while one runs, a latency class's piece that may
 //!    go goes first, up to the slice plus its wake credit of its own device
 //!    time ahead of the waiting head. While the slice's class has all of its work at

@@ -25,6 +25,10 @@
 //! completions cannot move a class's charges far. The dispatcher keeps a
 //! pace only on a device with slices: where a device serves many commands at
 //! once, the time between completions is not one command's service.
+//! Completions seen together (an engine reaping several at once) give the
+//! first the whole time since the ones before and the rest none; over a
+//! window the sums stay right while one class is served at a time, which is
+//! what slices do.
 
 use crate::request::Nanos;
 
