@@ -319,7 +319,12 @@ pub fn lock_target(file: &File, path: &Path) -> Result<(), CliError> {
         Ok(()) => Ok(()),
         Err(rustix::io::Errno::WOULDBLOCK) => {
             let holder = file.metadata().ok().and_then(|metadata| {
-                flock_holder(&std::fs::read_to_string("/proc/locks").ok()?, &metadata)
+                // `/proc/locks` is read in several chunks, and locks taken
+                // or dropped by others between two of them shift its lines,
+                // so a read can miss the holder's line: look again.
+                (0..PROC_LOCKS_READS).find_map(|_| {
+                    flock_holder(&std::fs::read_to_string("/proc/locks").ok()?, &metadata)
+                })
             });
             if holder == Some(std::process::id()) {
                 return Ok(());
@@ -339,6 +344,11 @@ pub fn lock_target(file: &File, path: &Path) -> Result<(), CliError> {
         Err(_) => Ok(()),
     }
 }
+
+/// How many times [`lock_target`] reads `/proc/locks` for the holder of a
+/// refused lock before it names none: each read is a few chunks, between
+/// which other processes' locks may shift the lines past the holder's.
+const PROC_LOCKS_READS: usize = 3;
 
 /// ` (tailguard bench ...)`: the command line of process `pid`, if readable.
 fn process_label(pid: u32) -> String {
