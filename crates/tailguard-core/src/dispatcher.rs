@@ -1410,8 +1410,10 @@ impl<C: LatencyController> Dispatcher<C> {
         let alone =
             direction == Direction::Read && ahead_other_ns == 0 && overdue_after_ns.is_some();
         let overdue_at = self.watch_overdue(now, class_index, alone, overdue_after_ns);
-        self.service_clock
-            .dispatched(now, self.in_flight.live_count() == 0);
+        if self.slice_ns.is_some() {
+            self.service_clock
+                .dispatched(now, self.in_flight.live_count() == 0);
+        }
         self.budget.take(cost_ns);
         let request = &mut self.requests.slots[piece.request_slot as usize];
         request.last_dispatched_at = now;
@@ -1467,8 +1469,8 @@ impl<C: LatencyController> Dispatcher<C> {
         };
         self.in_flight.slots[slot_index as usize].occupied = false;
         self.in_flight.release(slot_index);
-        let served_ns = self.service_clock.completed(now);
         if let Some(slice_ns) = self.slice_ns {
+            let served_ns = self.service_clock.completed(now);
             let index = self.requests.slots[piece.request_slot as usize]
                 .class
                 .index();
