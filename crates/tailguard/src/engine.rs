@@ -839,7 +839,7 @@ impl Engine {
                 responder.send(Ok(self.snapshot()));
             }
             #[cfg(test)]
-            Message::Panic => panic!("engine panic requested by a test"),
+            Message::Panic => std::panic::panic_any(REQUESTED_PANIC),
             Message::CancelPending(responder) => {
                 let count = self.cancel_queued(now);
                 responder.send(Ok(count));
@@ -1941,6 +1941,10 @@ fn cancelled_error(message: &IoMessage, length_bytes: u64) -> io::Error {
         ),
     )
 }
+
+/// What the engine panics with when a test asks it to (`Message::Panic`).
+#[cfg(test)]
+pub(crate) const REQUESTED_PANIC: &str = "engine panic requested by a test";
 
 pub(crate) fn engine_stopped() -> io::Error {
     io::Error::other("the tailguard engine stopped unexpectedly (a bug; see the log)")
