@@ -28,7 +28,10 @@
 //!    (the kernel may still read ops left in its queue, so their buffers
 //!    cannot be handed back).
 //! 4. **reap** every available completion in a batch, complete the pieces in the
-//!    dispatchers, and deliver each finished request to its waiter.
+//!    dispatchers, and deliver each finished request to its waiter, calling
+//!    the wakers once the batch is answered (on the engine thread, the
+//!    first at once: "Batched wakes" and "The first wake goes at once" in
+//!    [`crate::completion`]).
 //!
 //! The engine owns each request's buffer and file handle from submission until
 //! its last piece completes, so a waiter that gives up (a dropped future) cannot
@@ -593,6 +596,11 @@ pub(crate) struct Engine {
     wakes: Vec<Waker>,
     /// Where they go to be called, by this runner or any other thread.
     pending_wakes: Arc<PendingWakes>,
+    /// Whether the thread running the engine awaits none of the results it
+    /// answers (the engine thread does not): a reap then calls its first
+    /// waker as soon as that request is answered (see "The first wake goes
+    /// at once" in [`crate::completion`]).
+    first_wake_at_once: bool,
     /// `None` where the backend registers no files.
     files: Option<FileRegistry>,
 }
@@ -631,6 +639,7 @@ impl Engine {
             completions: Vec::new(),
             wakes: Vec::new(),
             pending_wakes: Arc::default(),
+            first_wake_at_once: false,
             files: backend.registers_files().then(FileRegistry::default),
             backend,
         }
@@ -1218,8 +1227,13 @@ impl Engine {
         // Drain a swapped-out vector and swap it back, so reaping reuses one
         // allocation instead of growing a fresh vector on every wake-up.
         let mut completions = std::mem::take(&mut self.completions);
+        let mut first_wake_at_once = self.first_wake_at_once && completions.len() > 1;
         for completion in completions.drain(..) {
             self.complete_piece(now, completion);
+            if first_wake_at_once && !self.wakes.is_empty() {
+                first_wake_at_once = false;
+                self.wake_answered();
+            }
         }
         self.completions = completions;
         self.wake_answered();
@@ -1688,6 +1702,14 @@ impl Shared {
     /// turn that found nothing to do, the thread leaves to wait in the ring,
     /// so that a submitter may run the engine meanwhile.
     fn run_until_leaving(&self, engine: &mut Engine, waits_in_ring: bool) -> Leave {
+        engine.first_wake_at_once = true;
+        let leave = self.turn_until_leaving(engine, waits_in_ring);
+        engine.first_wake_at_once = false;
+        leave
+    }
+
+    /// [`Shared::run_until_leaving`]'s loop.
+    fn turn_until_leaving(&self, engine: &mut Engine, waits_in_ring: bool) -> Leave {
         let mut lingering = false;
         loop {
             let progress = if lingering {
@@ -1961,6 +1983,8 @@ fn buffer_len(message: &IoMessage) -> u64 {
 mod tests {
     use super::*;
     use crate::backend::threads::ThreadPool;
+    use crate::completion::IoFuture;
+    use std::future::Future;
 
     fn engine() -> Engine {
         let backend = ThreadPool::new(1, 8).expect("a thread pool");
@@ -2093,6 +2117,104 @@ mod tests {
         // would answer the request with the engine's "stopped" error.
         drop(engine);
         future.wait().expect("served, not dropped");
+    }
+
+    /// The futures of a reap's requests and, per waker call, how many of
+    /// them were answered when it came (see `RecordingWaker`).
+    #[derive(Default)]
+    struct WakeLog {
+        futures: Mutex<Vec<Option<IoFuture<io::Result<()>>>>>,
+        answered_at_each_wake: Mutex<Vec<usize>>,
+    }
+
+    /// A waker that polls every future of the log still pending (with a
+    /// waker that records nothing) and logs how many are answered.
+    struct RecordingWaker(Arc<WakeLog>);
+
+    impl std::task::Wake for RecordingWaker {
+        fn wake(self: Arc<Self>) {
+            let mut futures = self.0.futures.lock().unwrap();
+            let mut context = std::task::Context::from_waker(Waker::noop());
+            for slot in futures.iter_mut() {
+                let ready = slot
+                    .as_mut()
+                    .is_some_and(|future| std::pin::Pin::new(future).poll(&mut context).is_ready());
+                if ready {
+                    *slot = None;
+                }
+            }
+            let answered = futures.iter().filter(|slot| slot.is_none()).count();
+            self.0.answered_at_each_wake.lock().unwrap().push(answered);
+        }
+    }
+
+    /// Runs `count` NOPs through `engine` so that one reap answers all of
+    /// them, and returns how many were answered at each waker call.
+    fn answered_at_each_wake(mut engine: Engine, count: usize) -> Vec<usize> {
+        let profile = crate::DEFAULT_SSD_PROFILE.clone();
+        engine.add_device(DeviceId(1), "null".into(), DeviceKind::PLAIN, profile);
+        let class = Message::AddClass {
+            class: 0,
+            name: "c".into(),
+            shares: 100,
+            rate_limit: None,
+        };
+        engine.handle(0, class);
+        let log = Arc::new(WakeLog::default());
+        let waker = Waker::from(Arc::new(RecordingWaker(log.clone())));
+        for _ in 0..count {
+            let (responder, mut future) = Responder::new(stopped);
+            let message = IoMessage {
+                class: 0,
+                device: DeviceId(1),
+                file: None,
+                kind: IoKind::Nop,
+                buffer: None,
+                offset: 0,
+                submitted_at_ns: 0,
+                reply: Reply::Unit(responder),
+            };
+            let mut context = std::task::Context::from_waker(&waker);
+            assert!(std::pin::Pin::new(&mut future)
+                .poll(&mut context)
+                .is_pending());
+            log.futures.lock().unwrap().push(Some(future));
+            assert!(engine.handoff.push(Message::Io(message), &NoWake).is_ok());
+        }
+        let taken_at = engine.take_messages();
+        engine.dispatch_all(taken_at);
+        engine
+            .backend
+            .submit(false)
+            .expect("the thread pool takes NOPs");
+        while engine.completions.len() < count {
+            engine.backend.submit(true).expect("waits for a completion");
+            engine.backend.reap(&mut engine.completions);
+        }
+        assert!(engine.reap());
+        let mut context = std::task::Context::from_waker(Waker::noop());
+        for future in log.futures.lock().unwrap().iter_mut().flatten() {
+            let answer = std::pin::Pin::new(future).poll(&mut context);
+            assert!(answer.is_ready(), "every request is answered by the reap");
+        }
+        let answered = log.answered_at_each_wake.lock().unwrap().clone();
+        answered
+    }
+
+    #[test]
+    fn the_engine_thread_calls_a_reaps_first_waker_before_it_answers_the_rest() {
+        let mut engine = engine();
+        engine.first_wake_at_once = true;
+        let answered = answered_at_each_wake(engine, 4);
+        assert_eq!(answered.first(), Some(&1), "{answered:?}");
+        // The first wake's poll registered a silent waker on the others.
+        assert_eq!(answered.len(), 1, "{answered:?}");
+    }
+
+    #[test]
+    fn a_helper_calls_a_reaps_wakers_once_all_of_it_is_answered() {
+        let answered = answered_at_each_wake(engine(), 4);
+        assert_eq!(answered, vec![4, 4, 4, 4]);
     }
 
     #[test]
