@@ -31,7 +31,7 @@
 //!    dispatchers, and deliver each finished request to its waiter, calling
 //!    the wakers once the batch is answered (on the engine thread, the
 //!    first at once: "Batched wakes" and "The first wake goes at once" in
-//!    [`crate::completion`]).
+//!    `crate::completion`).
 //!
 //! The engine owns each request's buffer and file handle from submission until
 //! its last piece completes, so a waiter that gives up (a dropped future) cannot
