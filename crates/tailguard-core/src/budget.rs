@@ -60,6 +60,16 @@
 //! one piece in flight beyond the limit, so in-flight cost never exceeds
 //! `limit + (classes with work in flight) × largest piece cost`.
 //!
+//! A dispatcher may also spare a *latency class* (less than the budget of
+//! its own work queued and in flight) its own work: its piece then needs
+//! `others' in_flight + cost ≤ limit` only
+//! (`DispatcherConfig::spare_latency_classes`, which the fixed budget
+//! takes). The budget bounds the work that other classes put ahead of its
+//! reads, which is the promise; counting the class's own reads against it
+//! only made its next read wait in the fair queue for a write to finish
+//! while its earlier reads were at the device. In-flight cost then stays
+//! under two limits plus one largest piece per class in flight.
+//!
 //! ## Resizing
 //!
 //! A [`crate::controller::LatencyController`] sees every completion (its

@@ -368,6 +368,19 @@ impl ControllerChoice {
         }
     }
 
+    /// Whether a dispatcher with this controller spares latency classes
+    /// their own work in flight (`DispatcherConfig::spare_latency_classes`):
+    /// the fixed budget does, so a light reader never waits in the fair
+    /// queue for room its own reads took; the adaptive controller sizes its
+    /// budget from what the reads in it see, so it counts them. The engine
+    /// and the simulator both ask here.
+    pub fn spares_latency_classes(self) -> bool {
+        match self {
+            Self::Fixed => true,
+            Self::Adaptive => false,
+        }
+    }
+
     /// How many pieces of the split size one budget holds while reads come
     /// (`DispatcherConfig::pipeline_pieces`) on a device that `seeks` or
     /// not and serves its commands `through_a_file` (a loop device) or not:
@@ -1860,6 +1873,8 @@ mod tests {
         assert_eq!(ControllerChoice::Fixed.quiet_reads(rule), rule);
         assert_eq!(ControllerChoice::Fixed.quiet_reads(None), None);
         assert_eq!(ControllerChoice::Adaptive.quiet_reads(rule), None);
+        assert!(ControllerChoice::Fixed.spares_latency_classes());
+        assert!(!ControllerChoice::Adaptive.spares_latency_classes());
     }
 
     #[test]

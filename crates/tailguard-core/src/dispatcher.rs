@@ -17,6 +17,11 @@
 //!    While no read is queued or in flight, and none was for a while, the
 //!    budget admits [`QuietReads::limit_factor`] times its limit
 //!    ([`DispatcherConfig::quiet_reads`], see [`crate::quiet_reads`]).
+//!    With [`DispatcherConfig::spare_latency_classes`], a piece of a latency
+//!    class (less than the budget queued and in flight) needs room beside
+//!    the other classes' work only: a light reader's reads in flight do not
+//!    hold back its next one, so it never waits in the fair queue for a
+//!    write to finish while the writes in flight leave it room.
 //!    When the head piece may not go, a piece of another class that fits and
 //!    costs at most a [`BYPASS_COST_RATIO`]th of the head may go past it, if
 //!    that class has less than a budget queued (a latency class, not a backlog) and is at most its wake credit ahead of the head
@@ -157,6 +162,18 @@ pub struct DispatcherConfig {
     /// costs the reads more than its bytes (a loop device). During a quiet
     /// (the quiet-reads rule) writes are split for two pieces always.
     pub pipeline_pieces: u64,
+    /// Whether a latency class (its work queued and in flight less than the
+    /// budget) may go when the other classes' work in flight leaves room
+    /// for its piece, its own work in flight not counted against it:
+    /// `true` keeps a light reader's next read from waiting in the fair
+    /// queue for room its own reads in flight took (the work ahead of it at
+    /// the device then stays within the budget plus less than a budget of
+    /// its own class's), at the cost of fewer writes in flight while it
+    /// reads; `false` (the default) counts all work alike. The engine and
+    /// the simulator take it with the fixed budget
+    /// (`ControllerChoice::spares_latency_classes`); the adaptive controller
+    /// sizes its budget from what the reads in it see.
+    pub spare_latency_classes: bool,
     /// What every split size is a multiple of, and at least: the device's
     /// direct-I/O offset alignment where it exceeds 4 KiB
     /// ([`budget::SPLIT_BYTES_MIN`], the default), so that no piece of an
@@ -187,6 +204,7 @@ impl DispatcherConfig {
             slice_ns: None,
             quiet_reads: None,
             pipeline_pieces: budget::PIPELINE_PIECES,
+            spare_latency_classes: false,
             piece_alignment_bytes: budget::SPLIT_BYTES_MIN,
             seeks: false,
         }
@@ -434,6 +452,8 @@ struct Admission {
     overdue: bool,
     /// The quiet-reads rule's factor on the budget's limit.
     limit_factor: u64,
+    /// [`DispatcherConfig::spare_latency_classes`].
+    spare_latency_classes: bool,
 }
 
 /// The classes that take turns in a slice ([`Dispatcher::slice_round`]).
@@ -482,18 +502,35 @@ fn is_slice_backlog(demand_ns: Nanos, threshold_ns: Nanos) -> bool {
     demand_ns > 0 && demand_ns >= threshold_ns
 }
 
-/// Whether a piece of `cost_ns` of class `index` may go: the progress rule
-/// (nothing of the class in flight), or room in the budget while the oldest
-/// piece is not overdue.
+/// Whether a piece of `cost_ns` of class `index`, which has `queued_ns`
+/// queued, may go: the progress rule (nothing of the class in flight), or,
+/// while the oldest piece is not overdue, room in the budget: room beside
+/// the other classes' work alone for a latency class (less than the budget
+/// queued and in flight) where [`DispatcherConfig::spare_latency_classes`]
+/// says so.
 fn admits(
     classes: &Slab<ClassSlot>,
     budget: &Budget,
     admission: Admission,
     index: usize,
     cost_ns: Nanos,
+    queued_ns: Nanos,
 ) -> bool {
-    classes.slots[index].in_flight_pieces == 0
-        || (!admission.overdue && budget.admits_scaled(cost_ns, admission.limit_factor))
+    let slot = &classes.slots[index];
+    if slot.in_flight_pieces == 0 {
+        return true;
+    }
+    if admission.overdue {
+        return false;
+    }
+    let demand_ns = queued_ns.saturating_add(slot.in_flight_ns);
+    if admission.spare_latency_classes && demand_ns < budget.limit_ns() {
+        // A latency class: only the other classes' work counts against it.
+        let others_ns = budget.in_flight_ns().saturating_sub(slot.in_flight_ns);
+        let limit_ns = budget.limit_ns().saturating_mul(admission.limit_factor);
+        return others_ns.saturating_add(cost_ns) <= limit_ns;
+    }
+    budget.admits_scaled(cost_ns, admission.limit_factor)
 }
 
 /// What a piece of `length_bytes` costs: its transfer alone if it continues
@@ -547,6 +584,8 @@ pub struct Dispatcher<C: LatencyController = FixedBudget> {
     /// Pieces of the split size one budget holds while reads come (see
     /// [`DispatcherConfig::pipeline_pieces`]).
     pipeline_pieces: u64,
+    /// [`DispatcherConfig::spare_latency_classes`].
+    spare_latency_classes: bool,
     /// What split sizes are multiples of
     /// ([`DispatcherConfig::piece_alignment_bytes`]).
     piece_alignment_bytes: u64,
@@ -611,6 +650,7 @@ impl<C: LatencyController> Dispatcher<C> {
             alone_class: 0,
             slice_ns: config.slice_ns,
             pipeline_pieces: config.pipeline_pieces.max(1),
+            spare_latency_classes: config.spare_latency_classes,
             piece_alignment_bytes: config.piece_alignment_bytes,
             seeks: config.seeks,
             slice_class: None,
@@ -1081,6 +1121,7 @@ impl<C: LatencyController> Dispatcher<C> {
         let admission = Admission {
             overdue,
             limit_factor,
+            spare_latency_classes: self.spare_latency_classes,
         };
         // The round of turns, once it is needed: a dispatch moves work from
         // queued to in flight, which leaves each class's backlog as it was.
@@ -1116,7 +1157,15 @@ impl<C: LatencyController> Dispatcher<C> {
     /// rule (nothing of the class in flight), or room in the budget while the
     /// oldest piece is not overdue.
     fn may_go(&self, index: usize, cost_ns: Nanos, admission: Admission) -> bool {
-        admits(&self.classes, &self.budget, admission, index, cost_ns)
+        let queued_ns = self.queue.queued_ns(index);
+        admits(
+            &self.classes,
+            &self.budget,
+            admission,
+            index,
+            cost_ns,
+            queued_ns,
+        )
     }
 
     /// The next piece in virtual-time order, with no slice running: the
@@ -1139,7 +1188,7 @@ impl<C: LatencyController> Dispatcher<C> {
         self.queue.pop_bypassing(|index, cost_ns, queued_ns| {
             queued_ns < backlog_ns
                 && cost_ns.saturating_mul(BYPASS_COST_RATIO) <= head_cost_ns
-                && admits(classes, budget, admission, index, cost_ns)
+                && admits(classes, budget, admission, index, cost_ns, queued_ns)
         })
     }
 
@@ -1172,7 +1221,7 @@ impl<C: LatencyController> Dispatcher<C> {
                         queued_ns.saturating_add(classes.slots[index].in_flight_ns),
                         threshold_ns,
                     )
-                    && admits(classes, budget, admission, index, cost_ns)
+                    && admits(classes, budget, admission, index, cost_ns, queued_ns)
             });
         if let Some(popped) = latency {
             return SlicePop::Piece(popped);
@@ -2737,6 +2786,66 @@ mod tests {
         assert_eq!(dispatcher.dispatch(1, &mut out), 1, "one read, not two");
         assert_eq!(out[0].class, reads);
         assert!(dispatcher.stats().in_flight_ns > dispatcher.stats().budget_ns);
+    }
+
+    #[test]
+    fn a_latency_class_spared_its_own_work_passes_a_budget_its_reads_fill() {
+        for spare in [false, true] {
+            let mut config = DispatcherConfig::new(profile());
+            config.budget_ns = Some(300 * NANOS_PER_MICROSECOND);
+            config.spare_latency_classes = spare;
+            let mut dispatcher = Dispatcher::new(config).unwrap();
+            let reads = dispatcher.add_class(400).unwrap();
+            let writes = dispatcher.add_class(100).unwrap();
+            // 20 reads of 12.5 µs: 250 µs of the 300, less than a budget.
+            for id in 0..20 {
+                dispatcher
+                    .enqueue(0, request(id, reads, Direction::Read, 4096))
+                    .unwrap();
+            }
+            let mut out = Vec::new();
+            assert_eq!(dispatcher.dispatch(0, &mut out), 20);
+            // A write piece goes by the progress rule: the budget is full.
+            dispatcher
+                .enqueue(1, request(100, writes, Direction::Write, 1_048_576))
+                .unwrap();
+            let mut writes_out = Vec::new();
+            assert_eq!(dispatcher.dispatch(1, &mut writes_out), 1);
+            let write_ns = dispatcher.budget().in_flight_ns() - 250 * NANOS_PER_MICROSECOND;
+            assert!(write_ns > 50 * NANOS_PER_MICROSECOND, "{write_ns}");
+            // One read completes and the reader sends the next: its class's
+            // 237.5 µs in flight and the write leave it no room, but the
+            // write alone does.
+            dispatcher.complete(2, out[0].token).unwrap();
+            dispatcher
+                .enqueue(3, request(21, reads, Direction::Read, 4096))
+                .unwrap();
+            let mut next = Vec::new();
+            let went = dispatcher.dispatch(3, &mut next);
+            assert_eq!(went, usize::from(spare), "spare_latency_classes = {spare}");
+            assert!(next.iter().all(|piece| piece.class == reads));
+        }
+    }
+
+    #[test]
+    fn a_backlogged_class_is_not_spared_its_own_work() {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(300 * NANOS_PER_MICROSECOND);
+        config.spare_latency_classes = true;
+        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let reads = dispatcher.add_class(400).unwrap();
+        // 40 reads of 12.5 µs: 500 µs, more than a budget.
+        for id in 0..40 {
+            dispatcher
+                .enqueue(0, request(id, reads, Direction::Read, 4096))
+                .unwrap();
+        }
+        let mut out = Vec::new();
+        assert_eq!(dispatcher.dispatch(0, &mut out), 24, "a budget's worth");
+        assert_eq!(
+            dispatcher.budget().in_flight_ns(),
+            300 * NANOS_PER_MICROSECOND
+        );
     }
 
     /// Marks every piece overdue `after_ns` after its dispatch.

@@ -352,6 +352,8 @@ struct Harness {
     device: Device,
     budget_ns: Nanos,
     max_cost_ns: Nanos,
+    /// `DispatcherConfig::spare_latency_classes`.
+    spare_latency_classes: bool,
     /// The device's slice, if it has one.
     slice_ns: Option<Nanos>,
     classes: Vec<ClassLife>,
@@ -386,12 +388,13 @@ fn longest_turn_ns(slice_ns: Nanos, shares: &[u32]) -> Nanos {
 }
 
 impl Harness {
-    fn new(scenario: &Scenario, device: Device) -> Self {
+    fn new(scenario: &Scenario, device: Device, spare_latency_classes: bool) -> Self {
         let slice_ns =
             DispatcherConfig::default_slice_ns(&scenario.profile) * scenario.slice_tenths / 10;
         let config = DispatcherConfig {
             seeks: scenario.seeks,
             slice_ns: (slice_ns > 0).then_some(slice_ns),
+            spare_latency_classes,
             ..DispatcherConfig::new(scenario.profile.clone())
         };
         let dispatcher = Dispatcher::new(config).expect("generated profiles are valid");
@@ -407,6 +410,7 @@ impl Harness {
             budget_ns,
             slice_ns: (slice_ns > 0).then_some(slice_ns),
             max_cost_ns,
+            spare_latency_classes,
             classes: Vec::new(),
             class_index: HashMap::new(),
             in_flight: VecDeque::new(),
@@ -583,7 +587,18 @@ impl Harness {
                 .iter()
                 .filter(|(_, other)| other.class == piece.class)
                 .count();
-            if self.in_flight_ns + piece.cost_ns > self.budget_ns && class_in_flight > 0 {
+            // With latency classes spared their own work, a piece over the
+            // budget must still fit beside the other classes' work.
+            let others_ns = self.in_flight_ns
+                - self
+                    .in_flight
+                    .iter()
+                    .filter(|(_, other)| other.class == piece.class)
+                    .map(|(_, other)| other.cost_ns)
+                    .sum::<Nanos>();
+            let spared = self.spare_latency_classes && others_ns + piece.cost_ns <= self.budget_ns;
+            if self.in_flight_ns + piece.cost_ns > self.budget_ns && class_in_flight > 0 && !spared
+            {
                 self.trace.admission_violations.push((
                     self.in_flight_ns,
                     piece.cost_ns,
@@ -722,7 +737,13 @@ impl Harness {
 }
 
 fn run(scenario: &Scenario, device: Device) -> Trace {
-    Harness::new(scenario, device).run(&scenario.ops)
+    Harness::new(scenario, device, false).run(&scenario.ops)
+}
+
+/// [`run`] with latency classes spared their own work in flight
+/// (`DispatcherConfig::spare_latency_classes`).
+fn run_sparing(scenario: &Scenario, device: Device) -> Trace {
+    Harness::new(scenario, device, true).run(&scenario.ops)
 }
 
 // ---------------------------------------------------------------------------
@@ -779,6 +800,33 @@ proptest! {
             prop_assert_eq!(stats.in_flight_pieces, *in_flight_pieces);
             prop_assert!(
                 stats.in_flight_ns <= stats.budget_ns + *classes as Nanos * max_cost_ns,
+                "{:?} with {} classes in flight", stats, classes
+            );
+        }
+    }
+
+    // Expect, with latency classes spared their own work in flight: every
+    // request completes exactly once; a piece over the budget goes by the
+    // progress rule or fits beside the other classes' work; and in-flight
+    // cost stays within two budgets (a latency class has less than one of
+    // its own) plus one largest piece per class in flight.
+    #[test]
+    fn latency_classes_spared_their_own_work_keep_in_flight_within_two_budgets(
+        scenario in scenario_strategy(true, true),
+        seed in any::<u64>(),
+        serial in any::<bool>(),
+    ) {
+        let device = if serial { Device::Serial } else { Device::Random(SplitMix(seed)) };
+        let trace = run_sparing(&scenario, device);
+        prop_assert!(trace.idle_at_end, "work left after the device drained");
+        for id in &trace.request_order {
+            prop_assert_eq!(trace.requests[id].completions.len(), 1, "request {:?}", id);
+        }
+        prop_assert!(trace.admission_violations.is_empty(), "{:?}", trace.admission_violations);
+        let max_cost_ns = trace.max_cost_ns;
+        for ((stats, _, _), classes) in trace.after_dispatch.iter().zip(&trace.classes_in_flight) {
+            prop_assert!(
+                stats.in_flight_ns <= 2 * stats.budget_ns + *classes as Nanos * max_cost_ns,
                 "{:?} with {} classes in flight", stats, classes
             );
         }

@@ -900,6 +900,7 @@ impl Engine {
                     quiet_reads: self.quiet_reads,
                     slice_ns: seeks.then(|| DispatcherConfig::default_slice_ns(profile)),
                     pipeline_pieces: self.controller.pipeline_pieces(seeks, through_a_file),
+                    spare_latency_classes: self.controller.spares_latency_classes(),
                     piece_alignment_bytes,
                     seeks,
                     ..DispatcherConfig::new(profile.clone())

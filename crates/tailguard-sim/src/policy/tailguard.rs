@@ -167,6 +167,7 @@ impl TailguardPolicy {
                     })
                     .filter(|&slice_ns| slice_ns > 0);
                 config.seeks = device.rotational;
+                config.spare_latency_classes = parameters.controller.spares_latency_classes();
                 config.quiet_reads = parameters
                     .controller
                     .quiet_reads(parameters.quiet_reads.then(QuietReads::default));
