@@ -2001,6 +2001,20 @@ mod tests {
         )
     }
 
+    /// A NOP of class 0 on device 1, answered through `responder`.
+    fn nop_on_device_1(responder: Responder<io::Result<()>>) -> Message {
+        Message::Io(IoMessage {
+            class: 0,
+            device: DeviceId(1),
+            file: None,
+            kind: IoKind::Nop,
+            buffer: None,
+            offset: 0,
+            submitted_at_ns: 0,
+            reply: Reply::Unit(responder),
+        })
+    }
+
     #[test]
     fn a_linger_runs_from_the_first_idle_look_and_halves_after_each_long_gap() {
         let micros = Duration::from_micros;
@@ -2089,17 +2103,7 @@ mod tests {
             },
         );
         let (responder, future) = Responder::new(stopped);
-        let message = IoMessage {
-            class: 0,
-            device: DeviceId(1),
-            file: None,
-            kind: IoKind::Nop,
-            buffer: None,
-            offset: 0,
-            submitted_at_ns: 0,
-            reply: Reply::Unit(responder),
-        };
-        let pushed = engine.handoff.push(Message::Io(message), &NoWake);
+        let pushed = engine.handoff.push(nop_on_device_1(responder), &NoWake);
         assert!(pushed.is_ok());
         engine.handle(
             1,
@@ -2165,22 +2169,13 @@ mod tests {
         let waker = Waker::from(Arc::new(RecordingWaker(log.clone())));
         for _ in 0..count {
             let (responder, mut future) = Responder::new(stopped);
-            let message = IoMessage {
-                class: 0,
-                device: DeviceId(1),
-                file: None,
-                kind: IoKind::Nop,
-                buffer: None,
-                offset: 0,
-                submitted_at_ns: 0,
-                reply: Reply::Unit(responder),
-            };
             let mut context = std::task::Context::from_waker(&waker);
             assert!(std::pin::Pin::new(&mut future)
                 .poll(&mut context)
                 .is_pending());
             log.futures.lock().unwrap().push(Some(future));
-            assert!(engine.handoff.push(Message::Io(message), &NoWake).is_ok());
+            let message = nop_on_device_1(responder);
+            assert!(engine.handoff.push(message, &NoWake).is_ok());
         }
         let taken_at = engine.take_messages();
         engine.dispatch_all(taken_at);
