@@ -120,12 +120,10 @@ fn with_two_schedulers(name: &'static str, case: fn(&Scheduler, &tailguard::File
 /// with the engine held by this thread. Returns the wake counts of the reads.
 fn reads_beside_a_write_stream(choice: BackendChoice) -> Option<WakeCounts> {
     let (scheduler, file, path) = scheduler_and_file(choice, &format!("{choice:?}"))?;
-    std::fs::File::options()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(FILE_BYTES)
-        .unwrap();
+    // Written, not sparse: a read of a hole may complete inside the submit
+    // call (no device I/O), answered before its first poll, and then no
+    // wake-up shows who delivered it.
+    std::fs::write(&path, vec![0x5a_u8; FILE_BYTES as usize]).unwrap();
     let reads = scheduler.add_class("reads", 400).unwrap();
     let writes = scheduler.add_class("writes", 100).unwrap();
     let counts = Arc::new(WakeCounts::default());
