@@ -167,6 +167,10 @@ impl TailguardPolicy {
                     })
                     .filter(|&slice_ns| slice_ns > 0);
                 config.seeks = device.rotational;
+                // The simulator has no device that serves through a file.
+                config.pipeline_pieces = parameters
+                    .controller
+                    .pipeline_pieces(device.rotational, false);
                 config.spare_latency_classes = parameters.controller.spares_latency_classes();
                 config.quiet_reads = parameters
                     .controller
