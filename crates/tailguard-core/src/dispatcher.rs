@@ -2788,13 +2788,19 @@ mod tests {
         assert!(dispatcher.stats().in_flight_ns > dispatcher.stats().budget_ns);
     }
 
+    /// A dispatcher with a budget of 300 µs, sparing latency classes their
+    /// own work or not.
+    fn with_300_us_budget(spare_latency_classes: bool) -> Dispatcher {
+        let mut config = DispatcherConfig::new(profile());
+        config.budget_ns = Some(300 * NANOS_PER_MICROSECOND);
+        config.spare_latency_classes = spare_latency_classes;
+        Dispatcher::new(config).unwrap()
+    }
+
     #[test]
     fn a_latency_class_spared_its_own_work_passes_a_budget_its_reads_fill() {
         for spare in [false, true] {
-            let mut config = DispatcherConfig::new(profile());
-            config.budget_ns = Some(300 * NANOS_PER_MICROSECOND);
-            config.spare_latency_classes = spare;
-            let mut dispatcher = Dispatcher::new(config).unwrap();
+            let mut dispatcher = with_300_us_budget(spare);
             let reads = dispatcher.add_class(400).unwrap();
             let writes = dispatcher.add_class(100).unwrap();
             // 20 reads of 12.5 µs: 250 µs of the 300, less than a budget.
@@ -2829,10 +2835,7 @@ mod tests {
 
     #[test]
     fn a_backlogged_class_is_not_spared_its_own_work() {
-        let mut config = DispatcherConfig::new(profile());
-        config.budget_ns = Some(300 * NANOS_PER_MICROSECOND);
-        config.spare_latency_classes = true;
-        let mut dispatcher = Dispatcher::new(config).unwrap();
+        let mut dispatcher = with_300_us_budget(true);
         let reads = dispatcher.add_class(400).unwrap();
         // 40 reads of 12.5 µs: 500 µs, more than a budget.
         for id in 0..40 {

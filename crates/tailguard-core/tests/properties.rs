@@ -582,20 +582,16 @@ impl Harness {
         let mut out = Vec::new();
         self.dispatcher.dispatch(now, &mut out);
         for piece in out {
-            let class_in_flight = self
+            let (class_in_flight, class_in_flight_ns) = self
                 .in_flight
                 .iter()
                 .filter(|(_, other)| other.class == piece.class)
-                .count();
+                .fold((0, 0), |(count, ns), (_, other)| {
+                    (count + 1, ns + other.cost_ns)
+                });
             // With latency classes spared their own work, a piece over the
             // budget must still fit beside the other classes' work.
-            let others_ns = self.in_flight_ns
-                - self
-                    .in_flight
-                    .iter()
-                    .filter(|(_, other)| other.class == piece.class)
-                    .map(|(_, other)| other.cost_ns)
-                    .sum::<Nanos>();
+            let others_ns = self.in_flight_ns - class_in_flight_ns;
             let spared = self.spare_latency_classes && others_ns + piece.cost_ns <= self.budget_ns;
             if self.in_flight_ns + piece.cost_ns > self.budget_ns && class_in_flight > 0 && !spared
             {
