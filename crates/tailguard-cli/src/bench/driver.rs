@@ -27,6 +27,12 @@
 //!   beside the writeback. Where the filesystem refuses O_DIRECT (tmpfs), reads
 //!   fall back to the buffered descriptor and a note says so.
 //!
+//! The driver answers the completions a wait returns one at a time, and
+//! hands each one's refill (a closed loop's next request) to the mode before
+//! it looks at the next, as a task awaiting its own requests sends its next
+//! at once: a batch of completions goes back out request by request, not
+//! after the whole batch has been looked at.
+//!
 //! Latency counts from a request's intended start: its arrival for open-loop
 //! jobs (so a stall cannot slow the load down and hide itself: no coordinated
 //! omission), its instance's start for bursts and first closed-loop requests, and
@@ -549,6 +555,11 @@ impl<'a> Driver<'a> {
             executor.wait(deadline, &mut done)?;
             for finished in done.drain(..) {
                 self.complete(finished)?;
+                // A closed loop's next request goes out as soon as its
+                // previous one is looked at, as a task awaiting each of its
+                // requests sends the next: not after the whole batch.
+                self.release_owed(self.ns_at(Instant::now()));
+                self.submit_generated(executor)?;
             }
         }
         self.end_fsync(executor)?;
@@ -2338,6 +2349,64 @@ mod tests {
                 at,
             });
         }
+    }
+
+    /// A device that completes everything it holds in one wait, the last
+    /// request of the batch with an error; it counts the submissions.
+    struct FailLastDevice {
+        held: Vec<Request>,
+        submitted: usize,
+    }
+
+    impl Executor for FailLastDevice {
+        fn submit(&mut self, request: Request) -> Result<(), CliError> {
+            self.submitted += 1;
+            self.held.push(request);
+            Ok(())
+        }
+
+        fn wait(&mut self, _deadline: Instant, out: &mut Vec<Done>) -> Result<(), CliError> {
+            complete_whole(self.held.drain(..), Instant::now(), out);
+            if let Some(last) = out.last_mut() {
+                last.result = Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            Ok(())
+        }
+
+        fn in_flight(&self) -> usize {
+            self.held.len()
+        }
+    }
+
+    #[test]
+    fn a_closed_loop_sends_each_refill_before_it_looks_at_the_next_completion() {
+        let scenario = scenario(
+            "[[job]]\nclass = \"a\"\ndevice = \"d\"\npattern = \"randread\"\n\
+             block_size = \"4k\"\nqueue_depth = 2\n",
+            1.0,
+        );
+        let plan = plan(scenario.jobs.len());
+        let mut device = FailLastDevice {
+            held: Vec::new(),
+            submitted: 0,
+        };
+        let driver = Driver::new(
+            &scenario,
+            &plan,
+            Mode::KernelDirect,
+            1,
+            &[],
+            InFlightLimits::default(),
+        )
+        .unwrap();
+        let error = driver
+            .drive(&mut device, &mut |_| {})
+            .err()
+            .expect("the error ends the run");
+        assert!(error.to_string().contains("Input/output error"), "{error}");
+        // Both requests completed in one wait; the first one's refill went
+        // out before the second one's error was looked at.
+        assert_eq!(device.submitted, 3);
     }
 
     /// A device that completes reads and writes on the next wait and syncs
