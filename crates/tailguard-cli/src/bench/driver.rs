@@ -2153,10 +2153,18 @@ mod tests {
         limits: InFlightLimits,
         device: &mut CountingDevice,
     ) -> Outcome {
+        try_drive_with(scenario, options, limits, device).unwrap()
+    }
+
+    fn try_drive_with(
+        scenario: &Scenario,
+        options: &[JobOptions],
+        limits: InFlightLimits,
+        device: &mut dyn Executor,
+    ) -> Result<Outcome, CliError> {
         let plan = plan(scenario.jobs.len());
         Driver::new(scenario, &plan, Mode::KernelDirect, 1, options, limits)
             .and_then(|driver| driver.drive(device, &mut |_| {}))
-            .unwrap()
     }
 
     #[test]
@@ -2385,22 +2393,11 @@ mod tests {
              block_size = \"4k\"\nqueue_depth = 2\n",
             1.0,
         );
-        let plan = plan(scenario.jobs.len());
         let mut device = FailLastDevice {
             held: Vec::new(),
             submitted: 0,
         };
-        let driver = Driver::new(
-            &scenario,
-            &plan,
-            Mode::KernelDirect,
-            1,
-            &[],
-            InFlightLimits::default(),
-        )
-        .unwrap();
-        let error = driver
-            .drive(&mut device, &mut |_| {})
+        let error = try_drive_with(&scenario, &[], InFlightLimits::default(), &mut device)
             .err()
             .expect("the error ends the run");
         assert!(error.to_string().contains("Input/output error"), "{error}");
