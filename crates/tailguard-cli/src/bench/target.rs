@@ -654,7 +654,7 @@ fn lock_file_target(path: &Path) -> Result<File, CliError> {
 }
 
 /// Writes `bytes` of pseudo-random data into `file` from `offset` on.
-fn fill(file: &File, offset: u64, bytes: u64, path: &Path) -> Result<(), CliError> {
+pub(crate) fn fill(file: &File, offset: u64, bytes: u64, path: &Path) -> Result<(), CliError> {
     let failed = |error: std::io::Error| {
         usage(format!(
             "cannot lay out data in {}: {error}",
