@@ -554,12 +554,12 @@ impl<'a> Driver<'a> {
             done.clear();
             executor.wait(deadline, &mut done)?;
             for finished in done.drain(..) {
-                self.complete(finished)?;
-                // A closed loop's next request goes out as soon as its
-                // previous one is looked at, as a task awaiting each of its
-                // requests sends the next: not after the whole batch.
-                self.release_owed(self.ns_at(Instant::now()));
-                self.submit_generated(executor)?;
+                // The refill goes out before the next completion is looked
+                // at (see the module docs).
+                if let Some(job) = self.complete(finished)? {
+                    self.release_owed_of(job, self.ns_at(Instant::now()));
+                    self.submit_generated(executor)?;
+                }
             }
         }
         self.end_fsync(executor)?;
@@ -693,18 +693,23 @@ impl<'a> Driver<'a> {
     /// at its stop (a burst's all go, however long they take).
     fn release_owed(&mut self, now: Nanos) {
         for job in 0..self.scenario.jobs.len() {
-            let bytes = self.request_bytes_max[job];
-            let spec = &self.scenario.jobs[job];
-            let stopped = matches!(spec.arrival, Arrival::ClosedLoop { .. }) && now >= spec.stop_ns;
-            while let Some((instance, intended)) = self.in_flight.take_owed(job, bytes, now) {
-                if stopped || self.exhausted(instance) {
-                    self.in_flight.forgive(job, instance);
-                    continue;
-                }
-                self.in_flight.start(job, bytes);
-                let template = self.workload.next_request(instance, intended);
-                self.generated.push(template);
+            self.release_owed_of(job, now);
+        }
+    }
+
+    /// [`Driver::release_owed`] for one job.
+    fn release_owed_of(&mut self, job: usize, now: Nanos) {
+        let bytes = self.request_bytes_max[job];
+        let spec = &self.scenario.jobs[job];
+        let stopped = matches!(spec.arrival, Arrival::ClosedLoop { .. }) && now >= spec.stop_ns;
+        while let Some((instance, intended)) = self.in_flight.take_owed(job, bytes, now) {
+            if stopped || self.exhausted(instance) {
+                self.in_flight.forgive(job, instance);
+                continue;
             }
+            self.in_flight.start(job, bytes);
+            let template = self.workload.next_request(instance, intended);
+            self.generated.push(template);
         }
     }
 
@@ -910,8 +915,8 @@ impl<'a> Driver<'a> {
     }
 
     /// A sync completed: its slot of the job's in-flight limits is free,
-    /// and a closed loop's instance owes its next request.
-    fn complete_sync(&mut self, instance: usize, finished: Done) -> Result<(), CliError> {
+    /// and a closed loop's instance owes its next request. Returns the job.
+    fn complete_sync(&mut self, instance: usize, finished: Done) -> Result<usize, CliError> {
         let job = self.instance_job[instance];
         finished.result.map_err(|error| {
             CliError::usage(format!(
@@ -926,18 +931,19 @@ impl<'a> Driver<'a> {
             let completed_ns = self.ns_at(finished.at);
             self.after_completion(job, instance, completed_ns);
         }
-        Ok(())
+        Ok(job)
     }
 
     /// Records a completion and lets its instance generate the next request
     /// (after its think time, if it has one), or, when the instance owes a
-    /// sync, hands the request's slot to that sync.
-    fn complete(&mut self, finished: Done) -> Result<(), CliError> {
+    /// sync, hands the request's slot to that sync. Returns the request's
+    /// job (`None` for a token it does not know).
+    fn complete(&mut self, finished: Done) -> Result<Option<usize>, CliError> {
         if let Some(instance) = self.pending_syncs.remove(&finished.token) {
-            return self.complete_sync(instance, finished);
+            return self.complete_sync(instance, finished).map(Some);
         }
         let Some(request) = self.pending.remove(&finished.token) else {
-            return Ok(());
+            return Ok(None);
         };
         let job = request.template.job;
         let instance = request.template.instance;
@@ -949,7 +955,7 @@ impl<'a> Driver<'a> {
             self.in_flight.finish(job, self.request_bytes_max[job]);
         }
         let Some(mut buffer) = finished.buffer else {
-            return Ok(());
+            return Ok(Some(job));
         };
         let write = request.template.direction == tailguard_core::Direction::Write;
         let bytes = finished
@@ -970,7 +976,7 @@ impl<'a> Driver<'a> {
         if !slot_to_sync {
             self.after_completion(job, instance, completed_ns);
         }
-        Ok(())
+        Ok(Some(job))
     }
 
     /// A closed-loop instance's slot came free at `completed_ns`: it owes
